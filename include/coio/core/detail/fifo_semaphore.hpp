@@ -1,0 +1,221 @@
+#pragma once
+// The engine shared by Semaphore and BatchSemaphore: a weighted, strictly
+// FIFO counting semaphore whose waiters are coroutines.
+//
+// One atomic word holds `tokens << 1 | kQueued`. While kQueued is clear
+// nobody waits, and tryAcquire/release are a single CAS each (no lock).
+// While kQueued is set the word changes only under `mutex_`, so the slow
+// paths see a stable count: releases feed the queue head-first and a
+// newcomer cannot barge past a queued waiter, not even with tryAcquire.
+// Invariant after every locked section: the queue is empty, or its head
+// wants more tokens than are left (otherwise it would have been granted).
+//
+// Waiters are resumed after the lock is dropped, inline, on the thread that
+// released tokens (or cancelled a waiter).
+#include <coio/core/detail/assert.hpp>
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+
+namespace coio::detail {
+
+class FifoSemaphore {
+ public:
+  enum class WaitState : std::uint8_t { idle, queued, granted, cancelled };
+
+  struct Waiter {
+    std::uint64_t wanted = 0;
+    std::coroutine_handle<> awaiting;
+    Waiter* prev = nullptr;
+    Waiter* next = nullptr;
+    WaitState state = WaitState::idle;  // guarded by the semaphore's mutex
+  };
+
+  explicit FifoSemaphore(std::uint64_t tokens) noexcept : state_(tokens << 1) {
+    COIO_ASSERT(tokens < (std::uint64_t{1} << 62), "semaphore token count out of range");
+  }
+  FifoSemaphore(const FifoSemaphore&) = delete;
+  FifoSemaphore& operator=(const FifoSemaphore&) = delete;
+  ~FifoSemaphore() { COIO_ASSERT(head_ == nullptr, "semaphore destroyed with waiters"); }
+
+  std::uint64_t available() const noexcept { return state_.load(std::memory_order_acquire) >> 1; }
+
+  bool tryAcquire(std::uint64_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & kQueued) == 0 && (s >> 1) >= n) {
+      if (state_.compare_exchange_weak(s, s - (n << 1), std::memory_order_acquire, std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void release(std::uint64_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & kQueued) == 0) {
+      // release: whoever takes these tokens sees what we wrote before.
+      if (state_.compare_exchange_weak(s, s + (n << 1), std::memory_order_release, std::memory_order_relaxed)) {
+        return;
+      }
+    }
+    Waiter* granted;
+    {
+      std::lock_guard lock(mutex_);
+      granted = grantLocked(n);
+    }
+    resumeAll(granted);
+  }
+
+  /// Takes the tokens now, or queues `w`. Returns true if `w` was queued
+  /// (the caller suspends; it is resumed once granted or cancelled), false
+  /// if it got its tokens or was cancelled before it could queue.
+  /// Nothing of `w` is touched after the lock is released.
+  bool acquireOrEnqueue(Waiter& w) noexcept {
+    std::lock_guard lock(mutex_);
+    if (w.state == WaitState::cancelled) return false;
+    std::uint64_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((s & kQueued) != 0) break;  // others wait: join the back of the queue
+      if ((s >> 1) >= w.wanted) {
+        if (state_.compare_exchange_weak(s, s - (w.wanted << 1), std::memory_order_acquire,
+                                         std::memory_order_acquire)) {
+          w.state = WaitState::granted;
+          return false;
+        }
+      } else if (state_.compare_exchange_weak(s, s | kQueued, std::memory_order_acquire,
+                                              std::memory_order_acquire)) {
+        break;
+      }
+    }
+    w.state = WaitState::queued;
+    w.prev = tail_;
+    w.next = nullptr;
+    (tail_ ? tail_->next : head_) = &w;
+    tail_ = &w;
+    return true;
+  }
+
+  /// Gives up waiting. If `w` is still queued it leaves the queue and is
+  /// resumed (as cancelled) on this thread, and the waiters behind it that
+  /// the remaining tokens now satisfy are granted. A waiter that already got
+  /// its tokens keeps them. Before `w` queues, marks it so it never does.
+  void cancel(Waiter& w) noexcept {
+    Waiter* granted;
+    {
+      std::lock_guard lock(mutex_);
+      if (w.state == WaitState::idle) {
+        w.state = WaitState::cancelled;
+        return;
+      }
+      if (w.state != WaitState::queued) return;
+      unlink(w);
+      w.state = WaitState::cancelled;
+      granted = grantLocked(0);
+    }
+    w.awaiting.resume();
+    resumeAll(granted);
+  }
+
+ private:
+  static constexpr std::uint64_t kQueued = 1;
+
+  // Adds n tokens, pops every head waiter they satisfy (in order) and
+  // returns them as a list linked through `next`.
+  Waiter* grantLocked(std::uint64_t n) noexcept {
+    std::uint64_t tokens = (state_.load(std::memory_order_relaxed) >> 1) + n;
+    Waiter* first = nullptr;
+    Waiter** last = &first;
+    while (head_ && head_->wanted <= tokens) {
+      Waiter* w = head_;
+      tokens -= w->wanted;
+      unlink(*w);
+      w->state = WaitState::granted;
+      *last = w;
+      last = &w->next;
+    }
+    *last = nullptr;
+    state_.store((tokens << 1) | (head_ ? kQueued : 0), std::memory_order_release);
+    return first;
+  }
+
+  void unlink(Waiter& w) noexcept {
+    (w.prev ? w.prev->next : head_) = w.next;
+    (w.next ? w.next->prev : tail_) = w.prev;
+    w.prev = w.next = nullptr;
+  }
+
+  static void resumeAll(Waiter* w) noexcept {
+    while (w) {
+      Waiter* next = w->next;  // read first: the resumed frame may be gone
+      w->awaiting.resume();
+      w = next;
+    }
+  }
+
+  std::atomic<std::uint64_t> state_;
+  std::mutex mutex_;
+  Waiter* head_ = nullptr;
+  Waiter* tail_ = nullptr;
+};
+
+/// `co_await` of an acquisition. The plain form resumes with nothing; the
+/// cancellable form resumes with true (tokens held) or false (gave up
+/// because `stop` was requested while queued; no tokens held).
+template <bool Cancellable>
+class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
+ public:
+  AcquireOperation(FifoSemaphore& sem, std::uint64_t n) noexcept
+    requires(!Cancellable)
+      : sem_(sem) {
+    wanted = n;
+  }
+  AcquireOperation(FifoSemaphore& sem, std::uint64_t n, std::stop_token stop) noexcept
+    requires Cancellable
+      : sem_(sem), stop_(std::move(stop)) {
+    wanted = n;
+  }
+
+  bool await_ready() noexcept {
+    if (sem_.tryAcquire(wanted)) {
+      state = FifoSemaphore::WaitState::granted;
+      return true;
+    }
+    return false;
+  }
+
+  bool await_suspend(std::coroutine_handle<> h) noexcept {
+    awaiting = h;
+    if constexpr (Cancellable) {
+      // Registered before queueing: after acquireOrEnqueue returns true we
+      // may already have been resumed elsewhere and must touch nothing.
+      // If stop was already requested this runs cancel() inline, and the
+      // waiter never queues.
+      onStop_.emplace(stop_, OnStop{this});
+    }
+    return sem_.acquireOrEnqueue(*this);
+  }
+
+  auto await_resume() noexcept {
+    if constexpr (Cancellable) {
+      onStop_.reset();  // waits if a concurrent cancel() on another thread is still running
+      return state == FifoSemaphore::WaitState::granted;
+    }
+  }
+
+ private:
+  struct OnStop {
+    AcquireOperation* op;
+    void operator()() const noexcept { op->sem_.cancel(*op); }
+  };
+  struct NoStop {};
+
+  FifoSemaphore& sem_;
+  [[no_unique_address]] std::conditional_t<Cancellable, std::stop_token, NoStop> stop_;
+  [[no_unique_address]] std::conditional_t<Cancellable, std::optional<std::stop_callback<OnStop>>, NoStop> onStop_;
+};
+
+}  // namespace coio::detail

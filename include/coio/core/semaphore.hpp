@@ -1,0 +1,43 @@
+#pragma once
+#include <coio/core/detail/fifo_semaphore.hpp>
+
+#include <cstddef>
+#include <stop_token>
+
+namespace coio {
+
+/// A counting semaphore for coroutines, FIFO fair.
+///
+/// Guarantees:
+/// - While anyone waits, every released token goes straight to the oldest
+///   waiter; a newcomer (including `tryAcquire`) cannot barge ahead.
+/// - Uncontended `acquire`/`tryAcquire`/`release` are one CAS each, no lock.
+/// - `release()` happens-before the acquisition that takes its token.
+/// - A waiter is resumed inline on the thread that calls `release()` (or
+///   that requests stop on a cancellable acquire); an acquisition that finds
+///   a token free continues on the awaiting thread without suspending.
+class Semaphore {
+ public:
+  explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
+
+  /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
+  detail::AcquireOperation<false> acquire() noexcept { return {core_, 1}; }
+
+  /// Like acquire(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true with a token held, false without. A waiter that
+  /// gives up lets the ones behind it proceed.
+  detail::AcquireOperation<true> acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+
+  /// Takes a token if one is free and nobody is waiting.
+  bool tryAcquire() noexcept { return core_.tryAcquire(1); }
+
+  void release(std::size_t n = 1) noexcept { core_.release(n); }
+
+  /// Tokens free right now (0 while anyone waits).
+  std::size_t available() const noexcept { return core_.available(); }
+
+ private:
+  detail::FifoSemaphore core_;
+};
+
+}  // namespace coio

@@ -1,0 +1,109 @@
+#pragma once
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/detail/outcome.hpp>
+
+#include <coroutine>
+#include <utility>
+
+namespace coio {
+
+template <typename T = void>
+class Task;
+
+namespace detail {
+
+template <typename T>
+class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
+ public:
+  // Final suspend hands control straight to the awaiting coroutine
+  // (symmetric transfer): a loop awaiting tasks that complete synchronously
+  // runs in constant stack space where the compiler emits the tail call.
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
+      return h.promise().continuation_;
+    }
+    void await_resume() noexcept {}
+  };
+
+  Task<T> get_return_object() noexcept;
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  FinalAwaiter final_suspend() noexcept { return {}; }
+
+  std::coroutine_handle<> continuation_;
+};
+
+}  // namespace detail
+
+/// A lazy coroutine producing a T (or a T&, or nothing).
+///
+/// Guarantees:
+/// - Lazy: the body does not run until the Task is awaited (or handed to
+///   `blockingWait` / `AsyncScope::spawn`, which await it).
+/// - Move-only; the Task owns the coroutine frame and destroys it in its
+///   destructor, whether or not the body ever ran.
+/// - `co_await std::move(task)` starts the body on the awaiting thread by
+///   symmetric transfer; when the body finishes, the awaiter is resumed by
+///   symmetric transfer on whichever thread finished the body (the thread
+///   that resumed its last suspension point). Exceptions escaping the body
+///   are stored and rethrown from the `co_await`.
+/// - A Task can be awaited once. Awaiting an empty (moved-from) Task is a
+///   programming error (asserted).
+template <typename T>
+class [[nodiscard]] Task {
+ public:
+  using promise_type = detail::TaskPromise<T>;
+  using value_type = T;
+
+  Task() noexcept = default;
+  Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Task& operator=(Task&& other) noexcept {
+    if (this != &other) {
+      reset();
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  ~Task() { reset(); }
+
+  /// True if the Task holds a coroutine (it was not moved from).
+  bool valid() const noexcept { return handle_ != nullptr; }
+
+  class Awaiter {
+   public:
+    explicit Awaiter(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+    bool await_ready() const noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+      handle_.promise().continuation_ = awaiting;
+      return handle_;
+    }
+    T await_resume() { return handle_.promise().outcome.get(); }
+
+   private:
+    std::coroutine_handle<promise_type> handle_;
+  };
+
+  Awaiter operator co_await() && noexcept {
+    COIO_ASSERT(handle_, "co_await on an empty coio::Task");
+    return Awaiter{handle_};
+  }
+
+ private:
+  friend class detail::TaskPromise<T>;
+  explicit Task(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+  void reset() noexcept {
+    if (handle_) std::exchange(handle_, nullptr).destroy();
+  }
+
+  std::coroutine_handle<promise_type> handle_;
+};
+
+template <typename T>
+Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
+  return Task<T>{std::coroutine_handle<TaskPromise>::from_promise(*this)};
+}
+
+}  // namespace coio

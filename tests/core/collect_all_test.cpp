@@ -1,0 +1,160 @@
+#include <coio/core/baton.hpp>
+#include <coio/core/blocking_wait.hpp>
+#include <coio/core/collect_all.hpp>
+#include <coio/core/task.hpp>
+#include <coio/testing/manual_executor.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "test_helpers.hpp"
+
+using coio::Baton;
+using coio::Task;
+using coio::Unit;
+using coio::blockingWait;
+using coio::collectAll;
+using coio::collectAllRange;
+
+namespace {
+Task<int> value(int v) { co_return v; }
+Task<void> none() { co_return; }
+Task<std::string> str(std::string s) { co_return s; }
+
+// Records when it starts, waits for its baton, records when it finishes.
+Task<int> gated(Baton& gate, std::vector<std::string>& log, int id) {
+  log.push_back("start " + std::to_string(id));
+  co_await gate;
+  log.push_back("end " + std::to_string(id));
+  co_return id;
+}
+
+Task<int> failAfter(Baton& gate, std::string what) {
+  co_await gate;
+  throw std::runtime_error(what);
+}
+}  // namespace
+
+TEST_CASE("collectAll returns a tuple; void children become Unit", "[collectAll]") {
+  auto [a, u, s] = blockingWait(collectAll(value(1), none(), str("x")));
+  static_assert(std::is_same_v<decltype(u), Unit>);
+  CHECK(a == 1);
+  CHECK(s == "x");
+}
+
+TEST_CASE("collectAll supports reference results", "[collectAll]") {
+  int x = 0;
+  auto ref = [](int& x) -> Task<int&> { co_return x; };
+  auto [r] = blockingWait(collectAll(ref(x)));
+  CHECK(&r == &x);
+}
+
+TEST_CASE("collectAll starts children in order and lets them interleave", "[collectAll]") {
+  Baton g1, g2, g3;
+  std::vector<std::string> log;
+  bool finished = false;
+  std::tuple<int, int, int> result;
+  coio::testing::ManualExecutor ex;
+  // State goes in as parameters: a capturing lambda's closure would be gone
+  // by the time the executor starts the coroutine.
+  auto parent = [](Task<std::tuple<int, int, int>> all, std::tuple<int, int, int>& result,
+                   bool& finished) -> Task<void> {
+    result = co_await std::move(all);
+    finished = true;
+  };
+  ex.spawn(parent(collectAll(gated(g1, log, 1), gated(g2, log, 2), gated(g3, log, 3)), result, finished));
+  ex.drain();
+  CHECK(log == std::vector<std::string>{"start 1", "start 2", "start 3"});
+  g2.post();
+  g3.post();
+  CHECK_FALSE(finished);
+  g1.post();  // the last child to finish resumes the parent inline
+  CHECK(finished);
+  CHECK(log == std::vector<std::string>{"start 1", "start 2", "start 3", "end 2", "end 3", "end 1"});
+  CHECK(result == std::make_tuple(1, 2, 3));
+}
+
+TEST_CASE("collectAll rethrows the first exception after every child finished", "[collectAll]") {
+  Baton gFail1, gFail2, gSlow;
+  std::vector<std::string> log;
+  bool caught = false;
+  std::string message;
+  coio::testing::ManualExecutor ex;
+  auto parent = [](Task<std::tuple<int, int, int>> all, bool& caught, std::string& message) -> Task<void> {
+    try {
+      co_await std::move(all);
+    } catch (const std::runtime_error& e) {
+      caught = true;
+      message = e.what();
+    }
+  };
+  ex.spawn(parent(collectAll(failAfter(gFail1, "first"), failAfter(gFail2, "second"), gated(gSlow, log, 7)), caught,
+                  message));
+  ex.drain();
+  gFail2.post();  // fails first in time
+  gFail1.post();
+  CHECK_FALSE(caught);  // still waiting for the slow child
+  gSlow.post();
+  CHECK(caught);
+  CHECK(message == "second");
+  CHECK(log.back() == "end 7");
+}
+
+TEST_CASE("collectAllRange keeps input order and handles empty and void ranges", "[collectAll]") {
+  std::vector<Task<int>> tasks;
+  for (int i = 0; i < 100; ++i) tasks.push_back(value(i));
+  auto results = blockingWait(collectAllRange(std::move(tasks)));
+  REQUIRE(results.size() == 100);
+  for (int i = 0; i < 100; ++i) CHECK(results[static_cast<std::size_t>(i)] == i);
+
+  CHECK(blockingWait(collectAllRange(std::vector<Task<int>>{})).empty());
+
+  int ran = 0;
+  std::vector<Task<void>> voids;
+  for (int i = 0; i < 3; ++i) voids.push_back([](int& ran) -> Task<void> { ++ran; co_return; }(ran));
+  blockingWait(collectAllRange(std::move(voids)));
+  CHECK(ran == 3);
+}
+
+TEST_CASE("collectAllRange frees every child frame, also on failure", "[collectAll]") {
+  auto child = [](coio::test::LifeTracker, bool fail) -> Task<int> {
+    if (fail) throw std::runtime_error("child");
+    co_return 1;
+  };
+  {
+    std::vector<Task<int>> tasks;
+    for (int i = 0; i < 10; ++i) tasks.push_back(child(coio::test::LifeTracker{}, i == 4));
+    CHECK(coio::test::LifeTracker::alive == 10);
+    CHECK_THROWS_WITH(blockingWait(collectAllRange(std::move(tasks))), "child");
+  }
+  CHECK(coio::test::LifeTracker::alive == 0);
+}
+
+TEST_CASE("collectAllRange with children finished on other threads", "[collectAll][threads]") {
+  constexpr int kChildren = 8;
+  for (int round = 0; round < 50; ++round) {
+    std::vector<Baton> gates(kChildren);
+    std::vector<Task<int>> tasks;
+    for (int i = 0; i < kChildren; ++i) {
+      tasks.push_back([](Baton& g, int i) -> Task<int> {
+        co_await g;
+        co_return i * i;
+      }(gates[static_cast<std::size_t>(i)], i));
+    }
+    std::vector<std::thread> posters;
+    auto parent = [&]() -> Task<std::vector<int>> {
+      auto all = collectAllRange(std::move(tasks));
+      for (auto& g : gates) posters.emplace_back([&g] { g.post(); });
+      co_return co_await std::move(all);
+    };
+    auto results = blockingWait(parent());
+    for (auto& t : posters) t.join();
+    for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * i);
+  }
+}
