@@ -175,3 +175,31 @@ TEST_CASE("Semaphore: waiters cancelled from another thread never lose tokens", 
     CHECK(sem.available() + (got ? 1u : 0u) == 1u);
   }
 }
+
+TEST_CASE("Semaphore: concurrent releases while waiters come and go lose no token", "[semaphore][threads]") {
+  // Two producers release one token at a time while two consumers take
+  // them, so the queue keeps emptying and refilling under the releasers'
+  // feet. A lost release leaves a consumer waiting forever (CTest timeout).
+  constexpr int kPerThread = 20000;
+  Semaphore sem(0);
+  std::atomic<int> consumed{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 2; ++c) {
+    threads.emplace_back([&] {
+      coio::blockingWait([&]() -> Task<void> {
+        for (int i = 0; i < kPerThread; ++i) {
+          co_await sem.acquire();
+          ++consumed;
+        }
+      }());
+    });
+  }
+  for (int p = 0; p < 2; ++p) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) sem.release();
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(consumed == 2 * kPerThread);
+  CHECK(sem.available() == 0);
+}

@@ -4,8 +4,9 @@
 //
 // One atomic word holds `tokens << 1 | kQueued`. While kQueued is clear
 // nobody waits, and tryAcquire/release are a single CAS each (no lock).
-// While kQueued is set the word changes only under `mutex_`, so the slow
-// paths see a stable count: releases feed the queue head-first and a
+// kQueued is set and cleared only under `mutex_`, together with the queue
+// becoming non-empty / empty; while it is set the word changes only under
+// the mutex, so the slow paths see a stable count: releases feed the queue head-first and a
 // newcomer cannot barge past a queued waiter, not even with tryAcquire.
 // Invariant after every locked section: the queue is empty, or its head
 // wants more tokens than are left (otherwise it would have been granted).
@@ -126,7 +127,14 @@ class FifoSemaphore {
   // Adds n tokens, pops every head waiter they satisfy (in order) and
   // returns them as a list linked through `next`.
   Waiter* grantLocked(std::uint64_t n) noexcept {
-    std::uint64_t tokens = (state_.load(std::memory_order_relaxed) >> 1) + n;
+    const std::uint64_t s = state_.load(std::memory_order_relaxed);
+    if ((s & kQueued) == 0) {
+      // The queue emptied while we waited for the lock: the lock-free paths
+      // are live again, so add atomically instead of owning the word.
+      state_.fetch_add(n << 1, std::memory_order_release);
+      return nullptr;
+    }
+    std::uint64_t tokens = (s >> 1) + n;
     Waiter* first = nullptr;
     Waiter** last = &first;
     while (head_ && head_->wanted <= tokens) {

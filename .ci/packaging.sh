@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# CI for the ways users take coio in: the installed CMake package
+# (find_package, and pkg-config), add_subdirectory, the single header (plus
+# the core test suite built against it alone), a Conan package created
+# offline, and the vcpkg overlay port's rules. Runs every check, then fails
+# if any failed. Needs what scripts/install-deps.sh installs; fetches Conan
+# from PyPI into a virtualenv.
+#   .ci/packaging.sh [work dir, relative to the repository; default build-packaging]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$(realpath -m "${1:-build-packaging}")
+jobs=$(nproc)
+conan_version=2.34.0
+# Every component the CI machine has the libraries for (scripts/install-deps.sh).
+components="uring;rdma"
+
+start=$SECONDS
+section() { echo; echo "=== packaging: $* ($((SECONDS - start)) s)"; }
+
+# A stale tree must not hide a broken step.
+rm -rf "$work/coio" "$work/prefix" "$work/consumer-"* "$work/single-include-"* "$work/conan-home"
+mkdir -p "$work"
+
+section "tools"
+venv=$work/venv
+if [[ "$("$venv/bin/conan" --version 2>/dev/null)" != "Conan version $conan_version" ]]; then
+  python3 -m venv --clear "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "conan==$conan_version"
+fi
+"$venv/bin/conan" --version
+
+# configure_and_run <build dir> <cmake args...>: builds tests/consumer and runs it.
+configure_and_run() {
+  local build=$1
+  shift
+  cmake -S tests/consumer -B "$build" "-DCOIO_CONSUMER_COMPONENTS=$components" "$@" >"$build.log" ||
+    { cat "$build.log"; return 1; }
+  grep "coio" "$build.log" || true
+  cmake --build "$build" -j "$jobs"
+  "$build/coio_consumer"
+}
+
+check_single_include_fresh() {
+  python3 scripts/amalgamate.py --output "$work/single-include-fresh"
+  diff -ru single_include "$work/single-include-fresh" ||
+    { echo "single_include/ is out of date: run scripts/amalgamate.py"; return 1; }
+}
+
+check_installed_package() {
+  cmake -S . -B "$work/coio" -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF -DCOIO_BUILD_EXAMPLES=OFF \
+    -DCOIO_WITH_URING=ON -DCOIO_WITH_RDMA=ON >/dev/null
+  cmake --install "$work/coio" --prefix "$work/prefix" >/dev/null
+  configure_and_run "$work/consumer-package" -DCOIO_CONSUMER_MODE=package "-DCMAKE_PREFIX_PATH=$work/prefix"
+}
+
+check_pkg_config() {
+  local flags
+  flags=$(PKG_CONFIG_PATH="$work/prefix/share/pkgconfig" pkg-config --cflags --libs coio)
+  echo "pkg-config --cflags --libs coio: $flags"
+  # shellcheck disable=SC2086 # word splitting of the flags is intended
+  g++ -std=c++20 tests/consumer/main.cpp $flags -o "$work/consumer-pkg-config"
+  "$work/consumer-pkg-config"
+}
+
+check_add_subdirectory() {
+  configure_and_run "$work/consumer-subdirectory" -DCOIO_CONSUMER_MODE=subdirectory "-DCOIO_SOURCE_DIR=$root"
+}
+
+check_single_header_consumer() {
+  local cxx
+  for cxx in g++ clang++; do
+    echo "$cxx -std=c++20 -I single_include tests/consumer/main.cpp -pthread"
+    "$cxx" -std=c++20 -Wall -Wextra -Wpedantic -Werror -I single_include tests/consumer/main.cpp -pthread \
+      -o "$work/single-include-consumer-$cxx"
+    "$work/single-include-consumer-$cxx"
+  done
+}
+
+# The core suite against single_include/ alone: a tree of links to coio's
+# CMake code and core tests whose include/ holds only the single headers and
+# one-line forwards to them for every header the tests name
+# (scripts/amalgamate.py --stubs).
+check_core_tests_on_single_header() {
+  local tree=$work/single-include-tree
+  rm -rf "$tree"
+  mkdir -p "$tree/tests"
+  ln -s "$root/CMakeLists.txt" "$root/cmake" "$tree/"
+  ln -s "$root/tests/CMakeLists.txt" "$root/tests/catch_main.cpp" "$root/tests/core" "$tree/tests/"
+  python3 scripts/amalgamate.py --output "$tree/include" --stubs
+  cmake -S "$tree" -B "$work/single-include-tests" -DCOIO_BUILD_BENCHMARKS=OFF -DCOIO_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$work/single-include-tests" -j "$jobs" --target coio_core_tests
+  ctest --test-dir "$work/single-include-tests" --output-on-failure -R '^coio_core_tests$'
+}
+
+# No package server here: liburing and rdma-core come from the system, named
+# in the profile's [platform_requires], and no remote is enabled.
+check_conan_create() {
+  local conan=$venv/bin/conan
+  export CONAN_HOME=$work/conan-home
+  "$conan" profile detect >/dev/null 2>&1
+  "$conan" remote disable "*" >/dev/null
+  local rdma_core
+  rdma_core=$(pkg-config --modversion libibverbs) # 1.<abi>.<rdma-core version>
+  cat >"$work/conan-ci-profile" <<EOF
+include(default)
+[settings]
+compiler.cppstd=20
+[options]
+coio/*:with_uring=True
+coio/*:with_rdma=True
+[platform_requires]
+liburing/$(pkg-config --modversion liburing)
+rdma-core/${rdma_core#*.*.}
+[conf]
+tools.cmake.cmake_layout:test_folder=\$TMP
+EOF
+  "$conan" create . --profile:host "$work/conan-ci-profile" --profile:build default
+}
+
+check_vcpkg_port() {
+  python3 .ci/check_vcpkg_port.py
+}
+
+passed=0
+failed=()
+for check in single_include_fresh installed_package pkg_config add_subdirectory single_header_consumer \
+  core_tests_on_single_header conan_create vcpkg_port; do
+  section "$check"
+  set +e
+  (set -e; "check_$check")
+  rc=$?
+  set -e
+  if ((rc == 0)); then
+    passed=$((passed + 1))
+  else
+    echo "packaging: $check FAILED"
+    failed+=("$check")
+  fi
+done
+
+section "done"
+((${#failed[@]} == 0)) || echo "packaging: failed: ${failed[*]}"
+echo "packaging: ${passed} passed, ${#failed[@]} failed"
+((${#failed[@]} == 0))
