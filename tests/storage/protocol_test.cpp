@@ -1,0 +1,116 @@
+#include "protocol.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+using namespace storage::proto;
+
+namespace {
+
+std::span<const std::byte> payloadOf(const std::vector<std::byte>& frame) {
+  return std::span(frame).subspan(kHeaderSize);
+}
+
+BatchReadRequest sampleRequest(std::size_t n) {
+  BatchReadRequest req;
+  req.checksum = ChecksumMode::crc32c;
+  for (std::size_t i = 0; i < n; ++i) {
+    req.ios.push_back({i * 7, static_cast<std::uint32_t>(i * 4096), 4096,
+                       {0x7f00'0000'0000 + i, 8192, static_cast<std::uint32_t>(0xABC0 + i)}});
+  }
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE("A BatchReadRequest round-trips through the wire format", "[protocol]") {
+  std::vector<std::byte> frame;
+  encode(frame, 42, sampleRequest(3));
+  REQUIRE(frame.size() == kHeaderSize + 8 + 3 * kIoSize);
+  auto header = decodeHeader(std::span(frame).first(kHeaderSize));
+  REQUIRE(header);
+  CHECK(header->type == MessageType::batchReadRequest);
+  CHECK(header->requestId == 42);
+  CHECK(header->payloadLength == 8 + 3 * kIoSize);
+  auto req = decodeBatchReadRequest(payloadOf(frame), 256);
+  REQUIRE(req);
+  CHECK(req->checksum == ChecksumMode::crc32c);
+  CHECK(req->ios == sampleRequest(3).ios);
+}
+
+TEST_CASE("The header is little-endian with the documented layout", "[protocol]") {
+  std::vector<std::byte> frame;
+  encodeEmpty(frame, MessageType::transmitGrant, 0x0102030405060708);
+  REQUIRE(frame.size() == kHeaderSize);
+  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 1, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+                                               0,   0,   0,   0,   0, 0, 0, 0};
+  CHECK(std::memcmp(frame.data(), expected, kHeaderSize) == 0);
+}
+
+TEST_CASE("Responses and error frames round-trip", "[protocol]") {
+  BatchReadResponse resp;
+  resp.results = {{IoStatus::ok, 4096, 0xDEADBEEF}, {IoStatus::rangeOutsideChunk, 0, 0}};
+  std::vector<std::byte> frame;
+  encode(frame, 7, resp);
+  auto back = decodeBatchReadResponse(payloadOf(frame), 256);
+  REQUIRE(back);
+  CHECK(back->results == resp.results);
+
+  frame.clear();
+  encode(frame, 9, ErrorFrame{ProtocolErrc::unknownType, "unknown message type 77"});
+  auto err = decodeError(payloadOf(frame));
+  REQUIRE(err);
+  CHECK(err->code == ProtocolErrc::unknownType);
+  CHECK(err->message == "unknown message type 77");
+}
+
+TEST_CASE("Every truncation and every extension of a valid payload is rejected", "[protocol]") {
+  std::vector<std::byte> frame;
+  encode(frame, 1, sampleRequest(4));
+  const auto payload = payloadOf(frame);
+  for (std::size_t n = 0; n < payload.size(); ++n) {
+    auto r = decodeBatchReadRequest(payload.first(n), 256);
+    REQUIRE_FALSE(r);
+    CHECK(r.error() == ProtocolErrc::truncated);
+  }
+  std::vector<std::byte> longer(payload.begin(), payload.end());
+  longer.push_back(std::byte{0});
+  CHECK(decodeBatchReadRequest(longer, 256).error() == ProtocolErrc::trailingBytes);
+}
+
+TEST_CASE("Bad headers are rejected with a reason", "[protocol]") {
+  std::vector<std::byte> frame;
+  encodeEmpty(frame, MessageType::transmitRequest, 1);
+  auto corrupt = [&](std::size_t at, std::uint8_t value) {
+    auto copy = frame;
+    copy[at] = std::byte{value};
+    return decodeHeader(copy).error();
+  };
+  CHECK(corrupt(0, 'X') == ProtocolErrc::badMagic);
+  CHECK(corrupt(4, 2) == ProtocolErrc::unsupportedVersion);
+  CHECK(corrupt(6, 0) == ProtocolErrc::unknownType);
+  CHECK(corrupt(6, 77) == ProtocolErrc::unknownType);
+  CHECK(corrupt(20, 1) == ProtocolErrc::reservedNotZero);
+  CHECK(corrupt(16, 1) == ProtocolErrc::trailingBytes);  // a grant carries no payload
+  CHECK(corrupt(19, 0xFF) == ProtocolErrc::payloadTooLarge);  // ~4 GiB: absurd
+  CHECK(decodeHeader(std::span(frame).first(10)).error() == ProtocolErrc::truncated);
+  CHECK(std::error_code(ProtocolErrc::badMagic).message().find("magic") != std::string::npos);
+}
+
+TEST_CASE("Request bodies: IO count limit, checksum mode and reserved bytes are checked", "[protocol]") {
+  std::vector<std::byte> frame;
+  encode(frame, 1, sampleRequest(5));
+  CHECK(decodeBatchReadRequest(payloadOf(frame), 4).error() == ProtocolErrc::tooManyIos);
+  auto copy = frame;
+  copy[kHeaderSize] = std::byte{9};
+  CHECK(decodeBatchReadRequest(payloadOf(copy), 256).error() == ProtocolErrc::badChecksumMode);
+  copy = frame;
+  copy[kHeaderSize + 2] = std::byte{1};
+  CHECK(decodeBatchReadRequest(payloadOf(copy), 256).error() == ProtocolErrc::reservedNotZero);
+  // A count claiming 2^32-1 IOs in a small payload: rejected before any allocation.
+  copy = frame;
+  for (int i = 4; i < 8; ++i) copy[kHeaderSize + static_cast<std::size_t>(i)] = std::byte{0xFF};
+  CHECK(decodeBatchReadRequest(payloadOf(copy), 0xFFFFFFFFu).error() == ProtocolErrc::truncated);
+}
