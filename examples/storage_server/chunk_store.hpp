@@ -1,0 +1,134 @@
+#pragma once
+// The on-disk dataset: chunks of one fixed size packed into a few large
+// data files (as 3FS keeps chunks in large files), plus a text index with
+// each chunk's CRC32C.
+//
+//   D/index            "coio-chunk-store 1 <chunks> <chunk size> <chunks per file>"
+//                      then one line per chunk: its CRC32C in hex
+//   D/data-<n>         chunks [n*K, (n+1)*K) back to back, K = chunks per file
+//
+// Content is deterministic (a function of chunk id and offset), so a client
+// can check bytes without the index, and a corrupted byte is detectable.
+#include "crc32c.hpp"
+
+#include <coio/core/result.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace storage {
+
+/// Where a chunk lives.
+struct ChunkLocation {
+  std::uint32_t file;
+  std::uint64_t offset;
+};
+
+struct ChunkStoreLayout {
+  std::uint64_t chunks = 0;
+  std::uint32_t chunkSize = 0;
+  std::uint32_t chunksPerFile = 0;
+
+  std::uint32_t files() const { return static_cast<std::uint32_t>((chunks + chunksPerFile - 1) / chunksPerFile); }
+  ChunkLocation locate(std::uint64_t chunkId) const {
+    return {static_cast<std::uint32_t>(chunkId / chunksPerFile), (chunkId % chunksPerFile) * std::uint64_t{chunkSize}};
+  }
+  static std::string dataFileName(const std::string& dir, std::uint32_t file) { return dir + "/data-" + std::to_string(file); }
+  static std::string indexFileName(const std::string& dir) { return dir + "/index"; }
+};
+
+/// The byte at `offset` of chunk `chunkId`: 8-byte words of a mixing
+/// function, so every chunk and every position differ.
+inline std::byte chunkByte(std::uint64_t chunkId, std::uint64_t offset) {
+  std::uint64_t z = (chunkId << 40) ^ (offset >> 3) ^ 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<std::byte>(z >> (8 * (offset & 7)));
+}
+
+inline void fillChunkBytes(std::uint64_t chunkId, std::uint64_t offset, std::span<std::byte> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = chunkByte(chunkId, offset + i);
+}
+
+struct ChunkStoreIndex {
+  ChunkStoreLayout layout;
+  std::vector<std::uint32_t> crcs;  // whole-chunk CRC32C, by chunk id
+};
+
+/// Writes a dataset into `dir` (which must exist). Returns the index.
+inline coio::Result<ChunkStoreIndex> createChunkStore(const std::string& dir, ChunkStoreLayout layout) {
+  if (layout.chunks == 0 || layout.chunkSize == 0 || layout.chunkSize % 4096 != 0 || layout.chunksPerFile == 0) {
+    return coio::Errc::invalidArgument;
+  }
+  ChunkStoreIndex index{layout, std::vector<std::uint32_t>(layout.chunks)};
+  std::vector<std::byte> chunk(layout.chunkSize);
+  for (std::uint32_t f = 0; f < layout.files(); ++f) {
+    const int fd = ::open(ChunkStoreLayout::dataFileName(dir, f).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return coio::systemError(errno);
+    const std::uint64_t first = std::uint64_t{f} * layout.chunksPerFile;
+    for (std::uint64_t id = first; id < layout.chunks && id < first + layout.chunksPerFile; ++id) {
+      fillChunkBytes(id, 0, chunk);
+      index.crcs[id] = crc32c(chunk);
+      const auto where = layout.locate(id);
+      std::size_t done = 0;
+      while (done < chunk.size()) {
+        const ssize_t n = ::pwrite(fd, chunk.data() + done, chunk.size() - done, static_cast<off_t>(where.offset + done));
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          const int err = errno;
+          ::close(fd);
+          return coio::systemError(err);
+        }
+        done += static_cast<std::size_t>(n);
+      }
+    }
+    if (::fsync(fd) != 0 || ::close(fd) != 0) return coio::systemError(errno);
+  }
+  std::ofstream out(ChunkStoreLayout::indexFileName(dir), std::ios::trunc);
+  out << "coio-chunk-store 1 " << layout.chunks << ' ' << layout.chunkSize << ' ' << layout.chunksPerFile << '\n';
+  char hex[16];
+  for (std::uint32_t crc : index.crcs) {
+    std::snprintf(hex, sizeof hex, "%08x\n", crc);
+    out << hex;
+  }
+  out.close();
+  if (!out) return coio::systemError(EIO);
+  return index;
+}
+
+/// Reads and checks the index of a dataset.
+inline coio::Result<ChunkStoreIndex> loadChunkStoreIndex(const std::string& dir) {
+  std::ifstream in(ChunkStoreLayout::indexFileName(dir));
+  if (!in) return coio::systemError(ENOENT);
+  std::string line, magic;
+  int version = 0;
+  ChunkStoreIndex index;
+  if (!std::getline(in, line)) return coio::Errc::invalidArgument;
+  std::istringstream header(line);
+  header >> magic >> version >> index.layout.chunks >> index.layout.chunkSize >> index.layout.chunksPerFile;
+  if (!header || magic != "coio-chunk-store" || version != 1 || index.layout.chunks == 0 ||
+      index.layout.chunkSize == 0 || index.layout.chunksPerFile == 0 || index.layout.chunks > (1ull << 32)) {
+    return coio::Errc::invalidArgument;
+  }
+  index.crcs.reserve(index.layout.chunks);
+  while (std::getline(in, line)) {
+    char* end = nullptr;
+    const unsigned long crc = std::strtoul(line.c_str(), &end, 16);
+    if (line.size() != 8 || end != line.c_str() + 8) return coio::Errc::invalidArgument;
+    index.crcs.push_back(static_cast<std::uint32_t>(crc));
+  }
+  if (index.crcs.size() != index.layout.chunks) return coio::Errc::invalidArgument;
+  return index;
+}
+
+}  // namespace storage
