@@ -7,7 +7,6 @@
 #include <memory>
 #include <type_traits>
 #include <utility>
-#include <variant>
 
 namespace coio::detail {
 
@@ -16,36 +15,48 @@ class Outcome {
   using Stored = std::conditional_t<std::is_reference_v<T>, std::remove_reference_t<T>*, T>;
 
  public:
+  Outcome() noexcept {}
+  Outcome(const Outcome&) = delete;
+  Outcome& operator=(const Outcome&) = delete;
+  ~Outcome() {
+    if (hasValue_) std::destroy_at(&value_);
+  }
+
   template <typename U>
   void setValue(U&& value) {
+    COIO_ASSERT(!hasValue_ && !exception_, "coroutine result set twice");
     if constexpr (std::is_reference_v<T>) {
-      storage_.template emplace<1>(std::addressof(value));
+      std::construct_at(&value_, std::addressof(value));
     } else {
-      storage_.template emplace<1>(std::forward<U>(value));
+      std::construct_at(&value_, std::forward<U>(value));
     }
+    hasValue_ = true;
   }
-  void setException(std::exception_ptr e) noexcept { storage_.template emplace<2>(std::move(e)); }
+  void setException(std::exception_ptr e) noexcept { exception_ = std::move(e); }
 
-  bool hasException() const noexcept { return storage_.index() == 2; }
-  std::exception_ptr exception() const noexcept {
-    const auto* e = std::get_if<2>(&storage_);
-    return e ? *e : nullptr;
-  }
+  bool hasException() const noexcept { return exception_ != nullptr; }
+  std::exception_ptr exception() const noexcept { return exception_; }
 
   /// The value (moved out), or rethrows the stored exception.
   T get() {
-    if (auto* e = std::get_if<2>(&storage_)) std::rethrow_exception(*e);
-    auto* v = std::get_if<1>(&storage_);
-    COIO_ASSERT(v != nullptr, "coroutine result read before it completed");
+    if (exception_) std::rethrow_exception(exception_);
+    COIO_ASSERT(hasValue_, "coroutine result read before it completed");
     if constexpr (std::is_reference_v<T>) {
-      return static_cast<T>(**v);
+      return static_cast<T>(*value_);
     } else {
-      return std::move(*v);
+      return std::move(value_);
     }
   }
 
  private:
-  std::variant<std::monostate, Stored, std::exception_ptr> storage_;
+  // A union and a flag rather than std::variant: the variant's index switch
+  // in set/get/destroy was most of Task's overhead over a bare coroutine
+  // (callgrind: 139 vs 119 instructions per create+await+destroy).
+  union {
+    Stored value_;
+  };
+  bool hasValue_ = false;
+  std::exception_ptr exception_;
 };
 
 template <>

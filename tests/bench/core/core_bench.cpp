@@ -1,0 +1,367 @@
+// Core micro-benchmarks. Every coio figure is printed next to a baseline
+// measured in the same run (see RESULTS.md for what each row measures):
+//   - a bare hand-written lazy task (malloc'd frame) for Task and fan-out,
+//     and the same task with coio's frame pool to isolate the allocator,
+//   - one uncontended atomic exchange for Baton and the semaphores,
+//   - a std::mutex + condition_variable ping-pong for two-thread hand-offs.
+// Single-threaded rows use CPU time, ping-pongs wall time. By default each
+// benchmark is repeated 5 times, interleaved at random with the others, and
+// the table takes the median.
+#include "ratio_reporter.hpp"
+
+#include <coio/core/baton.hpp>
+#include <coio/core/batch_semaphore.hpp>
+#include <coio/core/blocking_wait.hpp>
+#include <coio/core/collect_all.hpp>
+#include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/semaphore.hpp>
+#include <coio/core/task.hpp>
+
+#include <benchmark/benchmark.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// An eager coroutine that runs one benchmark loop and frees itself at the
+// end. Every loop that awaits, baseline or coio, runs inside one.
+struct Driver {
+  struct promise_type {
+    Driver get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+// Baseline (a): the least a lazy task can be: an int result slot, no
+// exception transport, symmetric transfer both ways, exactly like
+// coio::Task otherwise. FrameAlloc supplies the frame's operator new/delete:
+// HeapFrame (none: global operator new, i.e. malloc) for the baseline, and
+// coio's PooledFrame for a reference row that isolates the allocator.
+struct HeapFrame {};
+
+template <typename FrameAlloc>
+class BareTask {
+ public:
+  struct promise_type;
+  using Handle = std::coroutine_handle<promise_type>;
+
+  struct promise_type : FrameAlloc {
+    struct FinalAwaiter {
+      bool await_ready() noexcept { return false; }
+      std::coroutine_handle<> await_suspend(Handle h) noexcept { return h.promise().continuation; }
+      void await_resume() noexcept {}
+    };
+    BareTask get_return_object() noexcept { return BareTask{Handle::from_promise(*this)}; }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    FinalAwaiter final_suspend() noexcept { return {}; }
+    void return_value(int v) noexcept { value = v; }
+    void unhandled_exception() noexcept { std::terminate(); }
+    int value = 0;
+    std::coroutine_handle<> continuation;
+  };
+
+  struct Awaiter {
+    Handle handle;
+    bool await_ready() noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+      handle.promise().continuation = awaiting;
+      return handle;
+    }
+    int await_resume() noexcept { return handle.promise().value; }
+  };
+
+  BareTask(BareTask&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  BareTask& operator=(BareTask&&) = delete;
+  ~BareTask() {
+    if (handle_) handle_.destroy();
+  }
+  Awaiter operator co_await() && noexcept { return Awaiter{handle_}; }
+
+ private:
+  explicit BareTask(Handle h) noexcept : handle_(h) {}
+  Handle handle_;
+};
+
+using MallocTask = BareTask<HeapFrame>;
+using PooledTask = BareTask<coio::detail::PooledFrame>;
+
+// The awaited coroutines. noinline keeps the compiler from inlining the ramp
+// and eliding the frame allocation (HALO), which would measure neither
+// allocator; it applies equally to both task types.
+template <typename TaskT>
+[[gnu::noinline]] TaskT leaf(int x) {
+  co_return x + 1;
+}
+
+template <typename TaskT>
+[[gnu::noinline]] TaskT chain(int depth) {
+  if (depth == 1) co_return 1;
+  co_return 1 + co_await chain<TaskT>(depth - 1);
+}
+
+constexpr int kChainDepth = 10;
+constexpr int kFanOut = 64;
+
+// One op: create a task, await it (it runs to completion and resumes us by
+// symmetric transfer), destroy it.
+template <typename TaskT>
+void taskAwait(benchmark::State& state) {
+  [](benchmark::State& s) -> Driver {
+    int i = 0;
+    for (auto _ : s) benchmark::DoNotOptimize(co_await leaf<TaskT>(i++));
+  }(state);
+}
+
+// One op: a chain of kChainDepth tasks, each awaiting the next.
+template <typename TaskT>
+void taskChain(benchmark::State& state) {
+  [](benchmark::State& s) -> Driver {
+    for (auto _ : s) benchmark::DoNotOptimize(co_await chain<TaskT>(kChainDepth));
+  }(state);
+}
+
+// Baseline (b): one uncontended locked read-modify-write.
+void atomicExchange(benchmark::State& state) {
+  std::atomic<std::uint64_t> word{0};
+  std::uint64_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(word.exchange(++i));
+}
+
+// Baseline (c): an uncontended std::mutex.
+void mutexLockUnlock(benchmark::State& state) {
+  std::mutex mutex;
+  for (auto _ : state) {
+    mutex.lock();
+    mutex.unlock();
+  }
+}
+
+// One op: a coroutine parked on a Baton is resumed by post(), then parks on
+// a fresh Baton (one Baton per event, as a caller awaiting one completion
+// uses it). That is post()'s exchange + resume, plus the waiter's
+// await_ready load and its publishing CAS in await_suspend.
+void batonPostResume(benchmark::State& state) {
+  struct Slot {
+    coio::Baton* baton = nullptr;
+    bool stop = false;
+  } slot;
+  [](Slot& s) -> Driver {
+    while (!s.stop) {
+      coio::Baton baton;
+      s.baton = &baton;
+      co_await baton;
+    }
+  }(slot);
+  for (auto _ : state) slot.baton->post();
+  slot.stop = true;
+  slot.baton->post();
+}
+
+auto acquireOne(coio::Semaphore& sem) { return sem.acquire(); }
+auto acquireOne(coio::BatchSemaphore& sem) { return sem.acquire(1); }
+
+// One op: `co_await acquire` that finds a token free (no suspension), then
+// release.
+template <typename Sem>
+void semaphoreAcquireRelease(benchmark::State& state) {
+  Sem sem(1);
+  [](benchmark::State& s, Sem& sem) -> Driver {
+    for (auto _ : s) {
+      co_await acquireOne(sem);
+      sem.release(1);
+    }
+  }(state, sem);
+}
+
+// One op: build kFanOut Task<int>s and await collectAllRange over them; the
+// table divides by kFanOut to give the cost per child.
+void collectAllRangeFanOut(benchmark::State& state) {
+  [](benchmark::State& s) -> Driver {
+    for (auto _ : s) {
+      std::vector<coio::Task<int>> tasks;
+      tasks.reserve(kFanOut);
+      for (int i = 0; i < kFanOut; ++i) tasks.push_back(leaf<coio::Task<int>>(i));
+      benchmark::DoNotOptimize(co_await coio::collectAllRange(std::move(tasks)));
+    }
+  }(state);
+}
+
+// Two one-way signals between two threads: [0] main -> partner, [1] back.
+// Baseline: an auto-reset event made of std::mutex + condition_variable
+// (notify after unlocking, the faster idiom).
+class CondvarEvents {
+ public:
+  void post(int i) {
+    {
+      std::lock_guard lock(events_[i].mutex);
+      events_[i].set = true;
+    }
+    events_[i].cv.notify_one();
+  }
+  void wait(int i) {
+    std::unique_lock lock(events_[i].mutex);
+    events_[i].cv.wait(lock, [&] { return events_[i].set; });
+    events_[i].set = false;
+  }
+
+ private:
+  struct Event {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool set = false;
+  };
+  Event events_[2];
+};
+
+// A thread blocks on a coio primitive through blockingWait: the releasing
+// thread resumes the waiter inline, which wakes the blocked thread.
+template <typename Sem>
+class SemaphoreEvents {
+ public:
+  SemaphoreEvents() {
+    for (int i : {0, 1}) wait(i);  // start empty (BatchSemaphore starts full)
+  }
+  void post(int i) { sems_[i].release(1); }
+  void wait(int i) { coio::blockingWait(acquireOne(sems_[i])); }
+
+ private:
+  Sem sems_[2]{Sem(1), Sem(1)};
+};
+
+class BatonEvents {
+ public:
+  void post(int i) { batons_[i].post(); }
+  void wait(int i) {
+    coio::blockingWait(batons_[i]);
+    batons_[i].reset();  // before answering, so the next post is not lost
+  }
+
+ private:
+  coio::Baton batons_[2];
+};
+
+// Where the two threads of a ping-pong run. Unpinned, the scheduler flips
+// between both placements from run to run, and they differ tenfold here:
+// on one CPU a hand-off is a context switch, across two it is a cross-CPU
+// wake-up (35-40 us on this VM).
+enum class Placement { sameCpu, twoCpus };
+
+// Pins the calling thread to one CPU; restores its previous mask on exit.
+class PinnedThread {
+ public:
+  explicit PinnedThread(int cpu) {
+    pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  PinnedThread(const PinnedThread&) = delete;
+  PinnedThread& operator=(const PinnedThread&) = delete;
+  ~PinnedThread() { pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_); }
+
+ private:
+  cpu_set_t saved_;
+};
+
+// The first two CPUs this process may use (-1 where there is none).
+std::pair<int, int> twoAllowedCpus() {
+  cpu_set_t set;
+  std::pair<int, int> cpus{-1, -1};
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.second < 0; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) (cpus.first < 0 ? cpus.first : cpus.second) = cpu;
+  }
+  return cpus;
+}
+
+// One op: a round trip main -> partner -> main between two threads.
+template <typename Events, Placement placement>
+void pingPong(benchmark::State& state) {
+  const auto [mainCpu, otherCpu] = twoAllowedCpus();
+  const int partnerCpu = placement == Placement::sameCpu ? mainCpu : otherCpu;
+  if (mainCpu < 0 || partnerCpu < 0) {
+    state.SkipWithError("not enough CPUs for this placement");
+    return;
+  }
+  PinnedThread pinned(mainCpu);
+  Events events;
+  std::atomic<bool> stop{false};
+  std::thread partner([&] {
+    PinnedThread partnerPinned(partnerCpu);
+    for (;;) {
+      events.wait(0);
+      if (stop.load(std::memory_order_relaxed)) return;
+      events.post(1);
+    }
+  });
+  for (auto _ : state) {
+    events.post(0);
+    events.wait(1);
+  }
+  stop.store(true, std::memory_order_relaxed);  // published by post(0)
+  events.post(0);
+  partner.join();
+}
+
+using coio::bench::Measured;
+using coio::bench::Row;
+
+const Row kBareTask{"baseline/bare_task", &taskAwait<MallocTask>};
+const Row kBareChain{"baseline/bare_task_chain10", &taskChain<MallocTask>};
+const Row kExchange{"baseline/atomic_exchange", &atomicExchange};
+const Row kCondvarSameCpu{"baseline/mutex_condvar_pingpong/same_cpu",
+                          &pingPong<CondvarEvents, Placement::sameCpu>, {}, Measured::realTime};
+const Row kCondvarTwoCpus{"baseline/mutex_condvar_pingpong/two_cpus",
+                          &pingPong<CondvarEvents, Placement::twoCpus>, {}, Measured::realTime};
+
+using SemaphorePair = SemaphoreEvents<coio::Semaphore>;
+using BatchSemaphorePair = SemaphoreEvents<coio::BatchSemaphore>;
+
+const Row kRows[] = {
+    kBareTask,
+    kBareChain,
+    {"baseline/bare_task_pooled", &taskAwait<PooledTask>, {&kBareTask}},
+    {"baseline/bare_task_pooled_chain10", &taskChain<PooledTask>, {&kBareChain}},
+    kExchange,
+    {"baseline/std_mutex_lock_unlock", &mutexLockUnlock, {&kExchange}},
+    kCondvarSameCpu,
+    kCondvarTwoCpus,
+    {"task/create_await_destroy", &taskAwait<coio::Task<int>>, {&kBareTask, 0.6}},
+    {"task/chain10", &taskChain<coio::Task<int>>, {&kBareChain, 0.6}},
+    {"collect_all_range/per_child_of_64", &collectAllRangeFanOut, {&kBareTask}, Measured::cpuTime, kFanOut},
+    {"baton/post_resume", &batonPostResume, {&kExchange, 2.5}},
+    {"semaphore/acquire_release", &semaphoreAcquireRelease<coio::Semaphore>, {&kExchange, 2.5}},
+    {"batch_semaphore/acquire_release", &semaphoreAcquireRelease<coio::BatchSemaphore>, {&kExchange}},
+    {"semaphore/pingpong/same_cpu", &pingPong<SemaphorePair, Placement::sameCpu>, {&kCondvarSameCpu},
+     Measured::realTime},
+    {"batch_semaphore/pingpong/same_cpu", &pingPong<BatchSemaphorePair, Placement::sameCpu>, {&kCondvarSameCpu},
+     Measured::realTime},
+    {"baton/pingpong/same_cpu", &pingPong<BatonEvents, Placement::sameCpu>, {&kCondvarSameCpu},
+     Measured::realTime},
+    {"semaphore/pingpong/two_cpus", &pingPong<SemaphorePair, Placement::twoCpus>, {&kCondvarTwoCpus},
+     Measured::realTime},
+    {"batch_semaphore/pingpong/two_cpus", &pingPong<BatchSemaphorePair, Placement::twoCpus>, {&kCondvarTwoCpus},
+     Measured::realTime},
+    {"baton/pingpong/two_cpus", &pingPong<BatonEvents, Placement::twoCpus>, {&kCondvarTwoCpus},
+     Measured::realTime},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return coio::bench::runWithRatioTable(argc, argv, kRows);
+}
