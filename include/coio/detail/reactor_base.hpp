@@ -1,0 +1,426 @@
+#pragma once
+// ReactorBase<Derived>: everything the epoll and io_uring reactors share:
+// the loop (run / runUntil / stop), tasks owned by the reactor (spawn),
+// hand-over from other threads (schedule, through an eventfd), and timers.
+// Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
+// `resumeRemote()` when the wake-up eventfd fired) and `quiesce()` (make
+// sure the kernel holds no reference to any operation, without resuming
+// anything).
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/detail/outcome.hpp>
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+#include <coio/detail/fd.hpp>
+#include <coio/detail/syscall.hpp>
+#include <coio/detail/timer_queue.hpp>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+// The wake-up channel of a loop: any thread signals, the loop watches it.
+class EventFd {
+ public:
+  EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (!fd_.valid()) throwSystemError(errno, "coio: eventfd");
+  }
+  int fd() const noexcept { return fd_.get(); }
+  void signal() noexcept {
+    const std::uint64_t one = 1;
+    // Fails only if the counter would overflow, and then the loop is due to wake anyway.
+    (void)retryOnEintr([&] { return ::write(fd_.get(), &one, sizeof one); });
+  }
+  void drain() noexcept {
+    std::uint64_t value;
+    (void)retryOnEintr([&] { return ::read(fd_.get(), &value, sizeof value); });
+  }
+
+ private:
+  FileDescriptor fd_;
+};
+
+class LoopCore;
+
+// The coroutine that owns a spawned task. It lives in the reactor's list of
+// roots until it finishes (then it unlinks and frees itself) or until the
+// reactor is destroyed (then the reactor destroys it, and with it the whole
+// chain of frames it awaits).
+struct RootPromise : PooledFrame {
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    void await_suspend(std::coroutine_handle<RootPromise> h) noexcept;
+    void await_resume() noexcept {}
+  };
+  struct Handle {
+    using promise_type = RootPromise;
+    std::coroutine_handle<RootPromise> h;
+  };
+  Handle get_return_object() noexcept { return {std::coroutine_handle<RootPromise>::from_promise(*this)}; }
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  FinalAwaiter final_suspend() noexcept { return {}; }
+  void return_void() noexcept {}
+  void unhandled_exception() noexcept;
+
+  LoopCore* owner = nullptr;
+  RootPromise* prev = nullptr;
+  RootPromise* next = nullptr;
+};
+
+inline RootPromise::Handle makeRoot(Task<void> task) { co_await std::move(task); }
+
+// runUntil's driver: suspends at the end so that the result can be read.
+template <typename T>
+class DriverTask {
+ public:
+  struct promise_type : OutcomeReturn<T> {
+    DriverTask get_return_object() noexcept {
+      return DriverTask{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+  };
+  DriverTask(DriverTask&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  DriverTask& operator=(DriverTask&&) = delete;
+  ~DriverTask() {
+    if (handle_) handle_.destroy();
+  }
+  std::coroutine_handle<> handle() const noexcept { return handle_; }
+  bool done() const noexcept { return handle_.done(); }
+  T result() { return handle_.promise().outcome.get(); }
+
+ private:
+  explicit DriverTask(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+  std::coroutine_handle<promise_type> handle_;
+};
+
+template <typename T>
+DriverTask<T> makeDriver(Task<T> task) {
+  co_return co_await std::move(task);
+}
+template <>
+inline DriverTask<void> makeDriver(Task<void> task) {
+  co_await std::move(task);
+}
+
+/// The state and operations common to every reactor (see ReactorBase).
+class LoopCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  LoopCore() = default;
+  LoopCore(const LoopCore&) = delete;
+  LoopCore& operator=(const LoopCore&) = delete;
+  ~LoopCore() { COIO_ASSERT(roots_ == nullptr, "reactor destroyed without closing its loop"); }
+
+  /// True on the thread currently inside run() / runUntil().
+  bool isInLoopThread() const noexcept {
+    return loopThread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+
+  /// Asks the loop to stop; callable from any thread. Final: afterwards
+  /// run() returns at once and spawned tasks are destroyed unrun.
+  void stop() noexcept {
+    stopRequested_.store(true, std::memory_order_release);
+    if (!isInLoopThread()) wake_.signal();
+  }
+
+  bool stopRequested() const noexcept { return stopRequested_.load(std::memory_order_acquire); }
+
+  /// Hands `task` to the reactor, which owns it from now on; callable from
+  /// any thread. The task starts on the loop thread in a later iteration
+  /// (never inline). After stop(), the task is destroyed without running.
+  void spawn(Task<void> task) {
+    std::coroutine_handle<RootPromise> h = makeRoot(std::move(task)).h;
+    h.promise().owner = this;
+    const bool local = isInLoopThread();
+    bool wake = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) {
+        h.destroy();
+        return;
+      }
+      RootPromise& p = h.promise();
+      p.next = roots_;
+      if (roots_) roots_->prev = &p;
+      roots_ = &p;
+      if (!local) wake = pushRemoteLocked(h);
+    }
+    if (local) ready_.push_back(h);
+    if (wake) wake_.signal();
+  }
+
+  class [[nodiscard]] ScheduleAwaiter {
+   public:
+    explicit ScheduleAwaiter(LoopCore& core) noexcept : core_(core) {}
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { core_.enqueue(h); }
+    void await_resume() const noexcept {}
+
+   private:
+    LoopCore& core_;
+  };
+
+  /// `co_await schedule()` continues on the loop thread: from another thread
+  /// it hops over (waking the loop); on the loop thread it yields to the
+  /// coroutines already ready.
+  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{*this}; }
+
+  template <bool Cancellable>
+  class [[nodiscard]] SleepAwaiter : TimerNode {
+   public:
+    SleepAwaiter(LoopCore& core, Clock::time_point deadline, std::stop_token stop = {}) noexcept
+        : core_(core), stop_(std::move(stop)) {
+      this->deadline = deadline;
+      this->fire = &SleepAwaiter::onFire;
+    }
+    SleepAwaiter(const SleepAwaiter&) = delete;
+    SleepAwaiter& operator=(const SleepAwaiter&) = delete;
+    ~SleepAwaiter() {
+      if (queued()) core_.timers_.remove(*this);
+    }
+
+    bool await_ready() const noexcept { return Cancellable && stop_.stop_requested(); }
+    void await_suspend(std::coroutine_handle<> h) {
+      COIO_ASSERT(core_.ownedByCaller(), "sleep awaited off the reactor's thread");
+      handle_ = h;
+      core_.timers_.push(*this);
+      if constexpr (Cancellable) {
+        if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+      }
+    }
+    auto await_resume() noexcept {
+      if constexpr (Cancellable) {
+        onStop_.reset();
+        return fired_;
+      }
+    }
+
+   private:
+    struct OnStop {
+      SleepAwaiter* self;
+      void operator()() const noexcept {
+        COIO_ASSERT(self->core_.isInLoopThread(), "stop requested off the reactor's thread");
+        if (!self->queued()) return;
+        self->core_.timers_.remove(*self);
+        self->core_.post(self->handle_);
+      }
+    };
+    static void onFire(TimerNode* n) noexcept {
+      auto* self = static_cast<SleepAwaiter*>(n);
+      self->fired_ = true;
+      self->handle_.resume();
+    }
+
+    LoopCore& core_;
+    std::stop_token stop_;
+    std::coroutine_handle<> handle_;
+    bool fired_ = false;
+    std::optional<std::stop_callback<OnStop>> onStop_;
+  };
+
+  /// Resumes on the loop thread at `deadline` (in a later iteration if it
+  /// has passed). Timers with equal deadlines fire in the order they were set.
+  SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  /// Cancellable: yields true if the deadline passed, false if `stop` was
+  /// requested first (the timer is then removed and the coroutine resumes in
+  /// a later iteration). `stop` must be requested on the loop thread.
+  SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+    return {*this, deadline, std::move(stop)};
+  }
+  SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+    return {*this, Clock::now() + d, std::move(stop)};
+  }
+
+  /// Loop thread: resume `h` in a later iteration (after I/O is polled).
+  void post(std::coroutine_handle<> h) { ready_.push_back(h); }
+
+  /// True on the loop thread, or on any thread while no loop runs (the
+  /// reactor's structures are then free to touch).
+  bool ownedByCaller() const noexcept {
+    const std::thread::id t = loopThread_.load(std::memory_order_relaxed);
+    return t == std::this_thread::get_id() || t == std::thread::id{};
+  }
+
+ protected:
+  EventFd& wake() noexcept { return wake_; }
+
+  /// Loop thread, after the wake-up eventfd fired (and was drained):
+  /// resumes everything other threads handed over.
+  void resumeRemote() {
+    {
+      std::lock_guard lock(mutex_);
+      std::swap(remote_, remoteBatch_);
+    }
+    for (std::coroutine_handle<> h : remoteBatch_) h.resume();
+    remoteBatch_.clear();
+  }
+
+  /// Destroys every task the reactor owns (after the derived reactor has
+  /// quiesced the kernel side), and refuses new ones.
+  void destroyRoots() noexcept {
+    std::vector<std::coroutine_handle<RootPromise>> all;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      for (RootPromise* p = roots_; p; p = p->next) all.push_back(std::coroutine_handle<RootPromise>::from_promise(*p));
+      roots_ = nullptr;
+      remote_.clear();
+    }
+    for (auto h : all) h.destroy();
+    ready_.clear();
+  }
+
+ protected:
+  void runReady() {
+    std::swap(ready_, running_);
+    for (std::coroutine_handle<> h : running_) h.resume();
+    running_.clear();
+  }
+
+  std::optional<Clock::duration> pollTimeout() const noexcept {
+    if (!ready_.empty()) return Clock::duration::zero();
+    const auto next = timers_.nextDeadline();
+    if (!next) return std::nullopt;
+    return std::max(*next - Clock::now(), Clock::duration::zero());
+  }
+
+  // Loop thread only.
+  std::vector<std::coroutine_handle<>> ready_;
+  TimerQueue timers_;
+  std::exception_ptr failure_;
+  std::atomic<std::thread::id> loopThread_{};
+
+ private:
+  friend struct RootPromise;
+
+  void enqueue(std::coroutine_handle<> h) {
+    if (isInLoopThread()) {
+      ready_.push_back(h);
+      return;
+    }
+    bool wake;
+    {
+      std::lock_guard lock(mutex_);
+      wake = pushRemoteLocked(h);
+    }
+    if (wake) wake_.signal();
+  }
+
+  // Only the push onto an empty queue signals: the loop drains the eventfd
+  // before it takes the queue, so a later push always finds the queue
+  // empty again or is taken along.
+  bool pushRemoteLocked(std::coroutine_handle<> h) {
+    const bool wasEmpty = remote_.empty();
+    remote_.push_back(h);
+    return wasEmpty;
+  }
+
+  void unlinkRoot(RootPromise& p) noexcept {
+    std::lock_guard lock(mutex_);
+    (p.prev ? p.prev->next : roots_) = p.next;
+    if (p.next) p.next->prev = p.prev;
+  }
+
+  void fail(std::exception_ptr e) noexcept {
+    if (!failure_) failure_ = std::move(e);
+    stopRequested_.store(true, std::memory_order_release);
+  }
+
+  std::vector<std::coroutine_handle<>> running_;
+  std::vector<std::coroutine_handle<>> remoteBatch_;
+  std::atomic<bool> stopRequested_{false};
+  EventFd wake_;
+
+  std::mutex mutex_;  // guards the members below
+  std::vector<std::coroutine_handle<>> remote_;
+  RootPromise* roots_ = nullptr;
+  bool closed_ = false;
+};
+
+inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootPromise> h) noexcept {
+  LoopCore* owner = h.promise().owner;
+  owner->unlinkRoot(h.promise());
+  h.destroy();
+}
+
+inline void RootPromise::unhandled_exception() noexcept { owner->fail(std::current_exception()); }
+
+/// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
+template <typename Derived>
+class ReactorBase : public LoopCore {
+ public:
+  /// Runs the loop on the calling thread until stop() (or until a spawned
+  /// task throws: the reactor then stops and the exception is rethrown).
+  void run() {
+    loop([] { return false; }, nullptr);
+  }
+
+  /// Runs the loop on the calling thread until `task` (started on this
+  /// thread, inside the loop) finishes, and returns its result or rethrows
+  /// its exception. Other tasks stay suspended until the loop runs again.
+  /// If the reactor is stopped first, the task is destroyed unfinished and
+  /// runUntil throws std::system_error(Errc::closed).
+  template <typename T>
+  T runUntil(Task<T> task) {
+    DriverTask<T> driver = makeDriver(std::move(task));
+    loop([&] { return driver.done(); }, driver.handle());
+    if (!driver.done()) {
+      throw std::system_error(make_error_code(Errc::closed), "coio: reactor stopped before runUntil's task finished");
+    }
+    return driver.result();
+  }
+
+ protected:
+  /// For Derived's destructor: lets go of the kernel side, then destroys
+  /// the tasks the reactor still owns (their awaiters deregister).
+  void closeLoop() noexcept {
+    derived().quiesce();
+    destroyRoots();
+  }
+
+ private:
+  Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+
+  template <typename Done>
+  void loop(Done done, std::coroutine_handle<> first) {
+    COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
+    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    struct LeaveLoop {
+      std::atomic<std::thread::id>& thread;
+      ~LeaveLoop() { thread.store(std::thread::id{}, std::memory_order_relaxed); }
+    } leave{loopThread_};
+    if (first && !stopRequested()) ready_.push_back(first);
+    while (!done() && !stopRequested()) {
+      runReady();
+      timers_.fireDue(Clock::now());
+      if (done() || stopRequested()) break;
+      derived().poll(pollTimeout());
+    }
+    if (stopRequested()) {
+      // Final: the kernel lets go of every operation; nothing resumes again.
+      derived().quiesce();
+      ready_.clear();
+    }
+    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+  }
+};
+
+}  // namespace coio::detail

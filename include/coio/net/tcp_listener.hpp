@@ -1,0 +1,76 @@
+#pragma once
+#include <coio/core/result.hpp>
+#include <coio/detail/fd.hpp>
+#include <coio/detail/transform_awaiter.hpp>
+#include <coio/net/socket_address.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/reactor.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+template <typename R>
+struct AcceptedStream {
+  R* reactor;
+  Result<TcpStream<R>> operator()(Result<int> fd) const {
+    if (!fd) return fd.error();
+    return TcpStream<R>(*reactor, FileDescriptor(*fd));
+  }
+};
+}  // namespace detail
+
+/// A listening TCP socket (IPv4 or IPv6) driven by a reactor of type R.
+///
+/// Guarantees: `accept()` is awaited on the reactor's thread and resumes
+/// there, with a connected non-blocking TcpStream or an error; one accept
+/// may be pending at a time. The socket is closed on destruction.
+template <Reactor R>
+class TcpListener {
+ public:
+  using AcceptAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().accept(0, {})), detail::AcceptedStream<R>>;
+
+  TcpListener(TcpListener&&) noexcept = default;
+  TcpListener& operator=(TcpListener&&) = delete;
+  ~TcpListener() {
+    if (fd_.valid()) reactor_->forget(fd_.get());
+  }
+
+  /// Binds and listens (SO_REUSEADDR; IPv6 sockets are IPv6-only). Port 0
+  /// picks a free port: see localAddress().
+  static Result<TcpListener> bind(R& reactor, const SocketAddress& address, int backlog = SOMAXCONN) {
+    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    if (!fd.valid()) return systemError(errno);
+    const int one = 1;
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) return systemError(errno);
+    if (address.family() == AF_INET6 && ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
+      return systemError(errno);
+    }
+    if (::bind(fd.get(), address.data(), address.size()) != 0) return systemError(errno);
+    if (::listen(fd.get(), backlog) != 0) return systemError(errno);
+    return TcpListener(reactor, std::move(fd));
+  }
+
+  /// The next connection.
+  AcceptAwaiter accept(std::stop_token stop = {}) noexcept {
+    return AcceptAwaiter{reactor_->accept(fd_.get(), std::move(stop)), detail::AcceptedStream<R>{reactor_}};
+  }
+
+  Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  int fd() const noexcept { return fd_.get(); }
+
+ private:
+  TcpListener(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+
+  R* reactor_;
+  detail::FileDescriptor fd_;
+};
+
+}  // namespace coio

@@ -1,0 +1,167 @@
+#pragma once
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+#include <coio/detail/fd.hpp>
+#include <coio/detail/transform_awaiter.hpp>
+#include <coio/net/socket_address.hpp>
+#include <coio/reactor/reactor.hpp>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+
+// A read of a non-empty buffer that returns 0 bytes met the end of stream.
+struct ReadResult {
+  bool wantedBytes;
+  Result<std::size_t> operator()(Result<std::size_t> r) const {
+    if (r && *r == 0 && wantedBytes) return Errc::eof;
+    return r;
+  }
+};
+
+// EPIPE: the peer is gone (it reset the connection, or closed it and our
+// data drew a reset); report it as the reset it is.
+struct WriteResult {
+  Result<std::size_t> operator()(Result<std::size_t> r) const {
+    if (!r && r.error() == std::errc::broken_pipe) return std::errc::connection_reset;
+    return r;
+  }
+};
+
+inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
+  sockaddr_storage storage{};
+  socklen_t length = sizeof storage;
+  if (query(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return systemError(errno);
+  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&storage), length);
+}
+
+}  // namespace detail
+
+enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
+
+/// A connected TCP socket (non-blocking) driven by a reactor of type R.
+///
+/// Guarantees:
+/// - Every operation is awaited on the reactor's thread and resumes its
+///   coroutine there (R's guarantee). One read and one write may be pending
+///   at a time.
+/// - Errors are values: orderly end of stream is Errc::eof (never a 0-byte
+///   read), a reset by the peer is std::errc::connection_reset (on reads and
+///   writes), a cancelled operation std::errc::operation_canceled.
+/// - The socket is closed (and forgotten by the reactor) on destruction or
+///   `close()`; no operation may be pending then.
+template <Reactor R>
+class TcpStream {
+ public:
+  using ReadAwaiter = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
+                                               detail::ReadResult>;
+  using WriteAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
+                               detail::WriteResult>;
+
+  /// Adopts a connected non-blocking socket.
+  TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpStream(TcpStream&& other) noexcept = default;
+  TcpStream& operator=(TcpStream&& other) noexcept {
+    if (this != &other) {
+      close();
+      reactor_ = other.reactor_;
+      fd_ = std::move(other.fd_);
+    }
+    return *this;
+  }
+  ~TcpStream() { close(); }
+
+  /// Connects to `address`.
+  static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
+    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    if (!fd.valid()) co_return systemError(errno);
+    TcpStream stream(reactor, std::move(fd));
+    Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
+    if (!connected) co_return connected.error();
+    co_return std::move(stream);
+  }
+
+  /// Reads what is available, at most `buffer.size()` bytes (at least 1 for
+  /// a non-empty buffer).
+  ReadAwaiter read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return ReadAwaiter{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+  }
+
+  /// Writes some of `buffer`: the byte count written, possibly short.
+  WriteAwaiter write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
+  }
+
+  /// Fills `buffer` completely; Errc::eof if the stream ends first (the
+  /// bytes read so far are then in the buffer but not counted).
+  Task<Result<void>> readExact(std::span<std::byte> buffer, std::stop_token stop = {}) {
+    while (!buffer.empty()) {
+      Result<std::size_t> n = co_await read(buffer, stop);
+      if (!n) co_return n.error();
+      buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Writes all of `buffer`, across as many partial writes as it takes.
+  Task<Result<void>> writeAll(std::span<const std::byte> buffer, std::stop_token stop = {}) {
+    while (!buffer.empty()) {
+      Result<std::size_t> n = co_await write(buffer, stop);
+      if (!n) co_return n.error();
+      buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
+    if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
+    return {};
+  }
+
+  /// TCP_NODELAY: send small writes at once instead of coalescing them.
+  Result<void> setNoDelay(bool on) noexcept {
+    const int value = on ? 1 : 0;
+    if (::setsockopt(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value) != 0) return systemError(errno);
+    return {};
+  }
+
+  Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
+
+  /// Closes the socket now (idempotent).
+  void close() noexcept {
+    if (!fd_.valid()) return;
+    reactor_->forget(fd_.get());
+    fd_.reset();
+  }
+
+  /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
+  /// another one: `TcpStream(other, stream.release())`. No operation may be
+  /// pending.
+  detail::FileDescriptor release() noexcept {
+    if (fd_.valid()) reactor_->forget(fd_.get());
+    return std::move(fd_);
+  }
+
+  bool isOpen() const noexcept { return fd_.valid(); }
+  int fd() const noexcept { return fd_.get(); }
+  R& reactor() const noexcept { return *reactor_; }
+
+ private:
+  R* reactor_;
+  detail::FileDescriptor fd_;
+};
+
+}  // namespace coio

@@ -1,0 +1,67 @@
+#pragma once
+#include <coio/core/awaitable_traits.hpp>
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <stop_token>
+
+namespace coio {
+
+/// An awaitable whose `co_await` yields exactly T.
+template <typename A, typename T>
+concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
+
+/// An event loop driven by one thread; EpollReactor and UringReactor model
+/// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+///
+/// What every model guarantees:
+/// - `run()` drives the loop on the calling thread until `stop()`;
+///   `runUntil(task)` until `task` finishes. One thread at a time.
+/// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
+///   sleeping loop; spawned tasks are owned by the reactor and start on the
+///   loop thread. `stop()` works from any thread and is final: pending
+///   operations are cancelled, and tasks still owned by the reactor are
+///   destroyed (all their frames) when the reactor is destroyed. Coroutines
+///   owned elsewhere (e.g. by a blockingWait on another thread) that still
+///   wait on a stopped reactor are never resumed: stop it after they are done.
+/// - Every other awaitable resumes its coroutine on the loop thread and must
+///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
+///   system category) and take a std::stop_token: a stop requested on the
+///   loop thread cancels the operation, which then yields
+///   std::errc::operation_canceled. A cancelled operation resumes only once
+///   the kernel has let go of its buffers.
+/// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
+///   after the call (its state is checked when the wait starts), which makes
+///   them safe for edge-triggered sources: drain, then wait again.
+/// - `forget(fd)` before closing an fd the reactor has waited on.
+template <typename R>
+concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
+                           std::span<const std::byte> out, const sockaddr* address, socklen_t length,
+                           std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
+                           std::stop_token stop) {
+  r.run();
+  r.runUntil(std::move(task));
+  r.stop();
+  r.spawn(std::move(task));
+  { cr.isInLoopThread() } -> std::same_as<bool>;
+  { r.schedule() } -> AwaitableOf<void>;
+  { r.sleepFor(d) } -> AwaitableOf<void>;
+  { r.sleepUntil(t) } -> AwaitableOf<void>;
+  { r.sleepFor(d, stop) } -> AwaitableOf<bool>;
+  { r.sleepUntil(t, stop) } -> AwaitableOf<bool>;
+  { r.readable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.writable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.accept(fd, stop) } -> AwaitableOf<Result<int>>;
+  { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
+  { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  r.forget(fd);
+};
+
+}  // namespace coio

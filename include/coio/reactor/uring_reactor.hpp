@@ -1,0 +1,454 @@
+#pragma once
+// Needs liburing: link coio::uring.
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/result.hpp>
+#include <coio/detail/reactor_base.hpp>
+#include <coio/detail/syscall.hpp>
+
+#include <liburing.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coio {
+
+/// The base of anything whose completion an io_uring CQE delivers: the
+/// SQE's user_data points at it, and `complete` is called with the CQE's
+/// result and flags, on the loop thread. It must stay alive until its last
+/// completion (flags without IORING_CQE_F_MORE) has arrived, cancelled or not.
+struct UringOperation {
+  void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
+};
+
+/// When prepared SQEs reach the kernel.
+enum class SubmitPolicy {
+  batched,  ///< once per loop iteration, with the wait for completions (one io_uring_enter)
+  eager,    ///< as each operation is prepared (one io_uring_enter each; lower latency at low depth)
+};
+
+class UringReactor;
+
+namespace detail {
+
+struct RecvPrep {
+  int fd;
+  std::span<std::byte> buffer;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), 0);
+  }
+};
+struct SendPrep {
+  int fd;
+  std::span<const std::byte> buffer;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), MSG_NOSIGNAL);
+  }
+};
+struct AcceptPrep {
+  int fd;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_accept(sqe, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  }
+};
+struct ConnectPrep {
+  int fd;
+  sockaddr_storage address;  // lives in the operation until the kernel has read it
+  socklen_t length;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_connect(sqe, fd, reinterpret_cast<const sockaddr*>(&address), length);
+  }
+};
+struct PollPrep {
+  int fd;
+  unsigned events;
+  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_poll_add(sqe, fd, events); }
+};
+
+template <typename Prep, typename T>
+class UringIoOperation;
+
+// Why io_uring cannot be used, in words, for an errno from the set-up.
+inline std::string describeUringSetupError(int err) {
+  std::string why = "coio::UringReactor: io_uring unavailable: ";
+  switch (err) {
+    case ENOSYS: return why + "the kernel was built without io_uring (ENOSYS)";
+    case EPERM:
+      return why + "io_uring is disabled for this process: kernel.io_uring_disabled sysctl, "
+                   "or a seccomp/container policy (EPERM)";
+    case EINVAL: return why + "the kernel is too old: coio needs Linux 5.19 or later (EINVAL from io_uring_setup)";
+    case ENOMEM: return why + "no memory for the rings: RLIMIT_MEMLOCK too low on older kernels? (ENOMEM)";
+    default: return why + "io_uring_setup failed: " + std::strerror(err);
+  }
+}
+
+}  // namespace detail
+
+/// An event loop over io_uring (liburing), driven by one thread.
+///
+/// Guarantees:
+/// - Every awaitable resumes its coroutine on the loop thread (the thread
+///   inside run() / runUntil()) and must be awaited there.
+/// - Operations are native io_uring operations (accept, connect, recv, send,
+///   poll_add; disk and RDMA layers add their own through `submit`), found on
+///   completion through user_data. SQEs are submitted per SubmitPolicy,
+///   decided in one place (`commit`): batched per loop iteration by default.
+/// - Cancellation: a stop requested (on the loop thread) while an operation
+///   is in flight submits an async cancel; the coroutine resumes only when
+///   the operation's own completion arrives (std::errc::operation_canceled,
+///   or its real result if it won the race), so its buffers stay owned by
+///   the kernel until then.
+/// - A full CQ does not lose completions (IORING_FEAT_NODROP, required); a
+///   full SQ is flushed to the kernel; a wait interrupted by a signal
+///   (-EINTR) just loops again.
+/// - stop() (any thread) makes run() return after the current iteration,
+///   once every in-flight operation has been cancelled and has completed;
+///   tasks still owned by the reactor are destroyed with it.
+/// - Construction fails with std::system_error naming the cause if io_uring
+///   is unusable here (disabled by sysctl or seccomp, old kernel, missing
+///   operation). `probe()` tells without throwing; see reactor_kind.hpp for
+///   falling back to EpollReactor.
+class UringReactor : public detail::ReactorBase<UringReactor> {
+ public:
+  template <typename Prep, typename T>
+  using Operation = detail::UringIoOperation<Prep, T>;
+
+  struct Options {
+    unsigned entries = 256;      ///< SQ size
+    unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
+    SubmitPolicy submitPolicy = SubmitPolicy::batched;
+  };
+
+  UringReactor() : UringReactor(Options{}) {}
+  explicit UringReactor(Options options);
+  ~UringReactor() {
+    closeLoop();
+    io_uring_queue_exit(&ring_);
+  }
+
+  /// Whether an UringReactor can be constructed here; if not, the error and
+  /// (in `why`) the same explanation the constructor would throw.
+  static Result<void> probe(std::string* why = nullptr);
+
+  Operation<detail::PollPrep, void> readable(int fd, std::stop_token stop = {}) noexcept;
+  Operation<detail::PollPrep, void> writable(int fd, std::stop_token stop = {}) noexcept;
+  Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
+                                               std::stop_token stop = {}) noexcept;
+  Operation<detail::RecvPrep, std::size_t> recv(int fd, std::span<std::byte> buffer,
+                                                std::stop_token stop = {}) noexcept;
+  Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
+                                                std::stop_token stop = {}) noexcept;
+
+  /// Nothing to forget: io_uring keeps no per-fd registration.
+  void forget(int) noexcept {}
+
+  // --- For layers that bring their own operations (disk, RDMA). Loop thread.
+
+  /// The ring, e.g. to register buffers or files.
+  io_uring& ring() noexcept { return ring_; }
+
+  /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`,
+  /// then submits it according to the policy.
+  template <typename Prep>
+  void submit(UringOperation& op, Prep&& prep) {
+    io_uring_sqe* sqe = acquireSqe();
+    std::forward<Prep>(prep)(sqe);
+    io_uring_sqe_set_data(sqe, &op);
+    ++inFlight_;
+    commit();
+  }
+
+  /// Asks the kernel to cancel `op`; its completion still arrives.
+  void cancel(UringOperation& op) {
+    io_uring_sqe* sqe = acquireSqe();
+    io_uring_prep_cancel(sqe, &op, 0);
+    io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
+    commit();
+  }
+
+  /// Submits whatever is prepared now, whatever the policy.
+  void flush() { (void)io_uring_submit(&ring_); }
+
+  SubmitPolicy submitPolicy() const noexcept { return policy_; }
+  void setSubmitPolicy(SubmitPolicy policy) noexcept { policy_ = policy; }
+
+  /// Operations whose last completion has not arrived yet (including the
+  /// reactor's own wake-up poll).
+  std::size_t inFlight() const noexcept { return inFlight_; }
+
+ private:
+  friend class detail::ReactorBase<UringReactor>;
+
+  struct Completion {
+    std::uint64_t userData;
+    int result;
+    unsigned flags;
+  };
+
+  // The single place where the submission policy applies.
+  void commit() {
+    if (policy_ == SubmitPolicy::eager) (void)io_uring_submit(&ring_);
+  }
+
+  io_uring_sqe* acquireSqe() {
+    COIO_ASSERT(ownedByCaller(), "io_uring operation submitted off the reactor's thread");
+    for (;;) {
+      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
+      // SQ full: hand the kernel what is queued. It refuses while completions
+      // are backed up (-EBUSY): set some aside to make room.
+      const int r = io_uring_submit(&ring_);
+      if (r == -EBUSY || r == -EAGAIN) {
+        takeCompletions(backlog_);
+      } else if (r < 0 && r != -EINTR) {
+        detail::throwSystemError(-r, "coio::UringReactor: io_uring_submit");
+      }
+    }
+  }
+
+  // Copies the available CQEs out and frees their slots; returns how many.
+  std::size_t takeCompletions(std::vector<Completion>& out) {
+    io_uring_cqe* cqes[kBatch];
+    const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
+    for (unsigned i = 0; i < n; ++i) out.push_back({cqes[i]->user_data, cqes[i]->res, cqes[i]->flags});
+    io_uring_cq_advance(&ring_, n);
+    return n;
+  }
+
+  void poll(std::optional<Clock::duration> timeout);
+  void reap();
+  void quiesce() noexcept;
+
+  void dispatch(const Completion& c) noexcept {
+    if (c.userData == 0) return;
+    auto* op = reinterpret_cast<UringOperation*>(c.userData);
+    if (!(c.flags & IORING_CQE_F_MORE)) --inFlight_;
+    if (quiescing_) return;  // shutting down: nothing resumes
+    op->complete(op, c.result, c.flags);
+  }
+
+  // The wake-up eventfd, watched by a poll. Its read end is non-blocking, so
+  // an io_uring read would fail with -EAGAIN instead of waiting.
+  struct WakeOperation : UringOperation {
+    UringReactor* reactor;
+  };
+  void armWake() { submit(wakeOperation_, detail::PollPrep{wake().fd(), POLLIN}); }
+  static void onWake(UringOperation* op, int, unsigned) noexcept;
+
+  static constexpr unsigned kBatch = 256;
+
+  io_uring ring_{};
+  SubmitPolicy policy_;
+  std::size_t inFlight_ = 0;
+  bool quiescing_ = false;
+  WakeOperation wakeOperation_{{&UringReactor::onWake}, this};
+  std::vector<Completion> backlog_;
+  std::vector<Completion> batch_;
+};
+
+namespace detail {
+
+/// One io_uring operation (see UringReactor). `co_await` yields Result<T>;
+/// the coroutine resumes on the loop thread when the completion arrives.
+template <typename Prep, typename T>
+class [[nodiscard]] UringIoOperation : UringOperation {
+ public:
+  UringIoOperation(UringReactor& reactor, Prep prep, std::stop_token stop) noexcept
+      : UringOperation{&UringIoOperation::onComplete}, reactor_(reactor), prep_(std::move(prep)),
+        stop_(std::move(stop)) {}
+  UringIoOperation(const UringIoOperation&) = delete;
+  UringIoOperation& operator=(const UringIoOperation&) = delete;
+
+  bool await_ready() noexcept {
+    if (!stop_.stop_requested()) return false;
+    result_ = -ECANCELED;
+    return true;
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    handle_ = h;
+    reactor_.submit(*this, prep_);
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+  }
+  Result<T> await_resume() {
+    onStop_.reset();
+    return toResult<T>(result_);
+  }
+
+ private:
+  struct OnStop {
+    UringIoOperation* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
+      self->reactor_.cancel(*self);
+    }
+  };
+  static void onComplete(UringOperation* op, int result, unsigned) noexcept {
+    auto* self = static_cast<UringIoOperation*>(op);
+    self->result_ = result;
+    self->handle_.resume();
+  }
+
+  UringReactor& reactor_;
+  Prep prep_;
+  std::stop_token stop_;
+  int result_ = 0;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
+};
+
+// Sets up a ring with what coio needs; 0 or an errno, and `why` on failure.
+inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, std::string& why) {
+  io_uring_params params{};
+  params.cq_entries = std::max(cqEntries, 2 * entries);
+  // COOP_TASKRUN (5.19) doubles as the version check: ASYNC_CANCEL_ANY,
+  // which shutdown relies on, came with the same release.
+  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+  if (const int r = io_uring_queue_init_params(entries, &ring, &params); r < 0) {
+    why = describeUringSetupError(-r);
+    return -r;
+  }
+  const char* missing = nullptr;
+  if (!(params.features & IORING_FEAT_NODROP)) missing = "IORING_FEAT_NODROP";
+  if (!(params.features & IORING_FEAT_EXT_ARG)) missing = "IORING_FEAT_EXT_ARG";
+  if (!missing) {
+    std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)> probe(io_uring_get_probe_ring(&ring),
+                                                                      &io_uring_free_probe);
+    if (!probe) {
+      missing = "IORING_REGISTER_PROBE";
+    } else {
+      for (const auto& [op, name] : {std::pair{IORING_OP_ACCEPT, "ACCEPT"}, std::pair{IORING_OP_CONNECT, "CONNECT"},
+                                     std::pair{IORING_OP_RECV, "RECV"}, std::pair{IORING_OP_SEND, "SEND"},
+                                     std::pair{IORING_OP_READ, "READ"}, std::pair{IORING_OP_POLL_ADD, "POLL_ADD"},
+                                     std::pair{IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"}}) {
+        if (!io_uring_opcode_supported(probe.get(), op)) missing = name;
+      }
+    }
+  }
+  if (missing) {
+    io_uring_queue_exit(&ring);
+    why = std::string("coio::UringReactor: io_uring lacks ") + missing + " (kernel too old)";
+    return ENOTSUP;
+  }
+  return 0;
+}
+
+}  // namespace detail
+
+inline UringReactor::UringReactor(Options options) : policy_(options.submitPolicy) {
+  std::string why;
+  if (const int err = detail::setUpRing(ring_, options.entries, options.cqEntries, why)) {
+    detail::throwSystemError(err, why);
+  }
+  armWake();
+}
+
+inline Result<void> UringReactor::probe(std::string* why) {
+  io_uring ring{};
+  std::string reason;
+  if (const int err = detail::setUpRing(ring, 4, 8, reason)) {
+    if (why) *why = reason;
+    return systemError(err);
+  }
+  io_uring_queue_exit(&ring);
+  return {};
+}
+
+inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+  return {*this, detail::PollPrep{fd, POLLIN}, std::move(stop)};
+}
+inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+  return {*this, detail::PollPrep{fd, POLLOUT}, std::move(stop)};
+}
+inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptPrep, int> {
+  return {*this, detail::AcceptPrep{fd}, std::move(stop)};
+}
+inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
+    -> Operation<detail::ConnectPrep, void> {
+  detail::ConnectPrep prep{fd, {}, length};
+  std::memcpy(&prep.address, address, std::min<std::size_t>(length, sizeof prep.address));
+  return {*this, prep, std::move(stop)};
+}
+inline auto UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
+    -> Operation<detail::RecvPrep, std::size_t> {
+  return {*this, detail::RecvPrep{fd, buffer}, std::move(stop)};
+}
+inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
+    -> Operation<detail::SendPrep, std::size_t> {
+  return {*this, detail::SendPrep{fd, buffer}, std::move(stop)};
+}
+
+inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
+  UringReactor* self = static_cast<WakeOperation*>(op)->reactor;
+  self->wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
+  self->resumeRemote();
+  self->armWake();
+}
+
+inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
+  if (!backlog_.empty()) timeout = Clock::duration::zero();  // completions already wait
+  int r;
+  if (timeout && *timeout == Clock::duration::zero()) {
+    r = io_uring_submit_and_get_events(&ring_);
+  } else {
+    __kernel_timespec ts{};
+    if (timeout) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*timeout).count();
+      ts.tv_sec = ns / 1'000'000'000;
+      ts.tv_nsec = ns % 1'000'000'000;
+    }
+    io_uring_cqe* cqe = nullptr;
+    r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout ? &ts : nullptr, nullptr);
+  }
+  // -ETIME: the timeout passed; -EINTR: a signal; -EBUSY/-EAGAIN: completions
+  // are backed up, which reaping fixes.
+  if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
+    detail::throwSystemError(-r, "coio::UringReactor: io_uring_enter");
+  }
+  reap();
+}
+
+inline void UringReactor::reap() {
+  // Completions are copied out before any is dispatched: a resumed coroutine
+  // may submit, and even reap into the backlog, while we iterate.
+  for (;;) {
+    batch_.clear();
+    std::swap(batch_, backlog_);
+    const std::size_t n = takeCompletions(batch_);
+    for (const Completion& c : batch_) dispatch(c);
+    // A full batch may hide more; a backlog must not wait for a new event.
+    if (n < kBatch && backlog_.empty()) break;
+  }
+}
+
+inline void UringReactor::quiesce() noexcept {
+  if (inFlight_ == 0) return;
+  quiescing_ = true;
+  io_uring_sqe* sqe = acquireSqe();
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+  io_uring_sqe_set_data64(sqe, 0);
+  for (;;) {
+    reap();  // first the backlog: its completions will not come again
+    if (inFlight_ == 0) break;
+    const int r = io_uring_submit_and_wait(&ring_, 1);
+    // Unable to wait, we could only free operations the kernel may still
+    // write to: better to stop here.
+    if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) std::terminate();
+  }
+  quiescing_ = false;
+}
+
+}  // namespace coio

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# net_bench beside the references, same message sizes, same CPU placement:
+#   streaming, 1 MiB messages, 1 connection  vs  iperf3 -l 1M (single stream)
+#   request/response, 64 B, 1 connection     vs  sockperf ping-pong -m 64
+#   request/response, 64 B, 64 connections   vs  the same sockperf figure
+#     (sockperf cannot ping-pong over many connections at once)
+# Each figure is the median of --rounds runs; a markdown table of figures
+# and ratios to the reference goes to stdout.
+#   run_net_bench.sh [--build-dir build] [--seconds 3] [--rounds 3]
+#                    [--placement pinned|unpinned]
+# pinned: both ends on CPU 0 (this VM charges ~35-40 us per cross-CPU wake-up).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+build_dir=build seconds=3 rounds=3 placement=pinned
+while (($#)); do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --placement) placement=$2; shift 2 ;;
+    *) echo "run_net_bench.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+bench=$build_dir/tests/bench/net/net_bench
+[[ -x $bench ]] || { echo "build $bench first (cmake --build $build_dir --target net_bench)" >&2; exit 1; }
+for tool in iperf3 sockperf taskset python3 ss; do
+  command -v $tool >/dev/null || { echo "missing $tool (scripts/install-deps.sh installs it)" >&2; exit 1; }
+done
+pin=()
+[[ $placement == pinned ]] && pin=(taskset -c 0)
+
+port=$((20000 + RANDOM % 20000))
+server="" result=""
+trap '[[ -n $server ]] && kill $server 2>/dev/null || true' EXIT
+
+# Without connecting: sockperf's server exits when a client connects and leaves.
+wait_for_port() {
+  for _ in $(seq 100); do
+    [[ -n $(ss -ltnH "sport = :$1") ]] && return 0
+    sleep 0.05
+  done
+  echo "server on port $1 did not start" >&2
+  return 1
+}
+
+iperf3_gbps() {
+  port=$((port + 1))
+  "${pin[@]}" iperf3 -s -1 -p $port >/dev/null 2>&1 &
+  server=$!
+  wait_for_port $port
+  local json
+  json=$("${pin[@]}" iperf3 -c 127.0.0.1 -p $port -t "$seconds" -l 1M -J)
+  wait $server || true
+  server=""
+  result=$(python3 -c 'import json, sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$json")
+}
+
+sockperf_rate() {
+  port=$((port + 1))
+  "${pin[@]}" sockperf sr --tcp -i 127.0.0.1 -p $port >/dev/null 2>&1 &
+  server=$!
+  wait_for_port $port
+  local out
+  out=$("${pin[@]}" sockperf pp --tcp -i 127.0.0.1 -p $port -m 64 -t "$seconds" 2>&1)
+  kill $server; wait $server 2>/dev/null || true
+  server=""
+  # "[Valid Duration] RunTime=1.550 sec; SentMessages=41795; ReceivedMessages=41795"
+  result=$(python3 -c '
+import re, sys
+m = re.search(r"\[Valid Duration\] RunTime=([0-9.]+) sec;.*ReceivedMessages=([0-9]+)", sys.stdin.read())
+print("%.0f" % (int(m.group(2)) / float(m.group(1))))' <<<"$out")
+}
+
+coio_figure() {  # reactor mode connections size
+  result=$("${pin[@]}" "$bench" --reactor "$1" --mode "$2" --connections "$3" --size "$4" --seconds "$seconds" |
+    sed 's/.*=//')
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
+
+declare -A samples
+for ((round = 1; round <= rounds; ++round)); do
+  echo "round $round/$rounds" >&2
+  # The functions set $result (not echo it): they keep $port and $server here.
+  iperf3_gbps; samples[iperf3]+=" $result"
+  sockperf_rate; samples[sockperf]+=" $result"
+  for reactor in epoll uring; do
+    coio_figure $reactor stream 1 1048576; samples[$reactor-stream]+=" $result"
+    coio_figure $reactor rr 1 64; samples[$reactor-rr1]+=" $result"
+    coio_figure $reactor rr 64 64; samples[$reactor-rr64]+=" $result"
+  done
+done
+
+declare -A m
+for key in "${!samples[@]}"; do
+  # shellcheck disable=SC2086
+  m[$key]=$(median ${samples[$key]})
+done
+
+echo "Placement: $placement; $seconds s per run; median of $rounds rounds; $(nproc) vCPUs, kernel $(uname -r)."
+echo
+echo "| test | reference | coio epoll | ratio | coio uring | ratio |"
+echo "|---|---|---|---|---|---|"
+echo "| streaming 1 MiB messages, 1 connection (Gbit/s) | iperf3 ${m[iperf3]} | ${m[epoll-stream]} | $(ratio ${m[epoll-stream]} ${m[iperf3]}) | ${m[uring-stream]} | $(ratio ${m[uring-stream]} ${m[iperf3]}) |"
+echo "| request/response 64 B, 1 connection (round trips/s) | sockperf ${m[sockperf]} | ${m[epoll-rr1]} | $(ratio ${m[epoll-rr1]} ${m[sockperf]}) | ${m[uring-rr1]} | $(ratio ${m[uring-rr1]} ${m[sockperf]}) |"
+echo "| request/response 64 B, 64 connections (round trips/s) | sockperf (1 conn) ${m[sockperf]} | ${m[epoll-rr64]} | $(ratio ${m[epoll-rr64]} ${m[sockperf]}) | ${m[uring-rr64]} | $(ratio ${m[uring-rr64]} ${m[sockperf]}) |"

@@ -1,0 +1,43 @@
+#pragma once
+// The reactors every parameterised reactor/net test runs on, and helpers
+// shared by those tests.
+#include <coio/reactor/epoll_reactor.hpp>
+#if COIO_TEST_URING
+#include <coio/reactor/uring_reactor.hpp>
+#endif
+
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <cstddef>
+#include <tuple>
+
+namespace coio::testing {
+
+#if COIO_TEST_URING
+using TestReactors = std::tuple<EpollReactor, UringReactor>;
+#else
+using TestReactors = std::tuple<EpollReactor>;
+#endif
+
+/// Open file descriptors of this process (entries of /proc/self/fd).
+inline std::size_t openFdCount() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    --n;  // the directory stream's own fd
+  }
+  return n;
+}
+
+/// Lifts the soft fd limit to the hard one (tests open thousands of sockets).
+inline void raiseFdLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace coio::testing

@@ -1,0 +1,174 @@
+// What only UringReactor has: feature probing and fallback, the submission
+// policy and the operation API for other layers, CQ overflow, and buffer
+// ownership across cancellation.
+#include "test_reactors.hpp"
+
+#if COIO_TEST_URING
+#include <coio/core/task.hpp>
+#include <coio/net/tcp_listener.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/reactor_kind.hpp>
+#include <coio/reactor/with_timeout.hpp>
+
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+using namespace std::chrono_literals;
+using coio::Task;
+using coio::UringReactor;
+using coio::detail::FileDescriptor;
+
+static_assert(coio::Reactor<UringReactor>);
+
+TEST_CASE("io_uring is usable on this machine", "[uring]") {
+  std::string why;
+  const coio::Result<void> probe = UringReactor::probe(&why);
+  INFO(why);
+  CHECK(probe.hasValue());
+  CHECK(coio::usableReactorKind(coio::ReactorKind::uring) == coio::ReactorKind::uring);
+  CHECK(coio::parseReactorKind("epoll").value() == coio::ReactorKind::epoll);
+  CHECK(coio::parseReactorKind("uring").value() == coio::ReactorKind::uring);
+  CHECK(coio::parseReactorKind("kqueue").error() == coio::Errc::invalidArgument);
+}
+
+#if defined(__x86_64__)
+TEST_CASE("with io_uring denied by seccomp, construction names the cause and the helper picks epoll", "[uring]") {
+  // The filter applies to one thread only (no TSYNC): the rest of the test
+  // process keeps io_uring.
+  std::string constructionError, probeReason;
+  std::error_code probeError;
+  coio::ReactorKind picked = coio::ReactorKind::uring;
+  bool ranOnEpoll = false;
+  std::thread denied([&] {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) {
+      return;
+    }
+    try {
+      UringReactor reactor;
+    } catch (const std::system_error& e) {
+      constructionError = e.what();
+    }
+    probeError = UringReactor::probe(&probeReason).error();
+    picked = coio::usableReactorKind(coio::ReactorKind::uring);
+    coio::withReactor(picked, [&](auto& reactor) {
+      ranOnEpoll = std::is_same_v<std::remove_cvref_t<decltype(reactor)>, coio::EpollReactor>;
+    });
+  });
+  denied.join();
+  INFO(constructionError);
+  CHECK(constructionError.find("disabled") != std::string::npos);
+  CHECK(constructionError.find("seccomp") != std::string::npos);
+  CHECK(probeError == std::errc::operation_not_permitted);
+  CHECK(probeReason == constructionError.substr(0, probeReason.size()));
+  CHECK(picked == coio::ReactorKind::epoll);
+  CHECK(ranOnEpoll);
+}
+#endif
+
+TEST_CASE("submit: a custom operation completes through user_data, per the submission policy", "[uring]") {
+  UringReactor reactor;
+  struct NopOperation : coio::UringOperation {
+    int result = -1;
+    bool done = false;
+  };
+  auto test = [](UringReactor& r, coio::SubmitPolicy policy) -> Task<void> {
+    r.setSubmitPolicy(policy);
+    const std::size_t baseline = r.inFlight();
+    NopOperation op;
+    op.complete = [](coio::UringOperation* o, int res, unsigned) noexcept {
+      auto* nop = static_cast<NopOperation*>(o);
+      nop->result = res;
+      nop->done = true;
+    };
+    const unsigned queued = io_uring_sq_ready(&r.ring());
+    r.submit(op, [](io_uring_sqe* sqe) { io_uring_prep_nop(sqe); });
+    CHECK(r.inFlight() == baseline + 1);
+    // Batched: still in the SQ until the loop's next io_uring_enter.
+    CHECK(io_uring_sq_ready(&r.ring()) == (policy == coio::SubmitPolicy::batched ? queued + 1 : 0u));
+    while (!op.done) co_await r.schedule();
+    CHECK(op.result == 0);
+    CHECK(r.inFlight() == baseline);
+  };
+  reactor.runUntil(test(reactor, coio::SubmitPolicy::batched));
+  reactor.runUntil(test(reactor, coio::SubmitPolicy::eager));
+}
+
+TEST_CASE("completions beyond the CQ size and submissions beyond the SQ size are not lost", "[uring]") {
+  constexpr int kPipes = 300;
+  std::vector<FileDescriptor> readEnds, writeEnds;
+  for (int i = 0; i < kPipes; ++i) {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    readEnds.emplace_back(fds[0]);
+    writeEnds.emplace_back(fds[1]);
+  }
+  UringReactor reactor(UringReactor::Options{.entries = 4, .cqEntries = 8, .submitPolicy = coio::SubmitPolicy::batched});
+  int completed = 0;
+  auto waiter = [](UringReactor& r, int fd, int& count) -> Task<void> {
+    coio::Result<void> ready = co_await r.readable(fd);
+    CHECK(ready.hasValue());
+    ++count;
+  };
+  auto test = [&](UringReactor& r) -> Task<void> {
+    for (int i = 0; i < kPipes; ++i) r.spawn(waiter(r, readEnds[i].get(), completed));
+    while (r.inFlight() < kPipes + 1) co_await r.sleepFor(1ms);  // all polls armed in the kernel
+    for (auto& w : writeEnds) REQUIRE(::write(w.get(), "x", 1) == 1);  // 300 completions at once
+    while (completed < kPipes) co_await r.sleepFor(1ms);
+  };
+  reactor.runUntil(test(reactor));
+  CHECK(completed == kPipes);
+}
+
+TEST_CASE("a timed-out recv resumes only after its completion: the buffer is free when withTimeout returns",
+          "[uring]") {
+  UringReactor reactor;
+  auto test = [](UringReactor& r) -> Task<void> {
+    auto listener = coio::TcpListener<UringReactor>::bind(r, coio::SocketAddress::loopbackV4());
+    REQUIRE(listener.hasValue());
+    auto client = co_await coio::TcpStream<UringReactor>::connect(r, *listener->localAddress());
+    REQUIRE(client.hasValue());
+    auto server = co_await listener->accept();
+    REQUIRE(server.hasValue());
+    const std::size_t baseline = r.inFlight();
+    for (int i = 0; i < 20; ++i) {
+      auto buffer = std::make_unique<std::byte[]>(64);
+      auto read = [&](std::stop_token stop) { return client->read(std::span(buffer.get(), 64), std::move(stop)); };
+      coio::Result<std::size_t> n = co_await coio::withTimeout(r, read, 1ms);
+      CHECK(n.error() == std::errc::timed_out);
+      CHECK(r.inFlight() == baseline);  // the kernel has let go of the buffer
+      buffer.reset();                   // ASan would catch a late kernel write into it
+    }
+    const char byte = 'z';
+    REQUIRE(::write(server->fd(), &byte, 1) == 1);
+    std::byte got[1];
+    coio::Result<std::size_t> n = co_await client->read(got);
+    REQUIRE(n.hasValue());
+    CHECK(got[0] == std::byte{'z'});
+  };
+  reactor.runUntil(test(reactor));
+}
+#endif
