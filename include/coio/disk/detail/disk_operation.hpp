@@ -1,0 +1,72 @@
+#pragma once
+// One disk operation as an awaitable. Needs liburing: link coio::uring.
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/result.hpp>
+#include <coio/detail/syscall.hpp>
+#include <coio/disk/detail/disk_ring.hpp>
+
+#include <coroutine>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <utility>
+
+namespace coio::detail {
+
+/// One disk operation (read, write, fsync). `co_await` yields Result<T>;
+/// the coroutine resumes on the loop thread once the CQE arrived. A
+/// request that fails its checks before submission (`early`) completes at
+/// once with that error, as does a zero-length transfer (with 0).
+template <typename T>
+class [[nodiscard]] DiskOperation : DiskOp {
+ public:
+  DiskOperation(DiskRing& ring, const DiskRequest& request, std::stop_token stop, std::error_code early = {}) noexcept
+      : DiskOp(&DiskOperation::onComplete), ring_(ring), request_(request), stop_(std::move(stop)), early_(early) {}
+  DiskOperation(const DiskOperation&) = delete;
+  DiskOperation& operator=(const DiskOperation&) = delete;
+
+  bool await_ready() noexcept {
+    if (early_) return true;
+    if (stop_.stop_requested()) {
+      early_ = std::make_error_code(std::errc::operation_canceled);
+      return true;
+    }
+    // Nothing to transfer: the kernel would answer 0 too.
+    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    handle_ = h;
+    ring_.submit(*this, request_);
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+  }
+  Result<T> await_resume() {
+    onStop_.reset();
+    if (early_) return early_;
+    return toResult<T>(result_);
+  }
+
+ private:
+  struct OnStop {
+    DiskOperation* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->ring_.ownedByCaller(), "stop requested off the reactor's thread");
+      if (self->state == State::inFlight) self->ring_.cancel(*self);
+    }
+  };
+  static void onComplete(UringOperation* op, int result, unsigned) noexcept {
+    auto* self = static_cast<DiskOperation*>(op);
+    self->state = State::done;
+    self->result_ = result;
+    self->handle_.resume();
+  }
+
+  DiskRing& ring_;
+  DiskRequest request_;
+  std::stop_token stop_;
+  std::error_code early_;
+  int result_ = 0;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
+};
+
+}  // namespace coio::detail

@@ -1,0 +1,175 @@
+#pragma once
+// Needs liburing: link coio::uring.
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+#include <coio/disk/buffer_pool.hpp>
+#include <coio/disk/detail/disk_ring.hpp>
+#include <coio/reactor/epoll_reactor.hpp>
+#include <coio/reactor/uring_reactor.hpp>
+
+#include <liburing.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace coio {
+
+class File;
+class ReadBatch;
+
+/// The disk I/O context of one reactor: the io_uring every File, BufferPool
+/// and ReadBatch built on it submits to.
+///
+/// Guarantees:
+/// - Under UringReactor the reactor's own ring is used; under EpollReactor a
+///   dedicated ring, whose completions an eventfd (io_uring_register_eventfd)
+///   signals to a pump task spawned on the reactor.
+/// - Every disk awaitable resumes its coroutine on the reactor's loop thread
+///   and must be awaited there; a Disk is used from that thread only (or
+///   while no loop runs).
+/// - Submission adapts to the depth: a ReadBatch always reaches the kernel
+///   in one io_uring_enter; a single operation goes in at once while few are
+///   in flight (at queue depth 32, one enter per read beats one per batch on
+///   a virtual disk), together with others when many are (at depth 128,
+///   batching wins): see Options::eagerBelow. Under an eager UringReactor
+///   every single operation goes in at once.
+/// - Destroy the Disk before its reactor, when nothing awaits it or after the
+///   reactor stopped: pending operations are then cancelled, the kernel lets
+///   go of their buffers before the destructor returns, and their coroutines
+///   never resume. Files and BufferPools may outlive it (they lose their
+///   registration), so they may live in frames the reactor destroys later.
+class Disk {
+ public:
+  struct Options {
+    unsigned entries = 256;                             ///< SQ size of a dedicated ring (EpollReactor)
+    unsigned cqEntries = 4096;                          ///< CQ size of a dedicated ring
+    /// Single operations go to the kernel at once (one io_uring_enter each)
+    /// while at most this many operations are in flight on the ring, else
+    /// with the next enter (the reactor's loop iteration, or the end of the
+    /// dispatch round). 0: always together; UINT_MAX: always at once.
+    unsigned eagerBelow = 64;
+    unsigned maxRegisteredFiles = 256;                  ///< slots of the registered-file table
+  };
+
+  explicit Disk(UringReactor& reactor) : Disk(reactor, Options{}) {}
+  explicit Disk(EpollReactor& reactor) : Disk(reactor, Options{}) {}
+
+  /// Uses the reactor's ring.
+  Disk(UringReactor& reactor, Options options)
+      : ring_(std::make_shared<detail::ReactorRing>(reactor, options.eagerBelow)), options_(options) {}
+
+  /// Sets up a dedicated ring; throws std::system_error if io_uring is
+  /// unusable (the message names the cause).
+  Disk(EpollReactor& reactor, Options options) : options_(options) {
+    auto ring = std::make_shared<detail::DedicatedRing>(reactor, options.entries, options.cqEntries,
+                                                        options.eagerBelow);
+    ring_ = ring;
+    reactor.spawn(pump(reactor, std::move(ring)));
+  }
+
+  Disk(const Disk&) = delete;
+  Disk& operator=(const Disk&) = delete;
+  ~Disk() {
+    ring_->close();
+    if (pool_) unregisterBuffers(*pool_);
+    for (int* slot : files_) {
+      if (slot) *slot = -1;  // the File is no longer registered
+    }
+    if (!files_.empty()) (void)io_uring_unregister_files(&ring());
+  }
+
+  /// The ring, e.g. to register more resources. Loop thread.
+  io_uring& ring() noexcept { return ring_->ring(); }
+
+  /// Makes the pool's buffers the ring's fixed buffers (the ring has one
+  /// table: one pool at a time). On failure (ENOMEM when RLIMIT_MEMLOCK
+  /// forbids pinning that much, EBUSY when the table is taken, ...) the pool
+  /// keeps working with plain reads, and its registrationNote() says why.
+  Result<void> registerBuffers(BufferPool& pool) {
+    if (pool_ == &pool) return {};
+    std::error_code error = pool_ ? systemError(EBUSY) : std::error_code{};
+    if (!error) {
+      const std::vector<iovec> regions = pool.regions();
+      const int r = io_uring_register_buffers(&ring(), regions.data(), static_cast<unsigned>(regions.size()));
+      if (r == 0) {
+        pool_ = &pool;
+        pool.disk_ = this;
+        pool.note_ = "registered as " + std::to_string(regions.size()) + " io_uring fixed buffer(s)";
+        return {};
+      }
+      error = systemError(-r);
+    }
+    pool.note_ = "not registered (io_uring_register_buffers: " + error.message() + ")";
+    if (error.value() == ENOMEM) pool.note_ += ": RLIMIT_MEMLOCK too low? raise ulimit -l or grant CAP_IPC_LOCK";
+    if (error.value() == EBUSY) pool.note_ += ": the ring's fixed-buffer table is taken";
+    pool.note_ += "; reads into it use IORING_OP_READ";
+    return error;
+  }
+
+  /// Gives the fixed-buffer table back. No fixed read may be pending.
+  void unregisterBuffers(BufferPool& pool) noexcept {
+    if (pool_ != &pool) return;
+    (void)io_uring_unregister_buffers(&ring());
+    pool_ = nullptr;
+    pool.disk_ = nullptr;
+    pool.note_ = "not registered (unregistered from its Disk)";
+  }
+
+ private:
+  friend class File;
+  friend class ReadBatch;
+
+  detail::DiskRing& queue() noexcept { return *ring_; }
+
+  // Puts `fd` in the registered-file table: its slot, or an error (EMFILE
+  // when the table is full, else io_uring_register_files*'s). `owner` is
+  // the File's slot field, which the Disk resets when it goes.
+  Result<int> registerFile(int fd, int* owner) {
+    if (files_.empty()) {
+      if (const int r = io_uring_register_files_sparse(&ring(), options_.maxRegisteredFiles); r < 0) {
+        return systemError(-r);
+      }
+      files_.assign(options_.maxRegisteredFiles, nullptr);
+    }
+    const auto free = std::find(files_.begin(), files_.end(), nullptr);
+    if (free == files_.end()) return systemError(EMFILE);
+    const int slot = static_cast<int>(free - files_.begin());
+    if (const int r = io_uring_register_files_update(&ring(), static_cast<unsigned>(slot), &fd, 1); r < 0) {
+      return systemError(-r);
+    }
+    *free = owner;
+    return slot;
+  }
+
+  // Empties a slot (operations in flight keep their own file reference).
+  void unregisterFile(int slot) noexcept {
+    const int none = -1;
+    (void)io_uring_register_files_update(&ring(), static_cast<unsigned>(slot), &none, 1);
+    files_[static_cast<std::size_t>(slot)] = nullptr;
+  }
+  void moveFile(int slot, int* owner) noexcept { files_[static_cast<std::size_t>(slot)] = owner; }
+
+  // Waits for the eventfd, drains it, dispatches; ends once the Disk closed.
+  static Task<void> pump(EpollReactor& reactor, std::shared_ptr<detail::DedicatedRing> ring) {
+    for (;;) {
+      Result<void> ready = co_await reactor.readable(ring->eventFd());
+      ready.value();  // an eventfd can always be polled
+      if (ring->closed()) break;
+      ring->pump();
+    }
+    reactor.forget(ring->eventFd());
+  }
+
+  std::shared_ptr<detail::DiskRing> ring_;
+  Options options_;
+  BufferPool* pool_ = nullptr;  // the pool in the fixed-buffer table
+  std::vector<int*> files_;     // the registered-file table: each File's slot field (empty until first used)
+};
+
+}  // namespace coio

@@ -1,0 +1,164 @@
+#pragma once
+// Needs liburing: link coio::uring.
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/result.hpp>
+#include <coio/detail/syscall.hpp>
+#include <coio/disk/buffer_pool.hpp>
+#include <coio/disk/detail/disk_ring.hpp>
+#include <coio/disk/disk.hpp>
+#include <coio/disk/file.hpp>
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <vector>
+
+namespace coio {
+
+/// N reads submitted together, awaited as one: the storage server's
+/// batchRead (3FS's AioReadWorker, as a coroutine).
+///
+/// Guarantees:
+/// - `co_await batch.submit(stop)` (or `co_await batch`) hands every read
+///   added since the last clear() to the kernel in one io_uring_enter and
+///   resumes the coroutine once, on the Disk's loop thread, when every one
+///   has completed. Reads into a registered BufferPool slice use
+///   IORING_OP_READ_FIXED, reads of a registered File IOSQE_FIXED_FILE.
+/// - Results are per read (`result(i)`, i as returned by add()): bytes read
+///   (short at end of file, 0 past it or for an empty read), or that read's
+///   error (EIO, EBADF, DiskErrc::misalignedDirectIo checked before
+///   submission, ...). One failing read does not fail the others.
+/// - Each SQE is tagged with its own read's record, and the batch resumes
+///   only after the CQE of every read it submitted: no completion is lost,
+///   none is attributed to a later submission, and the batch never resumes
+///   twice.
+/// - A stop requested on the loop thread cancels the reads still in flight
+///   (they yield std::errc::operation_canceled unless they won the race);
+///   the coroutine resumes once the kernel has let go of every buffer.
+/// - Destroying the batch while reads are in flight (its coroutine frame
+///   destroyed with its stopped reactor) waits for the kernel to let go of
+///   the buffers first (see Disk for who waits).
+/// - The destinations must stay valid until the `co_await` returns. The
+///   batch can be reused after clear(). Loop thread only; not movable.
+class ReadBatch {
+  struct Read;
+
+ public:
+  explicit ReadBatch(Disk& disk) noexcept : ring_(disk.queue()) {}
+  ReadBatch(const ReadBatch&) = delete;
+  ReadBatch& operator=(const ReadBatch&) = delete;
+  // A record still in flight waits for its CQE (DiskOp's destructor).
+  ~ReadBatch() = default;
+
+  /// Adds a read of destination.size() bytes at `offset`; returns its index.
+  std::size_t add(const File& file, std::uint64_t offset, std::span<std::byte> destination) {
+    return add(file, offset, destination.data(), destination.size(), -1);
+  }
+  /// Adds a read into a BufferPool slice (READ_FIXED if the pool is registered).
+  std::size_t add(const File& file, std::uint64_t offset, BufferSlice destination) {
+    return add(file, offset, destination.data, destination.size, destination.fixedIndex);
+  }
+
+  void reserve(std::size_t n) { reads_.reserve(n); }
+  std::size_t size() const noexcept { return reads_.size(); }
+
+  /// Read i's outcome; meaningful once the batch has been awaited.
+  Result<std::size_t> result(std::size_t i) const {
+    const Read& read = reads_.at(i);
+    if (read.invalid) return read.invalid;
+    return detail::toResult<std::size_t>(read.result);
+  }
+
+  /// Forgets every read, to start a new batch.
+  void clear() noexcept {
+    COIO_ASSERT(remaining_ == 0, "ReadBatch cleared while its reads are in flight");
+    reads_.clear();
+  }
+
+  class [[nodiscard]] Awaiter {
+   public:
+    Awaiter(ReadBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
+    Awaiter(const Awaiter&) = delete;
+    Awaiter& operator=(const Awaiter&) = delete;
+
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) {
+      batch_.handle_ = h;
+      if (!batch_.start(stop_.stop_requested())) return false;
+      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
+      return true;
+    }
+    void await_resume() noexcept { onStop_.reset(); }
+
+   private:
+    struct OnStop {
+      ReadBatch* batch;
+      void operator()() const noexcept { batch->cancel(); }
+    };
+    ReadBatch& batch_;
+    std::stop_token stop_;
+    std::optional<std::stop_callback<OnStop>> onStop_;
+  };
+
+  /// Submits the reads; the awaiter resumes when all have completed.
+  Awaiter submit(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
+  Awaiter operator co_await() noexcept { return submit(); }
+
+ private:
+  struct Read : detail::DiskOp {
+    Read(ReadBatch* batch, const detail::DiskRequest& request, std::error_code invalid) noexcept
+        : DiskOp(&Read::onComplete), batch(batch), request(request), invalid(invalid) {}
+    static void onComplete(UringOperation* op, int result, unsigned) noexcept {
+      auto* self = static_cast<Read*>(op);
+      COIO_ASSERT(self->pending(), "a completion for a read that is not in flight");
+      self->state = State::done;
+      self->result = result;
+      if (--self->batch->remaining_ == 0) self->batch->handle_.resume();
+    }
+    ReadBatch* batch;
+    detail::DiskRequest request;
+    std::error_code invalid;  // why it never goes to the kernel
+    int result = 0;           // the CQE's result
+  };
+
+  std::size_t add(const File& file, std::uint64_t offset, std::byte* data, std::size_t length, int fixedBuffer) {
+    COIO_ASSERT(remaining_ == 0, "read added to a ReadBatch in flight");
+    COIO_ASSERT(&file.disk().queue() == &ring_, "ReadBatch and File on different Disks");
+    reads_.emplace_back(this, file.request(IORING_OP_READ, offset, data, length, fixedBuffer),
+                        file.check(offset, data, length));
+    return reads_.size() - 1;
+  }
+
+  // Submits every read that can go (one enter); false if none went.
+  bool start(bool stopped) {
+    COIO_ASSERT(remaining_ == 0, "ReadBatch awaited twice at once");
+    ring_.openBatch();
+    for (Read& read : reads_) {
+      read.state = detail::DiskOp::State::done;
+      read.result = stopped ? -ECANCELED : 0;
+      if (stopped || read.invalid || read.request.length == 0) continue;
+      ++remaining_;
+      ring_.submit(read, read.request);
+    }
+    ring_.closeBatch();
+    return remaining_ > 0;
+  }
+
+  void cancel() noexcept {
+    COIO_ASSERT(ring_.ownedByCaller(), "stop requested off the reactor's thread");
+    for (Read& read : reads_) {
+      if (read.state == detail::DiskOp::State::inFlight) ring_.cancel(read);
+    }
+  }
+
+  detail::DiskRing& ring_;
+  std::vector<Read> reads_;
+  std::size_t remaining_ = 0;
+  std::coroutine_handle<> handle_;
+};
+
+}  // namespace coio

@@ -1,0 +1,177 @@
+// File: single reads, writes and fsync on both reactors; cancellation and
+// shutdown with reads in flight.
+#include "disk_test_helpers.hpp"
+
+#include <coio/core/task.hpp>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
+#include <stop_token>
+
+using namespace std::chrono_literals;
+using coio::File;
+using coio::Task;
+using coio::testing::checkFifoUnclaimed;
+using coio::testing::DiskReactors;
+using coio::testing::makeFifo;
+using coio::testing::openOrFail;
+using coio::testing::matchesPattern;
+using coio::testing::TempDir;
+
+TEMPLATE_LIST_TEST_CASE("File reads the file's bytes, short at end of file, 0 past it and for an empty buffer",
+                        "[disk][file]", DiskReactors) {
+  TempDir dir;
+  const std::size_t size = 3 * 4096 + 100;
+  const std::string path = dir.patternFile(1, size);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path);
+    CHECK(file.size().value() == size);
+    CHECK(file.alignment() == 1);
+    std::vector<std::byte> buffer(5000);
+    coio::Result<std::size_t> middle = co_await file.read(123, buffer);
+    CHECK(middle.value() == buffer.size());
+    CHECK(matchesPattern(1, 123, buffer));
+    coio::Result<std::size_t> tail = co_await file.read(size - 10, buffer);
+    CHECK(tail.value() == 10);
+    CHECK(matchesPattern(1, size - 10, std::span(buffer).first(10)));
+    coio::Result<std::size_t> past = co_await file.read(size + 4096, buffer);
+    CHECK(past.value() == 0);
+    coio::Result<std::size_t> empty = co_await file.read(0, std::span<std::byte>{});
+    CHECK(empty.value() == 0);
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("File writes, fsyncs and reads back, registered or not", "[disk][file]", DiskReactors) {
+  TempDir dir;
+  const std::string path = (dir.path() / "written").string();
+  TestType reactor;
+  coio::Disk disk(reactor);
+  const bool registered = GENERATE(false, true);
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path, {.write = true, .create = true});
+    if (registered) {
+      coio::Result<void> r = file.registerWithRing();
+      REQUIRE(r.hasValue());
+      CHECK(file.registered());
+    }
+    const char text[] = "hello, disk";
+    const auto bytes = std::as_bytes(std::span(text));
+    coio::Result<std::size_t> written = co_await file.write(4096, bytes);
+    CHECK(written.value() == bytes.size());
+    coio::Result<void> synced = co_await file.fsync();
+    CHECK(synced.hasValue());
+    CHECK(file.size().value() == 4096 + bytes.size());
+    std::vector<std::byte> back(bytes.size() + 10);
+    coio::Result<std::size_t> read = co_await file.read(4096, back);
+    REQUIRE(read.value() == bytes.size());
+    CHECK(std::memcmp(back.data(), text, sizeof text) == 0);
+    File moved = std::move(file);  // a registered file keeps its slot across a move
+    CHECK(moved.registered() == registered);
+    read = co_await moved.read(4096, back);
+    CHECK(read.value() == bytes.size());
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("File reports the kernel's error for a file that cannot be read", "[disk][file]",
+                        DiskReactors) {
+  TempDir dir;
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File directory = openOrFail(disk, dir.path().string());
+    std::vector<std::byte> buffer(64);
+    coio::Result<std::size_t> r = co_await directory.read(0, buffer);
+    CHECK(r.error() == std::errc::is_a_directory);
+    coio::Result<File> missing = File::open(disk, (dir.path() / "missing").c_str());
+    CHECK(missing.error() == std::errc::no_such_file_or_directory);
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("a stop cancels a read in flight, which resumes once the kernel let go", "[disk][file]",
+                        DiskReactors) {
+  TempDir dir;
+  const std::string fifo = makeFifo(dir);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, fifo, {.write = true});
+    std::stop_source stop;
+    std::vector<std::byte> buffer(16);
+    auto stopLater = [&]() -> Task<void> {
+      co_await reactor.sleepFor(20ms);
+      stop.request_stop();
+    };
+    reactor.spawn(stopLater());
+    coio::Result<std::size_t> r = co_await file.read(0, buffer, stop.get_token());
+    CHECK(r.error() == std::errc::operation_canceled);
+    coio::Result<std::size_t> again = co_await file.read(0, buffer, stop.get_token());
+    CHECK(again.error() == std::errc::operation_canceled);  // stopped before it started
+  };
+  reactor.runUntil(test());
+  checkFifoUnclaimed(fifo);
+}
+
+TEMPLATE_LIST_TEST_CASE("a reactor stopped with reads in flight: the kernel lets go before frames are freed",
+                        "[disk][file]", DiskReactors) {
+  TempDir dir;
+  const std::string fifo = makeFifo(dir);
+  const std::string path = dir.patternFile(2, 1 << 20);
+  int resumed = 0;
+  {
+    TestType reactor;
+    coio::Disk disk(reactor);
+    auto reader = [&]() -> Task<void> {
+      File file = openOrFail(disk, fifo, {.write = true});
+      std::vector<std::byte> buffer(4096);  // in this frame: freed only after the kernel let go
+      (void)co_await file.read(0, buffer);
+      ++resumed;
+    };
+    auto stopper = [&]() -> Task<void> {
+      File file = openOrFail(disk, path);
+      std::vector<std::byte> buffer(4096);
+      for (int i = 0; i < 50; ++i) (void)co_await file.read(static_cast<std::uint64_t>(i) * 4096, buffer);
+      reactor.stop();
+    };
+    reactor.spawn(reader());  // owned by the reactor: destroyed after the Disk
+    reactor.spawn(stopper());
+    // runUntil's own task is destroyed in runUntil, the Disk still alive.
+    CHECK_THROWS_AS(reactor.runUntil(reader()), std::system_error);
+  }
+  CHECK(resumed == 0);
+  checkFifoUnclaimed(fifo);
+}
+
+TEMPLATE_LIST_TEST_CASE("reads that complete while being submitted do not starve the loop's timers",
+                        "[disk][file]", DiskReactors) {
+  TempDir dir;
+  const std::string path = dir.patternFile(6, 64 * 1024);  // just written: in the page cache
+  TestType reactor;
+  coio::Disk::Options options;
+  options.eagerBelow = ~0u;  // each read in its own enter: every one completes inline
+  coio::Disk disk(reactor, options);
+  bool running = true;
+  std::size_t reads = 0;
+  auto worker = [&]() -> Task<void> {
+    File file = openOrFail(disk, path);
+    std::vector<std::byte> buffer(4096);
+    while (running) {
+      coio::Result<std::size_t> r = co_await file.read(reads % 16 * 4096, buffer);
+      reads += r.valueOr(0) == buffer.size();
+    }
+  };
+  auto test = [&]() -> Task<void> {
+    for (int i = 0; i < 8; ++i) reactor.spawn(worker());
+    co_await reactor.sleepFor(20ms);  // must fire although reads never stop completing
+    running = false;
+    co_await reactor.sleepFor(5ms);
+  };
+  reactor.runUntil(test());
+  CHECK(reads > 0);
+}

@@ -1,0 +1,218 @@
+// ReadBatch: many reads, one submission, one resumption; per-read results;
+// cancellation and shutdown mid-batch.
+#include "disk_test_helpers.hpp"
+
+#include <coio/core/task.hpp>
+#include <coio/disk/buffer_pool.hpp>
+#include <coio/disk/read_batch.hpp>
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <stop_token>
+#include <thread>
+
+using namespace std::chrono_literals;
+using coio::BufferPool;
+using coio::File;
+using coio::ReadBatch;
+using coio::Task;
+using coio::testing::DiskReactors;
+using coio::testing::makeFifo;
+using coio::testing::openOrFail;
+using coio::testing::matchesPattern;
+using coio::testing::TempDir;
+
+TEMPLATE_LIST_TEST_CASE("a batch of 1,000 reads across 16 files returns every byte, resuming once",
+                        "[disk][batch]", DiskReactors) {
+  constexpr std::size_t kFiles = 16, kFileSize = 256 * 1024, kReads = 1000;
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (std::size_t f = 0; f < kFiles; ++f) paths.push_back(dir.patternFile(f, kFileSize));
+  BufferPool pool({.bufferSize = 8192, .count = kReads});
+  const bool registered = GENERATE(false, true);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  if (registered) REQUIRE(disk.registerBuffers(pool).hasValue());
+  INFO(pool.registrationNote());
+  CHECK(pool.registered() == registered);
+  auto test = [&]() -> Task<void> {
+    std::vector<File> files;
+    for (std::size_t f = 0; f < kFiles; ++f) {
+      // Half O_DIRECT, half buffered; half registered.
+      files.push_back(openOrFail(disk, paths[f], {.direct = f % 2 == 1}));
+      if (f % 4 < 2) REQUIRE(files.back().registerWithRing().hasValue());
+    }
+    std::mt19937_64 random(42);
+    struct Expected {
+      std::size_t file;
+      std::uint64_t offset;
+      std::size_t length;
+      std::size_t at;  // where in the slice the requested bytes start
+      coio::Buffer buffer;
+    };
+    std::vector<Expected> expected;
+    ReadBatch batch(disk);
+    batch.reserve(kReads);
+    for (std::size_t i = 0; i < kReads; ++i) {
+      const std::size_t f = random() % kFiles;
+      coio::Buffer buffer = *pool.tryAcquire();
+      Expected e{f, 0, 0, 0, std::move(buffer)};
+      if (files[f].direct()) {
+        e.offset = random() % (kFileSize / 4096) * 4096;
+        e.length = 4096;
+      } else {
+        e.offset = random() % kFileSize;
+        e.length = 1 + random() % 4096;
+        e.at = random() % 4096;  // not at the start of the fixed buffer (liburing #994)
+      }
+      const std::size_t index = batch.add(files[f], e.offset, e.buffer.slice(e.at, e.length));
+      CHECK(index == i);
+      expected.push_back(std::move(e));
+    }
+    co_await batch;
+    std::size_t good = 0;
+    for (std::size_t i = 0; i < kReads; ++i) {
+      const Expected& e = expected[i];
+      const std::size_t want = std::min<std::size_t>(e.length, kFileSize - e.offset);
+      coio::Result<std::size_t> r = batch.result(i);
+      INFO("read " << i << ": " << r.error().message());
+      REQUIRE(r.value() == want);
+      good += matchesPattern(e.file, e.offset, e.buffer.span().subspan(e.at, want));
+    }
+    CHECK(good == kReads);
+    for (File& file : files) file.close();
+  };
+  reactor.runUntil(test());
+  CHECK(pool.available() == kReads);
+  disk.unregisterBuffers(pool);
+  CHECK_FALSE(pool.registered());
+}
+
+TEMPLATE_LIST_TEST_CASE("a batch reports each read's own outcome; failures do not fail the others",
+                        "[disk][batch]", DiskReactors) {
+  TempDir dir;
+  const std::size_t size = 10000;
+  const std::string path = dir.patternFile(3, size);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path);
+    File direct = openOrFail(disk, path, {.direct = true});
+    File directory = openOrFail(disk, dir.path().string());
+    std::vector<std::byte> a(100), b(100), c(100), d(100);
+    ReadBatch batch(disk);
+    batch.add(file, 50, a);                  // 0: whole
+    batch.add(directory, 0, b);              // 1: EISDIR
+    batch.add(file, size - 30, c);           // 2: short at end of file
+    batch.add(file, size + 1, d);            // 3: past end of file
+    batch.add(direct, 1, d);                 // 4: misaligned O_DIRECT, never submitted
+    batch.add(file, 0, std::span<std::byte>{});  // 5: empty
+    co_await batch.submit();
+    CHECK(batch.result(0).value() == 100);
+    CHECK(matchesPattern(3, 50, a));
+    CHECK(batch.result(1).error() == std::errc::is_a_directory);
+    CHECK(batch.result(2).value() == 30);
+    CHECK(matchesPattern(3, size - 30, std::span(c).first(30)));
+    CHECK(batch.result(3).value() == 0);
+    CHECK(batch.result(4).error() == coio::DiskErrc::misalignedDirectIo);
+    CHECK(batch.result(5).value() == 0);
+
+    // Reused: the results are the new submission's.
+    batch.clear();
+    batch.add(file, 0, a);
+    co_await batch;
+    CHECK(batch.size() == 1);
+    CHECK(batch.result(0).value() == 100);
+    CHECK(matchesPattern(3, 0, a));
+
+    // Nothing to submit: completes without suspending.
+    batch.clear();
+    batch.add(direct, 3, a);
+    co_await batch;
+    CHECK(batch.result(0).error() == std::errc::invalid_argument);
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("a stop cancels what is still in flight; the batch resumes once, after every CQE",
+                        "[disk][batch]", DiskReactors) {
+  TempDir dir;
+  const std::string fifo = makeFifo(dir);
+  const std::string path = dir.patternFile(4, 1 << 20);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path);
+    File pipe = openOrFail(disk, fifo, {.write = true});
+    std::vector<std::vector<std::byte>> buffers(20, std::vector<std::byte>(4096));
+    ReadBatch batch(disk);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (i % 4 == 0) {
+        batch.add(pipe, 0, buffers[i]);
+      } else {
+        batch.add(file, i * 4096, buffers[i]);
+      }
+    }
+    std::stop_source stop;
+    auto stopLater = [&]() -> Task<void> {
+      co_await reactor.sleepFor(20ms);
+      stop.request_stop();
+    };
+    reactor.spawn(stopLater());
+    co_await batch.submit(stop.get_token());
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (i % 4 == 0) {
+        CHECK(batch.result(i).error() == std::errc::operation_canceled);
+      } else {
+        CHECK(batch.result(i).value() == 4096);
+        CHECK(matchesPattern(4, i * 4096, buffers[i]));
+      }
+    }
+    co_await batch.submit(stop.get_token());  // already stopped: nothing submitted
+    CHECK(batch.result(1).error() == std::errc::operation_canceled);
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("reads racing with stop() from another thread: no completion touches freed memory",
+                        "[disk][batch][threads]", DiskReactors) {
+  TempDir dir;
+  const std::string fifo = makeFifo(dir);
+  const std::string path = dir.patternFile(5, 1 << 20);
+  BufferPool pool({.bufferSize = 4096, .count = 256});
+  for (int round = 0; round < 10; ++round) {
+    std::atomic<std::size_t> batches{0};
+    {
+      TestType reactor;
+      coio::Disk disk(reactor);
+      (void)disk.registerBuffers(pool);
+      auto reader = [&](bool withFifo) -> Task<void> {
+        File file = openOrFail(disk, path, {.direct = true});
+        File pipe = openOrFail(disk, fifo, {.write = true});
+        std::vector<coio::Buffer> buffers;
+        for (int i = 0; i < 32; ++i) buffers.push_back(*pool.tryAcquire());
+        for (std::uint64_t n = 0;; ++n) {
+          ReadBatch batch(disk);
+          for (std::size_t i = 0; i < buffers.size(); ++i) {
+            if (withFifo && i == 0) {
+              batch.add(pipe, 0, buffers[i].slice());
+            } else {
+              batch.add(file, (n * 7 + i) % 256 * 4096, buffers[i].slice());
+            }
+          }
+          co_await batch;
+          batches.fetch_add(1, std::memory_order_relaxed);
+        }
+      };
+      for (int i = 0; i < 4; ++i) reactor.spawn(reader(i == 0));
+      std::thread loop([&] { reactor.run(); });
+      std::this_thread::sleep_for(std::chrono::microseconds(500 * round));
+      reactor.stop();
+      loop.join();
+    }
+    CHECK(pool.available() == pool.count());  // every frame gone, every buffer back
+  }
+}
