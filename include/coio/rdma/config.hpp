@@ -1,0 +1,114 @@
+#pragma once
+#include <coio/core/result.hpp>
+#include <coio/rdma/error.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace coio::rdma {
+
+/// The capacities and protocol parameters of a QueuePair. Both ends of a
+/// connection must use the same message-layer values (messageSize,
+/// messageBuffers, ackBatch): the handshake rejects a mismatch, because the
+/// credits one side counts are the buffers the other side posted.
+struct QueuePairConfig {
+  // RDMA READ/WRITE.
+  std::uint32_t maxRdmaWr = 128;        ///< RDMA work requests outstanding at once (a BatchSemaphore)
+  std::uint32_t maxRdmaWrPerPost = 32;  ///< work requests per ibv_post_send chain (only the last is signalled)
+  std::uint32_t maxSge = 16;            ///< local buffers gathered into one work request
+  std::uint32_t maxRdAtomic = 16;       ///< outstanding RDMA READs; lowered to what the device allows
+  // Messages (SEND/RECV over pre-registered buffers).
+  std::uint32_t messageSize = 16 * 1024;  ///< bytes per message buffer (largest message)
+  std::uint32_t messageBuffers = 32;      ///< send ring size = receive credits granted to the peer
+  std::uint32_t ackBatch = 8;             ///< the receiver returns credits every ackBatch messages consumed
+  std::uint32_t signalBatch = 8;          ///< every signalBatch-th send is signalled
+  std::uint32_t eventAckBatch = 128;      ///< completion events acknowledged per ibv_ack_cq_events
+  // Transport (RTR/RTS attributes).
+  std::uint8_t timeout = 14;    ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms) per retry
+  std::uint8_t retryCount = 7;  ///< transport retries before IBV_WC_RETRY_EXC_ERR
+  /// RNR policy: the credit scheme guarantees a posted receive for every
+  /// SEND, so by default an RNR NAK is not retried (0) and surfaces as
+  /// IBV_WC_RNR_RETRY_EXC_ERR: a bug made visible instead of a silent stall.
+  std::uint8_t rnrRetry = 0;
+  std::uint8_t minRnrTimer = 12;  ///< 0.64 ms; only matters when rnrRetry > 0
+  std::chrono::milliseconds drainTimeout{5000};  ///< close(): how long in-flight work may take to finish
+};
+
+/// The device limits a QueuePairConfig is checked against (from
+/// ibv_query_device / ibv_query_port).
+struct DeviceLimits {
+  std::uint32_t maxQpWr = 0;
+  std::uint32_t maxSge = 0;
+  std::uint32_t maxCqe = 0;
+  std::uint32_t maxQpRdAtom = 0;      ///< as responder
+  std::uint32_t maxQpInitRdAtom = 0;  ///< as initiator
+  std::uint64_t maxMsgSize = 0;       ///< of the port
+};
+
+/// Queue sizes derived from a config. By construction nothing can overflow:
+/// the send queue holds every RDMA work request the semaphore admits, every
+/// send buffer, every ACK that may be in flight and the CLOSE; the receive
+/// queue holds a buffer for every message the peer may send (its credits),
+/// every ACK it may send and its CLOSE; the CQ holds both queues.
+struct QueuePairSizes {
+  // 64-bit: absurd configs must fail the limit checks, not wrap around.
+  std::uint64_t ackSlots;     ///< ACKs that can be outstanding: messageBuffers / ackBatch + 1
+  std::uint64_t recvBuffers;  ///< posted receives: messageBuffers + ackSlots + 1 (close)
+  std::uint64_t maxSendWr;    ///< maxRdmaWr + messageBuffers + ackSlots + 1 (close)
+  std::uint64_t maxRecvWr;    ///< recvBuffers
+  std::uint64_t cqe;          ///< maxSendWr + maxRecvWr
+
+  static QueuePairSizes of(const QueuePairConfig& c) noexcept {
+    QueuePairSizes s{};
+    const std::uint64_t buffers = c.messageBuffers;
+    s.ackSlots = c.ackBatch == 0 ? 1 : buffers / c.ackBatch + 1;
+    s.recvBuffers = buffers + s.ackSlots + 1;
+    s.maxSendWr = std::uint64_t{c.maxRdmaWr} + buffers + s.ackSlots + 1;
+    s.maxRecvWr = s.recvBuffers;
+    s.cqe = s.maxSendWr + s.maxRecvWr;
+    return s;
+  }
+};
+
+/// Checks `config` for consistency and against `limits`. On failure returns
+/// Errc::invalidArgument (inconsistent config) or RdmaErrc::deviceTooSmall,
+/// and says which value is at fault in `why` (if given).
+inline Result<void> checkConfig(const QueuePairConfig& c, const DeviceLimits& limits, std::string* why = nullptr) {
+  const auto fail = [why](std::error_code ec, std::string text) -> Result<void> {
+    if (why) *why = std::move(text);
+    return ec;
+  };
+  const auto num = [](std::uint64_t v) { return std::to_string(v); };
+  const std::error_code bad = make_error_code(Errc::invalidArgument);
+  const std::error_code small = make_error_code(RdmaErrc::deviceTooSmall);
+  if (c.maxRdmaWr == 0 || c.maxRdmaWrPerPost == 0 || c.maxSge == 0 || c.messageBuffers == 0 || c.messageSize == 0 ||
+      c.ackBatch == 0 || c.signalBatch == 0 || c.eventAckBatch == 0) {
+    return fail(bad, "every count in QueuePairConfig must be positive");
+  }
+  if (c.maxRdmaWrPerPost > c.maxRdmaWr) {
+    return fail(bad, "maxRdmaWrPerPost " + num(c.maxRdmaWrPerPost) + " > maxRdmaWr " + num(c.maxRdmaWr));
+  }
+  // Credits come back every ackBatch messages; a batch larger than the
+  // credits would never be completed and the sender would wait forever.
+  if (c.ackBatch > c.messageBuffers || c.signalBatch > c.messageBuffers) {
+    return fail(bad, "ackBatch and signalBatch must not exceed messageBuffers " + num(c.messageBuffers));
+  }
+  if (c.timeout > 31 || c.retryCount > 7 || c.rnrRetry > 7 || c.minRnrTimer > 31) {
+    return fail(bad, "timeout/minRnrTimer must be <= 31, retryCount/rnrRetry <= 7");
+  }
+  const QueuePairSizes s = QueuePairSizes::of(c);
+  if (c.maxSge > limits.maxSge) return fail(small, "maxSge " + num(c.maxSge) + " > device max_sge " + num(limits.maxSge));
+  if (s.maxSendWr > limits.maxQpWr || s.maxRecvWr > limits.maxQpWr) {
+    return fail(small, "send queue " + num(s.maxSendWr) + " / receive queue " + num(s.maxRecvWr) +
+                           " work requests > device max_qp_wr " + num(limits.maxQpWr));
+  }
+  if (s.cqe > limits.maxCqe) return fail(small, "CQ of " + num(s.cqe) + " > device max_cqe " + num(limits.maxCqe));
+  if (c.messageSize > limits.maxMsgSize) {
+    return fail(small, "messageSize " + num(c.messageSize) + " > port max_msg_sz " + num(limits.maxMsgSize));
+  }
+  return {};
+}
+
+}  // namespace coio::rdma
