@@ -1,8 +1,61 @@
 #!/usr/bin/env bash
-# The main job: builds coio's examples and runs the flagship one.
+# The main job: builds the storage server example, creates a small dataset
+# in a temporary directory, serves it on 127.0.0.1 over TCP, runs the load
+# generator with verification for ~10 s, prints its report and stops the
+# server.   DURATION=10 BUILD_DIR=build-demo scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build-demo}
+duration=${DURATION:-10}
+
+echo "== building coio-storage-server and coio-storage-bench in $build_dir"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target coio-primitives-tour
-"$build_dir/examples/primitives_tour/coio-primitives-tour"
+cmake --build "$build_dir" -j "$(nproc)" --target coio-storage-server coio-storage-bench
+bin="$build_dir/examples/storage_server"
+if [[ ! -x $bin/coio-storage-server ]]; then
+  echo "demo: the storage example was not built (it needs liburing: run scripts/install-deps.sh)" >&2
+  exit 1
+fi
+
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-demo-XXXXXX")
+server_pid=""
+cleanup() {
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== creating a dataset: 256 chunks of 1 MiB in $work/data"
+"$bin/coio-storage-server" init --dir "$work/data" --chunks 256 --chunk-size 1M --chunks-per-file 64
+
+echo "== starting the server on 127.0.0.1 (TCP, a free port)"
+"$bin/coio-storage-server" serve --dir "$work/data" --listen 127.0.0.1:0 --transport tcp --pool 64M \
+  >"$work/server.log" 2>&1 &
+server_pid=$!
+address=""
+for _ in $(seq 100); do
+  address=$(sed -n 's/^listening on //p' "$work/server.log")
+  [[ -n $address ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+cat "$work/server.log"
+if [[ -z $address ]]; then
+  echo "demo: the server did not start" >&2
+  exit 1
+fi
+
+echo "== running coio-storage-bench --verify for ${duration} s"
+status=0
+"$bin/coio-storage-bench" --address "$address" --dir "$work/data" --transport tcp --io-size 64K --batch 16 \
+  --depth 8 --connections 4 --duration "$duration" --verify || status=$?
+
+echo "== stopping the server"
+kill -TERM "$server_pid"
+wait "$server_pid" || status=$?
+server_pid=""
+sed -n '/stopping/,$p' "$work/server.log"
+exit "$status"

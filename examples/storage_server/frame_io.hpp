@@ -1,0 +1,142 @@
+#pragma once
+// Frames over a TcpStream, shared by the server and the client: reading one
+// frame (header checked before the payload is read), and a writer that keeps
+// whole frames (and a response's trailing data) from interleaving.
+#include "protocol.hpp"
+
+#include <coio/core/result.hpp>
+#include <coio/core/semaphore.hpp>
+#include <coio/core/task.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <vector>
+
+namespace storage {
+
+/// A frame read off the wire; the payload is not decoded yet.
+struct IncomingFrame {
+  proto::FrameHeader header;
+  std::vector<std::byte> payload;
+};
+
+/// What ended a connection's read side: a transport error (EOF, reset,
+/// cancellation) or a protocol error, with the requestId it concerns.
+struct ReadFailure {
+  std::error_code error;
+  std::uint64_t requestId = 0;
+  bool isProtocolError() const noexcept { return error.category() == proto::protocolCategory(); }
+};
+
+/// Reads one frame. A header that fails validation is a protocol error
+/// before any payload byte is read, so an absurd length never allocates.
+template <coio::Reactor R>
+coio::Task<coio::Result<IncomingFrame>> readFrame(coio::TcpStream<R>& stream, ReadFailure& failure,
+                                                  std::stop_token stop) {
+  std::byte raw[proto::kHeaderSize];
+  coio::Result<void> got = co_await stream.readExact(raw, stop);
+  if (!got) {
+    failure = {got.error(), 0};
+    co_return got.error();
+  }
+  coio::Result<proto::FrameHeader> header = proto::decodeHeader(raw);
+  if (!header) {
+    // The id of a frame whose magic is wrong means nothing: report 0.
+    const bool magicOk = header.error() != proto::ProtocolErrc::badMagic;
+    std::uint64_t id = 0;
+    for (std::size_t i = 0; magicOk && i < 8; ++i) id |= std::uint64_t{static_cast<std::uint8_t>(raw[8 + i])} << (8 * i);
+    failure = {header.error(), id};
+    co_return header.error();
+  }
+  IncomingFrame frame{*header, std::vector<std::byte>(header->payloadLength)};
+  got = co_await stream.readExact(frame.payload, stop);
+  if (!got) {
+    failure = {got.error(), header->requestId};
+    co_return got.error();
+  }
+  co_return std::move(frame);
+}
+
+/// Serialises writers on one stream: each send() writes all its parts
+/// back to back, so a response and its data are never split by another
+/// frame. Awaited on the stream's loop thread.
+///
+/// A send that fails or is cancelled part-way leaves the byte stream
+/// unusable: the writer is then broken and every later send fails at once.
+template <coio::Reactor R>
+class FrameWriter {
+ public:
+  explicit FrameWriter(coio::TcpStream<R>& stream) noexcept : stream_(stream) {}
+
+  coio::Task<coio::Result<void>> send(std::span<const std::span<const std::byte>> parts, std::stop_token stop) {
+    if (broken_) co_return coio::Errc::closed;
+    const bool locked = co_await lock_.acquire(stop);
+    if (!locked) co_return std::errc::operation_canceled;
+    coio::Result<void> written;
+    for (std::span<const std::byte> part : parts) {
+      if (broken_) {  // a send before us broke it while we queued
+        written = coio::Errc::closed;
+        break;
+      }
+      written = co_await stream_.writeAll(part, stop);
+      if (!written) {
+        broken_ = true;
+        break;
+      }
+    }
+    lock_.release();
+    co_return written;
+  }
+
+  coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) {
+    const std::span<const std::byte> parts[] = {frame};
+    co_return co_await send(parts, std::move(stop));
+  }
+
+  bool broken() const noexcept { return broken_; }
+
+ private:
+  coio::TcpStream<R>& stream_;
+  coio::Semaphore lock_{1};
+  bool broken_ = false;
+};
+
+/// Reads and discards until the stream ends or fails.
+template <coio::Reactor R>
+coio::Task<coio::Result<void>> drainUntilEnd(coio::TcpStream<R>& stream, std::stop_token stop) {
+  std::byte sink[4096];
+  for (;;) {
+    coio::Result<std::size_t> n = co_await stream.read(sink, stop);
+    if (!n) co_return n.error();
+  }
+}
+
+/// Best effort on a connection being dropped for a protocol error: sends
+/// an Error frame, half-closes, and drains what the peer still sends (so
+/// that closing does not reset the connection before the peer has read
+/// the Error frame), all within `grace`.
+template <coio::Reactor R>
+coio::Task<void> sendErrorAndDrain(coio::TcpStream<R>& stream, FrameWriter<R>& writer, const ReadFailure& failure,
+                                   std::chrono::steady_clock::duration grace) {
+  if (!writer.broken()) {
+    std::vector<std::byte> frame;
+    proto::encode(frame, failure.requestId,
+                  proto::ErrorFrame{static_cast<proto::ProtocolErrc>(failure.error.value()), failure.error.message()});
+    auto sendFrame = [&writer, &frame](std::stop_token stop) { return writer.send(frame, std::move(stop)); };
+    coio::Result<void> sent = co_await coio::withTimeout(stream.reactor(), sendFrame, grace);
+    if (!sent) co_return;
+  }
+  (void)stream.shutdown(coio::ShutdownHow::write);
+  auto drain = [&stream](std::stop_token stop) { return drainUntilEnd(stream, std::move(stop)); };
+  (void)co_await coio::withTimeout(stream.reactor(), drain, grace);
+}
+
+}  // namespace storage

@@ -1,0 +1,276 @@
+// coio-storage-server: creates a chunk dataset (init) and serves batched
+// reads of it (serve) over TCP, one StorageServer per reactor thread.
+#include "chunk_store.hpp"
+#include "cli.hpp"
+#include "storage_server.hpp"
+
+#include <coio/net/tcp_listener.hpp>
+#include <coio/reactor/reactor_kind.hpp>
+#include <coio/reactor/reactor_pool.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  coio-storage-server init --dir D --chunks N --chunk-size S [--chunks-per-file K]
+      Creates a dataset in D (created if missing): N chunks of S bytes (a multiple
+      of 4K; suffixes K, M, G), K per data file (default 64), deterministic
+      content, and D/index with each chunk's CRC32C.
+  coio-storage-server serve --dir D [--listen 127.0.0.1:9000] [--transport tcp|rdma]
+      [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
+      [--transmit-timeout-ms 10000] [--pool 128M] [--buffered]
+      Serves D until SIGINT/SIGTERM. --pool is the read-buffer pool per reactor;
+      --buffered reads through the page cache instead of O_DIRECT.
+)";
+
+int usage(const char* problem = nullptr) {
+  if (problem) std::fprintf(stderr, "coio-storage-server: %s\n", problem);
+  std::fputs(kUsage, problem ? stderr : stdout);
+  return problem ? 2 : 0;
+}
+
+// --name value pairs after the subcommand; nullopt on a malformed line.
+std::optional<std::map<std::string, std::string>> parseOptions(int argc, char** argv, std::vector<std::string> flags) {
+  std::map<std::string, std::string> options;
+  for (int i = 2; i < argc; ++i) {
+    const std::string name = argv[i];
+    if (name.rfind("--", 0) != 0) return std::nullopt;
+    if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
+      options[name] = "1";
+    } else if (i + 1 < argc) {
+      options[name] = argv[++i];
+    } else {
+      return std::nullopt;
+    }
+  }
+  return options;
+}
+
+int init(const std::map<std::string, std::string>& options) {
+  storage::ChunkStoreLayout layout;
+  layout.chunksPerFile = 64;
+  std::string dir;
+  for (const auto& [name, value] : options) {
+    if (name == "--dir") {
+      dir = value;
+    } else if (name == "--chunks") {
+      layout.chunks = storage::cli::parseCount(value).value_or(0);
+    } else if (name == "--chunk-size") {
+      layout.chunkSize = static_cast<std::uint32_t>(std::min<std::uint64_t>(storage::cli::parseSize(value).value_or(0), UINT32_MAX));
+    } else if (name == "--chunks-per-file") {
+      layout.chunksPerFile = static_cast<std::uint32_t>(storage::cli::parseCount(value).value_or(0));
+    } else {
+      return usage(("unknown option " + name + " for init").c_str());
+    }
+  }
+  if (dir.empty() || layout.chunks == 0 || layout.chunkSize == 0) return usage("init needs --dir, --chunks and --chunk-size");
+  if (layout.chunkSize % 4096 != 0 || layout.chunksPerFile == 0) {
+    return usage("--chunk-size must be a multiple of 4K (O_DIRECT), --chunks-per-file at least 1");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "coio-storage-server: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  coio::Result<storage::ChunkStoreIndex> index = storage::createChunkStore(dir, layout);
+  if (!index) {
+    std::fprintf(stderr, "coio-storage-server: cannot write the dataset in %s: %s\n", dir.c_str(),
+                 index.error().message().c_str());
+    return 1;
+  }
+  std::printf("created %s: %llu chunks of %u bytes in %u data file(s)\n", dir.c_str(),
+              static_cast<unsigned long long>(layout.chunks), layout.chunkSize, layout.files());
+  return 0;
+}
+
+struct ServeSettings {
+  std::string dir;
+  coio::SocketAddress listen;
+  std::size_t reactors = 1;
+  coio::ReactorKind kind = coio::ReactorKind::uring;
+  storage::ServerOptions server;
+};
+
+// Runs `task` on `reactor`'s loop thread and waits for it (from another thread).
+template <coio::Reactor R>
+void runOn(R& reactor, coio::Task<void> task) {
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  reactor.spawn([](coio::Task<void> t, std::promise<void>& signal) -> coio::Task<void> {
+    co_await std::move(t);
+    signal.set_value();
+  }(std::move(task), done));
+  finished.get();
+}
+
+// Opens a shard on its own loop thread (its Disk belongs to that thread).
+template <coio::Reactor R>
+coio::Task<void> openShard(R& reactor, const ServeSettings& settings,
+                           coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out) {
+  out = storage::StorageServer<R>::open(reactor, settings.dir, settings.server);
+  co_return;
+}
+
+template <coio::Reactor R>
+coio::Task<void> startAccepting(R& reactor, const ServeSettings& settings, std::vector<storage::StorageServer<R>*> shards,
+                                std::optional<coio::TcpListener<R>>& listener, std::error_code& error) {
+  coio::Result<coio::TcpListener<R>> bound = coio::TcpListener<R>::bind(reactor, settings.listen);
+  if (!bound) {
+    error = bound.error();
+    co_return;
+  }
+  listener.emplace(std::move(*bound));
+  shards.front()->serve(*listener, std::move(shards));
+}
+
+std::string describeOpenError(const std::string& dir, std::error_code error) {
+  if (error == std::errc::no_such_file_or_directory) {
+    return dir + "/index not found: " + dir + " is not a dataset (create one with: coio-storage-server init --dir " +
+           dir + " --chunks N --chunk-size S)";
+  }
+  if (error == coio::Errc::invalidArgument) {
+    return dir + "/index is malformed or the dataset unusable (chunk size not a multiple of 4K?); recreate it with init";
+  }
+  return "cannot open the data files in " + dir + ": " + error.message();
+}
+
+template <coio::Reactor R>
+int serveWith(const ServeSettings& settings, const sigset_t& signals) {
+  coio::ReactorPool<R> pool(settings.reactors);
+  std::vector<std::unique_ptr<storage::StorageServer<R>>> shards;
+  int status = 0;
+  for (std::size_t i = 0; i < pool.size() && status == 0; ++i) {
+    coio::Result<std::unique_ptr<storage::StorageServer<R>>> shard = coio::Errc::closed;
+    runOn(pool.reactor(i), openShard(pool.reactor(i), settings, shard));
+    if (!shard) {
+      std::fprintf(stderr, "coio-storage-server: %s\n", describeOpenError(settings.dir, shard.error()).c_str());
+      status = 1;
+    } else {
+      shards.push_back(std::move(*shard));
+    }
+  }
+  std::optional<coio::TcpListener<R>> listener;
+  if (status == 0) {
+    std::vector<storage::StorageServer<R>*> all;
+    for (auto& s : shards) all.push_back(s.get());
+    std::error_code error;
+    runOn(pool.reactor(0), startAccepting(pool.reactor(0), settings, all, listener, error));
+    if (error) {
+      std::fprintf(stderr, "coio-storage-server: cannot listen on %s: %s\n", settings.listen.toString().c_str(),
+                   error.message().c_str());
+      status = 1;
+    }
+  }
+  if (status == 0) {
+    const storage::ChunkStoreLayout& layout = shards.front()->layout();
+    std::printf("coio-storage-server: %llu chunks of %u bytes from %s, tcp, %zu %s reactor(s)\n",
+                static_cast<unsigned long long>(layout.chunks), layout.chunkSize, settings.dir.c_str(), pool.size(),
+                std::string(coio::toString(settings.kind)).c_str());
+    std::printf("  %s\n", shards.front()->note().c_str());
+    std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
+    std::fflush(stdout);
+    int signal = 0;
+    sigwait(&signals, &signal);
+    std::printf("%s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  // The accepting shard first, so that no connection is handed to a stopped one.
+  std::uint64_t requests = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    runOn(pool.reactor(i), shards[i]->shutdown());
+    requests += shards[i]->stats().requests;
+  }
+  pool.stop();
+  shards.clear();  // no loop runs now: the Disks may go
+  listener.reset();
+  if (status == 0) std::printf("stopped after %llu requests\n", static_cast<unsigned long long>(requests));
+  return status;
+}
+
+int serve(const std::map<std::string, std::string>& options) {
+  ServeSettings settings;
+  std::string listen = "127.0.0.1:9000", transport = "tcp";
+  for (const auto& [name, value] : options) {
+    std::optional<std::uint64_t> number;
+    if (name == "--dir") {
+      settings.dir = value;
+    } else if (name == "--listen") {
+      listen = value;
+    } else if (name == "--transport") {
+      transport = value;
+    } else if (name == "--reactors" && (number = storage::cli::parseCount(value)) && *number > 0 && *number <= 256) {
+      settings.reactors = *number;
+    } else if (name == "--reactor" && coio::parseReactorKind(value)) {
+      settings.kind = *coio::parseReactorKind(value);
+    } else if (name == "--max-batch" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= storage::proto::kMaxIosPerFrame) {
+      settings.server.maxBatch = static_cast<std::uint32_t>(*number);
+    } else if (name == "--max-batch-bytes" && (number = storage::cli::parseSize(value)) && *number > 0) {
+      settings.server.maxBatchBytes = *number;
+    } else if (name == "--transmit-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0) {
+      settings.server.transmitTimeout = std::chrono::milliseconds(*number);
+    } else if (name == "--pool" && (number = storage::cli::parseSize(value)) && *number >= settings.server.pieceSize) {
+      settings.server.poolBytes = *number;
+    } else if (name == "--buffered") {
+      settings.server.directIo = false;
+    } else {
+      return usage(("bad option for serve: " + name + (value == "1" ? "" : " " + value)).c_str());
+    }
+  }
+  if (settings.dir.empty()) return usage("serve needs --dir");
+  if (transport == "rdma") {
+    std::fputs("coio-storage-server: the RDMA transport is not implemented yet in this example; use --transport tcp\n",
+               stderr);
+    return 2;
+  }
+  if (transport != "tcp") return usage("--transport is tcp or rdma");
+  coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(listen);
+  if (!address) return usage("--listen takes host:port, e.g. 127.0.0.1:9000 or [::1]:9000");
+  settings.listen = *address;
+  if (!std::filesystem::is_directory(settings.dir)) {
+    std::fprintf(stderr, "coio-storage-server: no such directory: %s (create a dataset with: coio-storage-server init "
+                 "--dir %s --chunks N --chunk-size S)\n", settings.dir.c_str(), settings.dir.c_str());
+    return 1;
+  }
+  std::string why;
+  if (const coio::ReactorKind usable = coio::usableReactorKind(settings.kind, &why); usable != settings.kind) {
+    std::fprintf(stderr, "coio-storage-server: %s; using epoll\n", why.c_str());
+    settings.kind = usable;
+  }
+  // Blocked in every thread (the reactor threads inherit the mask); the main thread sigwaits.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (settings.kind == coio::ReactorKind::uring) return serveWith<coio::UringReactor>(settings, signals);
+  return serveWith<coio::EpollReactor>(settings, signals);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage("missing command: init or serve");
+  const std::string_view command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") return usage();
+  for (int i = 2; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help") return usage();
+  }
+  const auto options = parseOptions(argc, argv, {"--buffered"});
+  if (!options) return usage("options are --name value pairs");
+  if (command == "init") return init(*options);
+  if (command == "serve") return serve(*options);
+  return usage(("unknown command " + std::string(command)).c_str());
+}

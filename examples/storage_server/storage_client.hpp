@@ -1,0 +1,278 @@
+#pragma once
+// The storage client over TCP: batchRead with per-IO results, checksum
+// verification, the client side of transmission control, timeouts.
+#include "crc32c.hpp"
+#include "frame_io.hpp"
+#include "protocol.hpp"
+
+#include <coio/core/async_scope.hpp>
+#include <coio/core/result.hpp>
+#include <coio/core/semaphore.hpp>
+#include <coio/core/task.hpp>
+#include <coio/net/socket_address.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/reactor.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace storage {
+
+/// One IO of a batchRead: `length` bytes at `offset` of chunk `chunkId`,
+/// delivered into `into` (at least `length` bytes, valid until batchRead returns).
+struct ReadOp {
+  std::uint64_t chunkId = 0;
+  std::uint32_t offset = 0;
+  std::uint32_t length = 0;
+  std::span<std::byte> into;
+};
+
+/// One IO's outcome: the server's status, byte count and checksum, and
+/// whether the checksum disagreed with the bytes received (when verifying).
+struct ReadOutcome {
+  proto::IoStatus status = proto::IoStatus::ok;
+  std::uint32_t bytes = 0;
+  std::uint32_t checksum = 0;
+  bool checksumMismatch = false;
+};
+
+/// How many requests may be granted transmission at once, shared by the
+/// clients it is given to (3FS's client-side limiter). Use it from one
+/// reactor thread: a released slot resumes the next waiter inline.
+class TransmissionLimiter {
+ public:
+  explicit TransmissionLimiter(std::size_t maxTransmissions = 64) : slots_(maxTransmissions) {}
+  auto acquire(std::stop_token stop) noexcept { return slots_.acquire(std::move(stop)); }
+  void release() noexcept { slots_.release(); }
+
+ private:
+  coio::Semaphore slots_;
+};
+
+struct ClientOptions {
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);  ///< per batchRead
+  bool verifyChecksums = false;  ///< ask for CRC32C and check it against the bytes received
+};
+
+/// A connection to a storage server.
+///
+/// Guarantees:
+/// - Used on its reactor's loop thread only; every awaitable resumes there.
+/// - Many batchReads may be outstanding at once on one client; each gets
+///   its own response (matched by request id).
+/// - A TransmitRequest is granted only while the limiter has a slot; the
+///   slot is freed when that request's response arrives, it times out, or
+///   the connection fails.
+/// - batchRead yields per-IO outcomes, or a request-level error: timed_out,
+///   the transport's error (eof, connection_reset), a ProtocolErrc the
+///   server or this client detected, or Errc::closed after close(). After a
+///   transport or protocol error every later batchRead fails at once.
+/// - `co_await close()` before destruction, once no batchRead is pending.
+template <coio::Reactor R>
+class StorageClient {
+ public:
+  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(R& reactor, coio::SocketAddress server,
+                                                                          TransmissionLimiter& limiter,
+                                                                          ClientOptions options = {}) {
+    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server);
+    if (!stream) co_return stream.error();
+    (void)stream->setNoDelay(true);
+    auto client = std::unique_ptr<StorageClient>(new StorageClient(std::move(*stream), limiter, options));
+    client->scope_.spawn(client->readResponses());
+    co_return std::move(client);
+  }
+
+  StorageClient(const StorageClient&) = delete;
+  StorageClient& operator=(const StorageClient&) = delete;
+
+  coio::Task<coio::Result<std::vector<ReadOutcome>>> batchRead(std::span<const ReadOp> ios) {
+    if (failure_) co_return failure_;
+    for (const ReadOp& op : ios) {
+      if (op.into.size() < op.length) co_return coio::Errc::invalidArgument;
+    }
+    const std::uint64_t id = nextId_++;
+    auto owned = std::make_unique<Call>();
+    Call& call = *owned;
+    call.ios.assign(ios.begin(), ios.end());
+    calls_.emplace(id, std::move(owned));
+
+    proto::BatchReadRequest request;
+    request.checksum = options_.verifyChecksums ? proto::ChecksumMode::crc32c : proto::ChecksumMode::none;
+    for (const ReadOp& op : ios) request.ios.push_back({op.chunkId, op.offset, op.length, {}});
+    std::vector<std::byte> frame;
+    proto::encode(frame, id, request);
+    coio::Result<void> sent = co_await writer_.send(frame, stop_.get_token());
+    if (!sent) {
+      calls_.erase(id);
+      co_return failure_ ? failure_ : sent.error();
+    }
+    const bool due = co_await stream_.reactor().sleepFor(options_.timeout, call.done.get_token());
+    if (due) {
+      // The response may still come: the reader then drains its data.
+      call.abandoned = true;
+      releaseSlot(call);
+      co_return std::errc::timed_out;
+    }
+    coio::Result<std::vector<ReadOutcome>> result = std::move(call.result);
+    calls_.erase(id);
+    co_return result;
+  }
+
+  /// Closes the connection; pending batchReads fail with Errc::closed.
+  coio::Task<void> close() {
+    stop_.request_stop();
+    co_await scope_.join();
+    stream_.close();
+  }
+
+  /// Why the connection failed, or an empty error_code.
+  std::error_code failure() const noexcept { return failure_; }
+
+ private:
+  struct Call {
+    std::vector<ReadOp> ios;
+    std::stop_source done;  // requested when `result` is set
+    coio::Result<std::vector<ReadOutcome>> result = coio::Errc::closed;
+    bool grantAsked = false;
+    bool granted = false;    // holds a limiter slot
+    bool abandoned = false;  // timed out: its destinations are gone
+  };
+
+  StorageClient(coio::TcpStream<R> stream, TransmissionLimiter& limiter, ClientOptions options)
+      : stream_(std::move(stream)), writer_(stream_), limiter_(limiter), options_(options) {}
+
+  void releaseSlot(Call& call) noexcept {
+    if (std::exchange(call.granted, false)) limiter_.release();
+  }
+
+  void complete(std::uint64_t id, Call& call, coio::Result<std::vector<ReadOutcome>> result) {
+    releaseSlot(call);
+    if (call.abandoned) {
+      calls_.erase(id);
+      return;
+    }
+    call.result = std::move(result);
+    call.done.request_stop();
+  }
+
+  coio::Task<void> readResponses() {
+    ReadFailure failure;
+    bool peerClosing = false;  // the server sent Error: it closes, nothing to answer
+    std::vector<std::byte> scratch;
+    for (;;) {
+      coio::Result<IncomingFrame> frame = co_await readFrame(stream_, failure, stop_.get_token());
+      if (!frame) break;
+      const std::uint64_t id = frame->header.requestId;
+      const auto found = calls_.find(id);
+      Call* call = found == calls_.end() ? nullptr : found->second.get();
+      if (frame->header.type == proto::MessageType::error) {
+        coio::Result<proto::ErrorFrame> error = proto::decodeError(frame->payload);
+        failure = {error ? make_error_code(error->code) : error.error(), id};
+        peerClosing = true;
+        break;
+      }
+      if (call == nullptr) {
+        failure = {proto::ProtocolErrc::unexpectedMessage, id};
+        break;
+      }
+      if (frame->header.type == proto::MessageType::transmitRequest && !call->grantAsked) {
+        call->grantAsked = true;
+        if (!call->abandoned) scope_.spawn(grant(id));
+        continue;
+      }
+      if (frame->header.type != proto::MessageType::batchReadResponse) {
+        failure = {proto::ProtocolErrc::unexpectedMessage, id};
+        break;
+      }
+      coio::Result<std::vector<ReadOutcome>> outcomes = co_await receiveData(*call, frame->payload, scratch, failure, id);
+      if (failure.error) break;
+      complete(id, *call, std::move(outcomes));
+    }
+    fail(failure);
+    if (failure.isProtocolError() && !peerClosing) {
+      co_await sendErrorAndDrain(stream_, writer_, failure, std::chrono::seconds(1));
+    }
+    (void)stream_.shutdown(coio::ShutdownHow::both);
+  }
+
+  // Decodes a response and reads its data into the call's destinations
+  // (or into `scratch` for an abandoned call). Sets `failure` on errors.
+  coio::Task<coio::Result<std::vector<ReadOutcome>>> receiveData(Call& call, std::span<const std::byte> payload,
+                                                                 std::vector<std::byte>& scratch, ReadFailure& failure,
+                                                                 std::uint64_t id) {
+    const auto count = static_cast<std::uint32_t>(call.ios.size());
+    coio::Result<proto::BatchReadResponse> response = proto::decodeBatchReadResponse(payload, count);
+    if (response && response->results.size() != count) response = proto::ProtocolErrc::truncated;
+    if (!response) {
+      failure = {response.error(), id};
+      co_return response.error();
+    }
+    std::vector<ReadOutcome> outcomes(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const proto::IoResult& r = response->results[i];
+      const bool ok = r.status == proto::IoStatus::ok;
+      if ((ok && r.bytes > call.ios[i].length) || (!ok && r.bytes != 0)) {
+        failure = {proto::ProtocolErrc::unexpectedMessage, id};
+        co_return failure.error;
+      }
+      std::span<std::byte> into = call.ios[i].into;
+      if (call.abandoned) {
+        scratch.resize(r.bytes);
+        into = scratch;
+      }
+      into = into.first(r.bytes);
+      coio::Result<void> got = co_await stream_.readExact(into, stop_.get_token());
+      if (!got) {
+        failure = {got.error(), id};
+        co_return got.error();
+      }
+      outcomes[i] = {r.status, r.bytes, r.checksum, false};
+      if (ok && options_.verifyChecksums) outcomes[i].checksumMismatch = crc32c(into) != r.checksum;
+    }
+    co_return outcomes;
+  }
+
+  // Grants transmission of request `id` once a limiter slot is free.
+  coio::Task<void> grant(std::uint64_t id) {
+    const bool slot = co_await limiter_.acquire(stop_.get_token());
+    if (!slot) co_return;
+    const auto found = calls_.find(id);
+    if (failure_ || found == calls_.end() || found->second->abandoned) {
+      limiter_.release();
+      co_return;
+    }
+    found->second->granted = true;
+    std::vector<std::byte> frame;
+    proto::encodeEmpty(frame, proto::MessageType::transmitGrant, id);
+    (void)co_await writer_.send(frame, stop_.get_token());  // a broken connection ends the reader too
+  }
+
+  // Fails every call: the connection is unusable from now on.
+  void fail(const ReadFailure& failure) {
+    failure_ = failure.error ? failure.error : make_error_code(coio::Errc::closed);
+    if (failure_ == std::errc::operation_canceled) failure_ = coio::Errc::closed;
+    std::vector<std::uint64_t> ids;
+    for (auto& [id, call] : calls_) ids.push_back(id);
+    for (std::uint64_t id : ids) complete(id, *calls_.at(id), failure_);
+  }
+
+  coio::TcpStream<R> stream_;
+  FrameWriter<R> writer_;
+  TransmissionLimiter& limiter_;
+  ClientOptions options_;
+  std::uint64_t nextId_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Call>> calls_;
+  std::error_code failure_;
+  std::stop_source stop_;
+  coio::AsyncScope scope_;  // the reader and grant tasks
+};
+
+}  // namespace storage

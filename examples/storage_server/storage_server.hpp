@@ -1,0 +1,453 @@
+#pragma once
+// The storage server of one reactor: serves BatchReadRequests (PROTOCOL.md)
+// from a chunk store over TCP. A multi-reactor server runs one per reactor
+// and lets one of them accept for all (serve()).
+#include "chunk_store.hpp"
+#include "crc32c.hpp"
+#include "frame_io.hpp"
+#include "protocol.hpp"
+
+#include <coio/core/async_scope.hpp>
+#include <coio/core/batch_semaphore.hpp>
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+#include <coio/disk/buffer_pool.hpp>
+#include <coio/disk/direct_io.hpp>
+#include <coio/disk/disk.hpp>
+#include <coio/disk/file.hpp>
+#include <coio/disk/read_batch.hpp>
+#include <coio/net/tcp_listener.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/reactor.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace storage {
+
+struct ServerOptions {
+  std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
+  std::uint64_t maxBatchBytes = 64ull << 20;         ///< requested bytes per batch (--max-batch-bytes)
+  std::chrono::steady_clock::duration transmitTimeout = std::chrono::seconds(10);  ///< --transmit-timeout
+  std::size_t pieceSize = 256 * 1024;                ///< one pool buffer; larger reads are split into pieces
+  std::size_t poolBytes = 128u << 20;                ///< this reactor's read-buffer pool
+  bool directIo = true;                              ///< O_DIRECT, if the file system allows it
+  /// How long a connection dropped for a protocol error gets to read its Error frame.
+  std::chrono::steady_clock::duration errorGrace = std::chrono::seconds(1);
+};
+
+/// Counters of one server (read on its loop thread, or once it is idle).
+struct ServerStats {
+  std::uint64_t requests = 0;
+  std::uint64_t protocolErrors = 0;
+  std::uint64_t transmitTimeouts = 0;
+  std::size_t connections = 0;
+  std::size_t transmitting = 0;      ///< requests between grant and the end of their data
+  std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
+};
+
+/// One reactor's share of the server: the dataset's files opened on the
+/// reactor's Disk, a registered BufferPool, and the connections it serves.
+///
+/// Guarantees:
+/// - Everything runs on the reactor's loop thread: create it there (or
+///   before the loop runs), call adopt()/serve()/shutdown() there.
+/// - Per request: every IO is validated (an invalid one gets its own
+///   status), the valid ones are read with one ReadBatch into pool buffers
+///   (ranges widened to the O_DIRECT alignment), checksummed, and sent once
+///   the client has granted transmission (else, after transmitTimeout, the
+///   request is answered with timedOut). Pool buffers are returned on every
+///   path: completion, timeout, disconnect, shutdown.
+/// - A protocol error on a connection gets an Error frame and closes that
+///   connection only.
+/// - `co_await shutdown()` stops accepting, cancels every connection (their
+///   in-flight requests fail; clients see the connection close) and resumes
+///   once all is done. It must complete before the server is destroyed.
+template <coio::Reactor R>
+class StorageServer {
+ public:
+  /// Loads `dir`'s index and opens its data files. Errors: the index's
+  /// (ENOENT: no index; Errc::invalidArgument: malformed), a data file's
+  /// open error, Errc::invalidArgument for unusable options.
+  static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::string& dir, ServerOptions options) {
+    coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(dir);
+    if (!index) return index.error();
+    if (options.pieceSize == 0 || options.pieceSize % 4096 != 0 || options.poolBytes < options.pieceSize ||
+        index->layout.chunkSize % 4096 != 0) {
+      return coio::Errc::invalidArgument;
+    }
+    auto server = std::unique_ptr<StorageServer>(new StorageServer(reactor, std::move(*index), options));
+    for (std::uint32_t f = 0; f < server->index_.layout.files(); ++f) {
+      const std::string path = ChunkStoreLayout::dataFileName(dir, f);
+      coio::Result<coio::File> file = coio::File::open(server->disk_, path.c_str(), {.direct = options.directIo});
+      if (!file && options.directIo && file.error() == std::errc::invalid_argument) {
+        // The file system has no O_DIRECT (tmpfs): read through the page cache.
+        server->note_ = "O_DIRECT unsupported here; buffered reads. ";
+        server->options_.directIo = options.directIo = false;
+        file = coio::File::open(server->disk_, path.c_str());
+      }
+      if (!file) return file.error();
+      // The widened range of a read must stay inside its chunk.
+      if (server->index_.layout.chunkSize % file->alignment() != 0) return coio::Errc::invalidArgument;
+      (void)file->registerWithRing();  // a plain fd works too, just with a lookup per read
+      server->files_.push_back(std::move(*file));
+    }
+    (void)server->disk_.registerBuffers(server->pool_);
+    server->note_ += server->pool_.registrationNote();
+    return server;
+  }
+
+  StorageServer(const StorageServer&) = delete;
+  StorageServer& operator=(const StorageServer&) = delete;
+  ~StorageServer() { COIO_ASSERT(scopeJoined_, "StorageServer destroyed before co_await shutdown() completed"); }
+
+  R& reactor() const noexcept { return reactor_; }
+  const ChunkStoreLayout& layout() const noexcept { return index_.layout; }
+  const ServerOptions& options() const noexcept { return options_; }
+  const ServerStats& stats() const noexcept { return stats_; }
+  /// Pool buffers held by requests right now.
+  std::size_t buffersInUse() const noexcept { return pool_.count() - pool_.available(); }
+  /// O_DIRECT and buffer-registration notes, for the start-up banner.
+  const std::string& note() const noexcept { return note_; }
+
+  /// Serves `stream` until it closes (loop thread). After shutdown() began
+  /// the stream is closed at once.
+  void adopt(coio::TcpStream<R> stream) {
+    if (stopping_) return;
+    scope_.spawn(serveConnection(std::move(stream)));
+  }
+
+  /// Accepts connections on `listener` until shutdown(), handing them round
+  /// robin to `shards` (each on its own reactor; empty: this server only).
+  /// The listener must outlive shutdown().
+  void serve(coio::TcpListener<R>& listener, std::vector<StorageServer*> shards = {}) {
+    if (stopping_) return;
+    if (shards.empty()) shards.push_back(this);
+    scope_.spawn(acceptLoop(listener, std::move(shards)));
+  }
+
+  /// Stops accepting, cancels every connection and waits until all of them
+  /// (and their requests) are gone. Once only.
+  coio::Task<void> shutdown() {
+    stopping_ = true;
+    stop_.request_stop();
+    for (Connection* c : connections_) c->stop.request_stop();
+    co_await scope_.join();
+    scopeJoined_ = true;
+  }
+
+ private:
+  // One piece of a widened read: at most pieceSize bytes into one buffer.
+  struct Piece {
+    std::uint32_t file;
+    std::uint64_t fileOffset;
+    std::size_t length;
+    std::size_t head;  // where the asked bytes start in the buffer
+    std::size_t take;  // how many asked bytes it holds
+  };
+  struct IoPlan {
+    std::size_t firstPiece = 0;
+    std::size_t pieces = 0;
+  };
+
+  // A request waiting for its TransmitGrant.
+  struct GrantWait {
+    std::stop_source arrived;
+    bool granted = false;
+  };
+
+  struct Connection {
+    explicit Connection(coio::TcpStream<R> s) : stream(std::move(s)), writer(stream) {}
+    coio::TcpStream<R> stream;
+    FrameWriter<R> writer;
+    std::stop_source stop;  // cancels the reader and every request
+    coio::AsyncScope requests;
+    std::unordered_set<std::uint64_t> inFlight;               // request ids being served
+    std::unordered_map<std::uint64_t, GrantWait*> awaiting;   // ... of which these wait for a grant
+    std::deque<std::uint64_t> timedOut;                       // recent ids whose grant came too late
+  };
+  static constexpr std::size_t kRememberTimedOut = 1024;
+
+  // Pool buffers for one request, and their semaphore tokens: both go back
+  // on destruction.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { release(); }
+    // After `count` tokens were acquired: takes that many buffers (the tokens guarantee they are free).
+    void hold(coio::BatchSemaphore& tokens, coio::BufferPool& pool, std::size_t count) {
+      tokens_ = &tokens;
+      count_ = count;
+      buffers.reserve(count);
+      for (std::size_t i = 0; i < count; ++i) buffers.push_back(*pool.tryAcquire());
+    }
+    void release() noexcept {
+      buffers.clear();  // back to the pool before a waiter is resumed to take them
+      if (tokens_) std::exchange(tokens_, nullptr)->release(count_);
+    }
+    std::vector<coio::Buffer> buffers;
+
+   private:
+    coio::BatchSemaphore* tokens_ = nullptr;
+    std::size_t count_ = 0;
+  };
+
+  // Takes a request id out of the connection's in-flight set when its task ends.
+  struct InFlightEntry {
+    Connection& conn;
+    std::uint64_t id;
+    ~InFlightEntry() { conn.inFlight.erase(id); }
+  };
+
+  StorageServer(R& reactor, ChunkStoreIndex index, const ServerOptions& options)
+      : reactor_(reactor),
+        index_(std::move(index)),
+        options_(options),
+        pool_({.bufferSize = options.pieceSize, .count = options.poolBytes / options.pieceSize}),
+        disk_(reactor),
+        tokens_(pool_.count()) {}
+
+  coio::Task<void> acceptLoop(coio::TcpListener<R>& listener, std::vector<StorageServer*> shards) {
+    for (std::size_t next = 0;; ++next) {
+      coio::Result<coio::TcpStream<R>> stream = co_await listener.accept(stop_.get_token());
+      if (!stream) {
+        if (stop_.stop_requested()) co_return;
+        continue;  // e.g. EMFILE: that connection is lost, the listener is not
+      }
+      (void)stream->setNoDelay(true);
+      StorageServer* shard = shards[next % shards.size()];
+      if (shard == this) {
+        adopt(std::move(*stream));
+      } else {
+        shard->reactor().spawn(adoptOn(shard, stream->release()));
+      }
+    }
+  }
+
+  // Runs on `shard`'s loop thread.
+  static coio::Task<void> adoptOn(StorageServer* shard, coio::detail::FileDescriptor fd) {
+    shard->adopt(coio::TcpStream<R>(shard->reactor(), std::move(fd)));
+    co_return;
+  }
+
+  coio::Task<void> serveConnection(coio::TcpStream<R> stream) {
+    Connection conn(std::move(stream));
+    connections_.insert(&conn);
+    ++stats_.connections;
+    ReadFailure failure = co_await readRequests(conn);
+    conn.stop.request_stop();
+    co_await conn.requests.join();
+    if (failure.isProtocolError()) {
+      ++stats_.protocolErrors;
+      co_await sendErrorAndDrain(conn.stream, conn.writer, failure, options_.errorGrace);
+    }
+    --stats_.connections;
+    connections_.erase(&conn);
+  }
+
+  // The connection's reader: decodes frames and starts a task per request.
+  coio::Task<ReadFailure> readRequests(Connection& conn) {
+    ReadFailure failure;
+    for (;;) {
+      coio::Result<IncomingFrame> frame = co_await readFrame(conn.stream, failure, conn.stop.get_token());
+      if (!frame) co_return failure;
+      const std::uint64_t id = frame->header.requestId;
+      switch (frame->header.type) {
+        case proto::MessageType::batchReadRequest: {
+          coio::Result<proto::BatchReadRequest> request =
+              proto::decodeBatchReadRequest(frame->payload, proto::kMaxIosPerFrame);
+          if (!request) co_return ReadFailure{request.error(), id};
+          if (!conn.inFlight.insert(id).second) co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
+          ++stats_.requests;
+          conn.requests.spawn(serveRequest(conn, id, std::move(*request)));
+          break;
+        }
+        case proto::MessageType::transmitGrant: {
+          const auto waiting = conn.awaiting.find(id);
+          if (waiting != conn.awaiting.end()) {
+            waiting->second->granted = true;
+            waiting->second->arrived.request_stop();
+            conn.awaiting.erase(waiting);
+          } else if (std::find(conn.timedOut.begin(), conn.timedOut.end(), id) == conn.timedOut.end()) {
+            co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
+          }  // else: a grant that crossed our timedOut response
+          break;
+        }
+        case proto::MessageType::error:
+          co_return ReadFailure{coio::Errc::eof, id};  // the client gave up on us: close without answering
+        default:
+          co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
+      }
+    }
+  }
+
+  // Validates every IO: ok, or the IO's own error status.
+  std::vector<proto::IoResult> validate(const proto::BatchReadRequest& request) const {
+    std::vector<proto::IoResult> results(request.ios.size());
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < request.ios.size(); ++i) {
+      const proto::ReadIo& io = request.ios[i];
+      if (io.chunkId >= index_.layout.chunks) {
+        results[i].status = proto::IoStatus::chunkNotFound;
+      } else if (std::uint64_t{io.offset} + io.length > index_.layout.chunkSize) {
+        results[i].status = proto::IoStatus::rangeOutsideChunk;
+      } else {
+        total += io.length;
+      }
+    }
+    if (request.ios.size() > options_.maxBatch || total > options_.maxBatchBytes) {
+      for (proto::IoResult& r : results) r.status = proto::IoStatus::batchTooLarge;
+    }
+    return results;
+  }
+
+  // Splits each valid IO's widened range into pieces of at most pieceSize.
+  void plan(const proto::BatchReadRequest& request, const std::vector<proto::IoResult>& results,
+            std::vector<IoPlan>& plans, std::vector<Piece>& pieces) const {
+    const std::size_t alignment = files_.empty() ? 1 : files_.front().alignment();
+    for (std::size_t i = 0; i < request.ios.size(); ++i) {
+      const proto::ReadIo& io = request.ios[i];
+      plans[i].firstPiece = pieces.size();
+      if (results[i].status != proto::IoStatus::ok || io.length == 0) continue;
+      const ChunkLocation where = index_.layout.locate(io.chunkId);
+      const coio::AlignedRange range = coio::alignRange(where.offset + io.offset, io.length, alignment);
+      std::size_t head = range.head, left = range.requested;
+      for (std::size_t at = 0; at < range.length; at += options_.pieceSize) {
+        Piece p{where.file, range.offset + at, std::min(options_.pieceSize, range.length - at), 0, 0};
+        p.head = std::min(head, p.length);
+        p.take = std::min(left, p.length - p.head);
+        head -= p.head;
+        left -= p.take;
+        pieces.push_back(p);
+      }
+      plans[i].pieces = pieces.size() - plans[i].firstPiece;
+    }
+  }
+
+  coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request) {
+    const InFlightEntry entry{conn, id};
+    std::vector<proto::IoResult> results = validate(request);
+    std::vector<IoPlan> plans(request.ios.size());
+    std::vector<Piece> pieces;
+    plan(request, results, plans, pieces);
+    if (pieces.size() > pool_.count()) {  // more than the whole pool could ever hold
+      for (proto::IoResult& r : results) r.status = proto::IoStatus::batchTooLarge;
+      pieces.clear();
+    }
+    const std::stop_token stop = conn.stop.get_token();
+    Lease lease;
+    if (!pieces.empty()) {
+      const bool haveTokens = co_await tokens_.acquire(pieces.size(), stop);
+      if (!haveTokens) co_return;  // the connection is going away
+      lease.hold(tokens_, pool_, pieces.size());
+    }
+
+    coio::ReadBatch batch(disk_);
+    batch.reserve(pieces.size());
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      batch.add(files_[pieces[p].file], pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
+    }
+    co_await batch.submit(stop);
+    if (stop.stop_requested()) co_return;
+
+    // Outcomes, checksums and the data to send: the asked part of each piece.
+    std::vector<std::span<const std::byte>> parts;
+    std::vector<std::byte> head;
+    parts.emplace_back();  // the response frame, encoded below
+    for (std::size_t i = 0; i < request.ios.size(); ++i) {
+      proto::IoResult& r = results[i];
+      if (r.status != proto::IoStatus::ok) continue;
+      const std::size_t firstPart = parts.size();
+      for (std::size_t p = plans[i].firstPiece; p < plans[i].firstPiece + plans[i].pieces; ++p) {
+        coio::Result<std::size_t> n = batch.result(p);
+        if (!n || *n != pieces[p].length) r.status = proto::IoStatus::ioError;
+        parts.push_back(lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take));
+      }
+      if (r.status != proto::IoStatus::ok) {
+        parts.resize(firstPart);
+        continue;
+      }
+      r.bytes = request.ios[i].length;
+      if (request.checksum == proto::ChecksumMode::crc32c) r.checksum = checksum(request.ios[i], parts, firstPart);
+    }
+
+    // Client-centric flow control: send only once the client grants it.
+    const bool granted = co_await awaitGrant(conn, id);
+    if (stop.stop_requested()) co_return;
+    if (!granted) {
+      ++stats_.transmitTimeouts;
+      lease.release();
+      parts.resize(1);
+      for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
+    }
+    proto::encode(head, id, proto::BatchReadResponse{std::move(results)});
+    parts.front() = head;
+    if (granted) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
+    (void)co_await conn.writer.send(parts, stop);  // a failed send breaks the connection: its reader ends it
+    if (granted) --stats_.transmitting;
+    if (conn.writer.broken()) conn.stop.request_stop();
+  }
+
+  // The stored whole-chunk CRC when the whole chunk is read (so a byte
+  // corrupted on disk shows as a mismatch), else the CRC of the bytes read.
+  std::uint32_t checksum(const proto::ReadIo& io, const std::vector<std::span<const std::byte>>& parts,
+                         std::size_t firstPart) const {
+    if (io.offset == 0 && io.length == index_.layout.chunkSize) return index_.crcs[io.chunkId];
+    std::uint32_t crc = 0;
+    for (std::size_t p = firstPart; p < parts.size(); ++p) crc = crc32c(parts[p], crc);
+    return crc;
+  }
+
+  // Sends TransmitRequest and waits for the grant: true if granted, false
+  // on timeout or when the connection stops.
+  coio::Task<bool> awaitGrant(Connection& conn, std::uint64_t id) {
+    std::vector<std::byte> frame;
+    proto::encodeEmpty(frame, proto::MessageType::transmitRequest, id);
+    GrantWait wait;
+    conn.awaiting.emplace(id, &wait);
+    coio::Result<void> sent = co_await conn.writer.send(frame, conn.stop.get_token());
+    if (sent) {
+      // The connection's stop ends the wait as a grant would.
+      std::stop_callback onStop(conn.stop.get_token(), [&wait] { wait.arrived.request_stop(); });
+      (void)co_await reactor_.sleepFor(options_.transmitTimeout, wait.arrived.get_token());
+    }
+    conn.awaiting.erase(id);
+    if (!wait.granted && !conn.stop.stop_requested()) {
+      conn.timedOut.push_back(id);
+      if (conn.timedOut.size() > kRememberTimedOut) conn.timedOut.pop_front();
+    }
+    co_return wait.granted;
+  }
+
+  R& reactor_;
+  ChunkStoreIndex index_;
+  ServerOptions options_;
+  std::string note_;
+  // Destroyed in reverse: files before the Disk, the Disk before the pool.
+  coio::BufferPool pool_;
+  coio::Disk disk_;
+  std::vector<coio::File> files_;
+  coio::BatchSemaphore tokens_;  // one per free pool buffer: a request waits for all of its buffers at once
+  ServerStats stats_;
+  std::stop_source stop_;  // the accept loop's
+  bool stopping_ = false;
+  bool scopeJoined_ = false;
+  std::unordered_set<Connection*> connections_;
+  coio::AsyncScope scope_;  // connections and accept loops
+};
+
+}  // namespace storage
