@@ -69,11 +69,16 @@ check_add_subdirectory() {
 
 check_single_header_consumer() {
   local cxx
+  # The core alone, then with the uring component (single_include/coio/uring.hpp + -luring).
   for cxx in g++ clang++; do
     echo "$cxx -std=c++20 -I single_include tests/consumer/main.cpp -pthread"
     "$cxx" -std=c++20 -Wall -Wextra -Wpedantic -Werror -I single_include tests/consumer/main.cpp -pthread \
       -o "$work/single-include-consumer-$cxx"
     "$work/single-include-consumer-$cxx"
+    echo "$cxx -std=c++20 -DCOIO_CONSUMER_URING -I single_include tests/consumer/main.cpp -pthread -luring"
+    "$cxx" -std=c++20 -Wall -Wextra -Wpedantic -Werror -DCOIO_CONSUMER_URING -I single_include \
+      tests/consumer/main.cpp -pthread -luring -o "$work/single-include-consumer-uring-$cxx"
+    "$work/single-include-consumer-uring-$cxx"
   done
 }
 

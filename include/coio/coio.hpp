@@ -1,5 +1,7 @@
 #pragma once
-// Everything in coio that needs nothing beyond the C++ standard library.
+// Everything in coio that needs no library beyond libc: the core, the
+// testing executor, the epoll reactor and TCP. The io_uring reactor and
+// disk I/O are in <coio/uring.hpp>, RDMA in <coio/rdma.hpp>.
 #include <coio/core/async_scope.hpp>
 #include <coio/core/awaitable_traits.hpp>
 #include <coio/core/baton.hpp>
@@ -11,4 +13,11 @@
 #include <coio/core/stamped_ptr.hpp>
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
+#include <coio/net/socket_address.hpp>
+#include <coio/net/tcp_listener.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/epoll_reactor.hpp>
+#include <coio/reactor/reactor.hpp>
+#include <coio/reactor/reactor_pool.hpp>
+#include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/manual_executor.hpp>

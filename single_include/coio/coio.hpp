@@ -4,7 +4,9 @@
 // begin <coio/coio.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_COIO_HPP
 #define COIO_SINGLE_INCLUDE_COIO_COIO_HPP
-// Everything in coio that needs nothing beyond the C++ standard library.
+// Everything in coio that needs no library beyond libc: the core, the
+// testing executor, the epoll reactor and TCP. The io_uring reactor and
+// disk I/O are in <coio/uring.hpp>, RDMA in <coio/rdma.hpp>.
 // begin <coio/core/async_scope.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
@@ -1497,6 +1499,1628 @@ struct StampedPtr {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
 // end <coio/core/stamped_ptr.hpp>
+// begin <coio/net/socket_address.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace coio {
+
+/// An IPv4 or IPv6 socket address (address and port), a plain value.
+///
+/// Text form: `1.2.3.4:80` and `[::1]:80`, as `parse` accepts and
+/// `toString` produces. A default-constructed SocketAddress is empty
+/// (family AF_UNSPEC).
+class SocketAddress {
+ public:
+  SocketAddress() noexcept = default;
+
+  /// Parses `host:port` (IPv4) or `[host]:port` (IPv6); numeric hosts only.
+  /// Errc::invalidArgument on anything else.
+  static Result<SocketAddress> parse(std::string_view text) {
+    const std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return Errc::invalidArgument;
+    std::string_view host = text.substr(0, colon);
+    const std::string_view portText = text.substr(colon + 1);
+    unsigned port = 0;
+    const auto [end, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+    if (portText.empty() || ec != std::errc{} || end != portText.data() + portText.size() || port > 65535) {
+      return Errc::invalidArgument;
+    }
+    const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+    if (bracketed) host = host.substr(1, host.size() - 2);
+    const std::string hostText(host);  // inet_pton needs a terminated string
+    const auto p = static_cast<std::uint16_t>(port);
+    if (bracketed) {
+      in6_addr v6{};
+      if (::inet_pton(AF_INET6, hostText.c_str(), &v6) != 1) return Errc::invalidArgument;
+      return ipv6(v6, p);
+    }
+    in_addr v4{};
+    if (::inet_pton(AF_INET, hostText.c_str(), &v4) != 1) return Errc::invalidArgument;
+    return ipv4(v4, p);
+  }
+
+  /// host:port from a binary IPv4 address (network byte order).
+  static SocketAddress ipv4(in_addr host, std::uint16_t port) noexcept {
+    sockaddr_in v4{};
+    v4.sin_family = AF_INET;
+    v4.sin_port = htons(port);
+    v4.sin_addr = host;
+    SocketAddress a;
+    a.assign(&v4, sizeof v4);
+    return a;
+  }
+
+  /// [host]:port from a binary IPv6 address.
+  static SocketAddress ipv6(const in6_addr& host, std::uint16_t port) noexcept {
+    sockaddr_in6 v6{};
+    v6.sin6_family = AF_INET6;
+    v6.sin6_port = htons(port);
+    v6.sin6_addr = host;
+    SocketAddress a;
+    a.assign(&v6, sizeof v6);
+    return a;
+  }
+
+  /// 127.0.0.1:port
+  static SocketAddress loopbackV4(std::uint16_t port = 0) noexcept { return ipv4(in_addr{htonl(INADDR_LOOPBACK)}, port); }
+
+  /// [::1]:port
+  static SocketAddress loopbackV6(std::uint16_t port = 0) noexcept { return ipv6(in6addr_loopback, port); }
+
+  /// From what getsockname/accept filled in; Errc::invalidArgument unless
+  /// it is an IPv4 or IPv6 address.
+  static Result<SocketAddress> fromSockaddr(const sockaddr* address, socklen_t length) noexcept {
+    const bool ok = (address->sa_family == AF_INET && length >= sizeof(sockaddr_in)) ||
+                    (address->sa_family == AF_INET6 && length >= sizeof(sockaddr_in6));
+    if (!ok) return Errc::invalidArgument;
+    SocketAddress a;
+    a.assign(address, address->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    return a;
+  }
+
+  int family() const noexcept { return storage_.ss_family; }
+  std::uint16_t port() const noexcept {
+    switch (family()) {
+      case AF_INET: return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
+      case AF_INET6: return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_port);
+      default: return 0;
+    }
+  }
+
+  const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
+  socklen_t size() const noexcept { return length_; }
+
+  /// `1.2.3.4:80`, `[::1]:80`, or an empty string for an empty address.
+  std::string toString() const {
+    char host[INET6_ADDRSTRLEN] = {};
+    switch (family()) {
+      case AF_INET:
+        ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage_)->sin_addr, host, sizeof host);
+        return std::string(host) + ':' + std::to_string(port());
+      case AF_INET6:
+        ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, host, sizeof host);
+        return '[' + std::string(host) + "]:" + std::to_string(port());
+      default: return {};
+    }
+  }
+
+  friend bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept {
+    return a.length_ == b.length_ && std::memcmp(&a.storage_, &b.storage_, a.length_) == 0;
+  }
+
+ private:
+  void assign(const void* address, socklen_t length) noexcept {
+    std::memcpy(&storage_, address, length);
+    length_ = length;
+  }
+
+  sockaddr_storage storage_{};
+  socklen_t length_ = 0;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
+// end <coio/net/socket_address.hpp>
+// begin <coio/net/tcp_listener.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
+// begin <coio/detail/fd.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
+// FileDescriptor: sole owner of a file descriptor, closed on destruction.
+#include <unistd.h>
+
+#include <utility>
+
+namespace coio::detail {
+
+class FileDescriptor {
+ public:
+  FileDescriptor() noexcept = default;
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+
+  /// Closes the owned descriptor (if any) and takes ownership of `fd`.
+  void reset(int fd = -1) noexcept {
+    // close() is not retried on EINTR: on Linux the descriptor is gone anyway.
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
+// end <coio/detail/fd.hpp>
+// begin <coio/detail/transform_awaiter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
+// TransformAwaiter: wraps an awaiter and maps its result, without a
+// coroutine frame of its own (e.g. a recv's 0 bytes into Errc::eof).
+#include <coroutine>
+#include <utility>
+
+namespace coio::detail {
+
+template <typename Awaiter, typename Fn>
+struct [[nodiscard]] TransformAwaiter {
+  Awaiter inner;
+  Fn fn;
+
+  bool await_ready() { return inner.await_ready(); }
+  decltype(auto) await_suspend(std::coroutine_handle<> h) { return inner.await_suspend(h); }
+  decltype(auto) await_resume() { return fn(inner.await_resume()); }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
+// end <coio/detail/transform_awaiter.hpp>
+// begin <coio/net/tcp_stream.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+// begin <coio/reactor/reactor.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <stop_token>
+
+namespace coio {
+
+/// An awaitable whose `co_await` yields exactly T.
+template <typename A, typename T>
+concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
+
+/// An event loop driven by one thread; EpollReactor and UringReactor model
+/// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+///
+/// What every model guarantees:
+/// - `run()` drives the loop on the calling thread until `stop()`;
+///   `runUntil(task)` until `task` finishes. One thread at a time.
+/// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
+///   sleeping loop; spawned tasks are owned by the reactor and start on the
+///   loop thread. `stop()` works from any thread and is final: pending
+///   operations are cancelled, and tasks still owned by the reactor are
+///   destroyed (all their frames) when the reactor is destroyed. Coroutines
+///   owned elsewhere (e.g. by a blockingWait on another thread) that still
+///   wait on a stopped reactor are never resumed: stop it after they are done.
+/// - Every other awaitable resumes its coroutine on the loop thread and must
+///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
+///   system category) and take a std::stop_token: a stop requested on the
+///   loop thread cancels the operation, which then yields
+///   std::errc::operation_canceled. A cancelled operation resumes only once
+///   the kernel has let go of its buffers.
+/// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
+///   after the call (its state is checked when the wait starts), which makes
+///   them safe for edge-triggered sources: drain, then wait again.
+/// - `forget(fd)` before closing an fd the reactor has waited on.
+template <typename R>
+concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
+                           std::span<const std::byte> out, const sockaddr* address, socklen_t length,
+                           std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
+                           std::stop_token stop) {
+  r.run();
+  r.runUntil(std::move(task));
+  r.stop();
+  r.spawn(std::move(task));
+  { cr.isInLoopThread() } -> std::same_as<bool>;
+  { r.schedule() } -> AwaitableOf<void>;
+  { r.sleepFor(d) } -> AwaitableOf<void>;
+  { r.sleepUntil(t) } -> AwaitableOf<void>;
+  { r.sleepFor(d, stop) } -> AwaitableOf<bool>;
+  { r.sleepUntil(t, stop) } -> AwaitableOf<bool>;
+  { r.readable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.writable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.accept(fd, stop) } -> AwaitableOf<Result<int>>;
+  { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
+  { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  r.forget(fd);
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+// end <coio/reactor/reactor.hpp>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+
+// A read of a non-empty buffer that returns 0 bytes met the end of stream.
+struct ReadResult {
+  bool wantedBytes;
+  Result<std::size_t> operator()(Result<std::size_t> r) const {
+    if (r && *r == 0 && wantedBytes) return Errc::eof;
+    return r;
+  }
+};
+
+// EPIPE: the peer is gone (it reset the connection, or closed it and our
+// data drew a reset); report it as the reset it is.
+struct WriteResult {
+  Result<std::size_t> operator()(Result<std::size_t> r) const {
+    if (!r && r.error() == std::errc::broken_pipe) return std::errc::connection_reset;
+    return r;
+  }
+};
+
+inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
+  sockaddr_storage storage{};
+  socklen_t length = sizeof storage;
+  if (query(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return systemError(errno);
+  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&storage), length);
+}
+
+}  // namespace detail
+
+enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
+
+/// A connected TCP socket (non-blocking) driven by a reactor of type R.
+///
+/// Guarantees:
+/// - Every operation is awaited on the reactor's thread and resumes its
+///   coroutine there (R's guarantee). One read and one write may be pending
+///   at a time.
+/// - Errors are values: orderly end of stream is Errc::eof (never a 0-byte
+///   read), a reset by the peer is std::errc::connection_reset (on reads and
+///   writes), a cancelled operation std::errc::operation_canceled.
+/// - The socket is closed (and forgotten by the reactor) on destruction or
+///   `close()`; no operation may be pending then.
+template <Reactor R>
+class TcpStream {
+ public:
+  using ReadAwaiter = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
+                                               detail::ReadResult>;
+  using WriteAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
+                               detail::WriteResult>;
+
+  /// Adopts a connected non-blocking socket.
+  TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpStream(TcpStream&& other) noexcept = default;
+  TcpStream& operator=(TcpStream&& other) noexcept {
+    if (this != &other) {
+      close();
+      reactor_ = other.reactor_;
+      fd_ = std::move(other.fd_);
+    }
+    return *this;
+  }
+  ~TcpStream() { close(); }
+
+  /// Connects to `address`.
+  static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
+    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    if (!fd.valid()) co_return systemError(errno);
+    TcpStream stream(reactor, std::move(fd));
+    Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
+    if (!connected) co_return connected.error();
+    co_return std::move(stream);
+  }
+
+  /// Reads what is available, at most `buffer.size()` bytes (at least 1 for
+  /// a non-empty buffer).
+  ReadAwaiter read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return ReadAwaiter{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+  }
+
+  /// Writes some of `buffer`: the byte count written, possibly short.
+  WriteAwaiter write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
+  }
+
+  /// Fills `buffer` completely; Errc::eof if the stream ends first (the
+  /// bytes read so far are then in the buffer but not counted).
+  Task<Result<void>> readExact(std::span<std::byte> buffer, std::stop_token stop = {}) {
+    while (!buffer.empty()) {
+      Result<std::size_t> n = co_await read(buffer, stop);
+      if (!n) co_return n.error();
+      buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Writes all of `buffer`, across as many partial writes as it takes.
+  Task<Result<void>> writeAll(std::span<const std::byte> buffer, std::stop_token stop = {}) {
+    while (!buffer.empty()) {
+      Result<std::size_t> n = co_await write(buffer, stop);
+      if (!n) co_return n.error();
+      buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
+    if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
+    return {};
+  }
+
+  /// TCP_NODELAY: send small writes at once instead of coalescing them.
+  Result<void> setNoDelay(bool on) noexcept {
+    const int value = on ? 1 : 0;
+    if (::setsockopt(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value) != 0) return systemError(errno);
+    return {};
+  }
+
+  Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
+
+  /// Closes the socket now (idempotent).
+  void close() noexcept {
+    if (!fd_.valid()) return;
+    reactor_->forget(fd_.get());
+    fd_.reset();
+  }
+
+  /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
+  /// another one: `TcpStream(other, stream.release())`. No operation may be
+  /// pending.
+  detail::FileDescriptor release() noexcept {
+    if (fd_.valid()) reactor_->forget(fd_.get());
+    return std::move(fd_);
+  }
+
+  bool isOpen() const noexcept { return fd_.valid(); }
+  int fd() const noexcept { return fd_.get(); }
+  R& reactor() const noexcept { return *reactor_; }
+
+ private:
+  R* reactor_;
+  detail::FileDescriptor fd_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+// end <coio/net/tcp_stream.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+template <typename R>
+struct AcceptedStream {
+  R* reactor;
+  Result<TcpStream<R>> operator()(Result<int> fd) const {
+    if (!fd) return fd.error();
+    return TcpStream<R>(*reactor, FileDescriptor(*fd));
+  }
+};
+}  // namespace detail
+
+/// A listening TCP socket (IPv4 or IPv6) driven by a reactor of type R.
+///
+/// Guarantees: `accept()` is awaited on the reactor's thread and resumes
+/// there, with a connected non-blocking TcpStream or an error; one accept
+/// may be pending at a time. The socket is closed on destruction.
+template <Reactor R>
+class TcpListener {
+ public:
+  using AcceptAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().accept(0, {})), detail::AcceptedStream<R>>;
+
+  TcpListener(TcpListener&&) noexcept = default;
+  TcpListener& operator=(TcpListener&&) = delete;
+  ~TcpListener() {
+    if (fd_.valid()) reactor_->forget(fd_.get());
+  }
+
+  /// Binds and listens (SO_REUSEADDR; IPv6 sockets are IPv6-only). Port 0
+  /// picks a free port: see localAddress().
+  static Result<TcpListener> bind(R& reactor, const SocketAddress& address, int backlog = SOMAXCONN) {
+    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    if (!fd.valid()) return systemError(errno);
+    const int one = 1;
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) return systemError(errno);
+    if (address.family() == AF_INET6 && ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
+      return systemError(errno);
+    }
+    if (::bind(fd.get(), address.data(), address.size()) != 0) return systemError(errno);
+    if (::listen(fd.get(), backlog) != 0) return systemError(errno);
+    return TcpListener(reactor, std::move(fd));
+  }
+
+  /// The next connection.
+  AcceptAwaiter accept(std::stop_token stop = {}) noexcept {
+    return AcceptAwaiter{reactor_->accept(fd_.get(), std::move(stop)), detail::AcceptedStream<R>{reactor_}};
+  }
+
+  Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  int fd() const noexcept { return fd_.get(); }
+
+ private:
+  TcpListener(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+
+  R* reactor_;
+  detail::FileDescriptor fd_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
+// end <coio/net/tcp_listener.hpp>
+// begin <coio/reactor/epoll_reactor.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
+// begin <coio/detail/reactor_base.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
+// ReactorBase<Derived>: everything the epoll and io_uring reactors share:
+// the loop (run / runUntil / stop), tasks owned by the reactor (spawn),
+// hand-over from other threads (schedule, through an eventfd), and timers.
+// Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
+// `resumeRemote()` when the wake-up eventfd fired) and `quiesce()` (make
+// sure the kernel holds no reference to any operation, without resuming
+// anything).
+// begin <coio/detail/syscall.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// Conventions for system calls inside coio: a raw result is a `long`, >= 0
+// on success and -errno on failure (the io_uring CQE convention), so that
+// both reactors map results to `Result<T>` the same way.
+
+#include <cerrno>
+#include <cstddef>
+#include <string>
+#include <system_error>
+
+namespace coio::detail {
+
+/// Calls `f` (a system call returning -1 and setting errno on failure)
+/// until it is not interrupted by a signal; returns the result or -errno.
+template <typename F>
+long retryOnEintr(F&& f) noexcept {
+  for (;;) {
+    const long r = static_cast<long>(f());
+    if (r >= 0) return r;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
+/// integral types keep it.
+template <typename T>
+Result<T> toResult(long raw) {
+  if (raw < 0) return systemError(static_cast<int>(-raw));
+  if constexpr (std::is_void_v<T>) {
+    return {};
+  } else {
+    return static_cast<T>(raw);
+  }
+}
+
+/// For failures that leave an object unusable at construction (no epoll fd,
+/// no ring): the caller cannot get a Result out of a constructor.
+[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
+  throw std::system_error(systemError(err), what);
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// end <coio/detail/syscall.hpp>
+// begin <coio/detail/timer_queue.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
+// TimerQueue: an intrusive binary min-heap of timers ordered by (deadline,
+// insertion sequence), so that timers with equal deadlines fire in the order
+// they were added. Each node knows its heap index: removal is O(log n) with
+// no search and no allocation besides the heap's vector.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+struct TimerNode {
+  static constexpr std::size_t kNotQueued = std::numeric_limits<std::size_t>::max();
+
+  std::chrono::steady_clock::time_point deadline;
+  void (*fire)(TimerNode*) noexcept = nullptr;
+  std::uint64_t seq = 0;
+  std::size_t index = kNotQueued;
+
+  bool queued() const noexcept { return index != kNotQueued; }
+};
+
+class TimerQueue {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  std::size_t size() const noexcept { return heap_.size(); }
+
+  void push(TimerNode& n) {
+    COIO_ASSERT(!n.queued(), "timer queued twice");
+    n.seq = nextSeq_++;
+    n.index = heap_.size();
+    heap_.push_back(&n);
+    siftUp(n.index);
+  }
+
+  void remove(TimerNode& n) noexcept {
+    COIO_ASSERT(n.queued() && heap_[n.index] == &n, "removing a timer that is not queued here");
+    const std::size_t i = n.index;
+    n.index = TimerNode::kNotQueued;
+    TimerNode* last = heap_.back();
+    heap_.pop_back();
+    if (last == &n) return;
+    place(last, i);
+    siftDown(i);
+    siftUp(last->index);
+  }
+
+  std::optional<TimePoint> nextDeadline() const noexcept {
+    if (heap_.empty()) return std::nullopt;
+    return heap_.front()->deadline;
+  }
+
+  /// Pops and fires every timer due at `now`, in order. A fired callback
+  /// may add or remove timers; those due at `now` fire in this call too.
+  void fireDue(TimePoint now) noexcept {
+    while (!heap_.empty() && heap_.front()->deadline <= now) {
+      TimerNode* n = heap_.front();
+      remove(*n);
+      n->fire(n);
+    }
+  }
+
+ private:
+  static bool before(const TimerNode* a, const TimerNode* b) noexcept {
+    return a->deadline != b->deadline ? a->deadline < b->deadline : a->seq < b->seq;
+  }
+  void place(TimerNode* n, std::size_t i) noexcept {
+    heap_[i] = n;
+    n->index = i;
+  }
+  void siftUp(std::size_t i) noexcept {
+    TimerNode* n = heap_[i];
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 2;
+      if (!before(n, heap_[parent])) break;
+      place(heap_[parent], i);
+      i = parent;
+    }
+    place(n, i);
+  }
+  void siftDown(std::size_t i) noexcept {
+    TimerNode* n = heap_[i];
+    for (;;) {
+      std::size_t child = 2 * i + 1;
+      if (child >= heap_.size()) break;
+      if (child + 1 < heap_.size() && before(heap_[child + 1], heap_[child])) ++child;
+      if (!before(heap_[child], n)) break;
+      place(heap_[child], i);
+      i = child;
+    }
+    place(n, i);
+  }
+
+  std::vector<TimerNode*> heap_;
+  std::uint64_t nextSeq_ = 0;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
+// end <coio/detail/timer_queue.hpp>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+// The wake-up channel of a loop: any thread signals, the loop watches it.
+class EventFd {
+ public:
+  EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (!fd_.valid()) throwSystemError(errno, "coio: eventfd");
+  }
+  int fd() const noexcept { return fd_.get(); }
+  void signal() noexcept {
+    const std::uint64_t one = 1;
+    // Fails only if the counter would overflow, and then the loop is due to wake anyway.
+    (void)retryOnEintr([&] { return ::write(fd_.get(), &one, sizeof one); });
+  }
+  void drain() noexcept {
+    std::uint64_t value;
+    (void)retryOnEintr([&] { return ::read(fd_.get(), &value, sizeof value); });
+  }
+
+ private:
+  FileDescriptor fd_;
+};
+
+class LoopCore;
+
+// The coroutine that owns a spawned task. It lives in the reactor's list of
+// roots until it finishes (then it unlinks and frees itself) or until the
+// reactor is destroyed (then the reactor destroys it, and with it the whole
+// chain of frames it awaits).
+struct RootPromise : PooledFrame {
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    void await_suspend(std::coroutine_handle<RootPromise> h) noexcept;
+    void await_resume() noexcept {}
+  };
+  struct Handle {
+    using promise_type = RootPromise;
+    std::coroutine_handle<RootPromise> h;
+  };
+  Handle get_return_object() noexcept { return {std::coroutine_handle<RootPromise>::from_promise(*this)}; }
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  FinalAwaiter final_suspend() noexcept { return {}; }
+  void return_void() noexcept {}
+  void unhandled_exception() noexcept;
+
+  LoopCore* owner = nullptr;
+  RootPromise* prev = nullptr;
+  RootPromise* next = nullptr;
+};
+
+inline RootPromise::Handle makeRoot(Task<void> task) { co_await std::move(task); }
+
+// runUntil's driver: suspends at the end so that the result can be read.
+template <typename T>
+class DriverTask {
+ public:
+  struct promise_type : OutcomeReturn<T> {
+    DriverTask get_return_object() noexcept {
+      return DriverTask{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+  };
+  DriverTask(DriverTask&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  DriverTask& operator=(DriverTask&&) = delete;
+  ~DriverTask() {
+    if (handle_) handle_.destroy();
+  }
+  std::coroutine_handle<> handle() const noexcept { return handle_; }
+  bool done() const noexcept { return handle_.done(); }
+  T result() { return handle_.promise().outcome.get(); }
+
+ private:
+  explicit DriverTask(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+  std::coroutine_handle<promise_type> handle_;
+};
+
+template <typename T>
+DriverTask<T> makeDriver(Task<T> task) {
+  co_return co_await std::move(task);
+}
+template <>
+inline DriverTask<void> makeDriver(Task<void> task) {
+  co_await std::move(task);
+}
+
+/// The state and operations common to every reactor (see ReactorBase).
+class LoopCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  LoopCore() = default;
+  LoopCore(const LoopCore&) = delete;
+  LoopCore& operator=(const LoopCore&) = delete;
+  ~LoopCore() { COIO_ASSERT(roots_ == nullptr, "reactor destroyed without closing its loop"); }
+
+  /// True on the thread currently inside run() / runUntil().
+  bool isInLoopThread() const noexcept {
+    return loopThread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+
+  /// Asks the loop to stop; callable from any thread. Final: afterwards
+  /// run() returns at once and spawned tasks are destroyed unrun.
+  void stop() noexcept {
+    stopRequested_.store(true, std::memory_order_release);
+    if (!isInLoopThread()) wake_.signal();
+  }
+
+  bool stopRequested() const noexcept { return stopRequested_.load(std::memory_order_acquire); }
+
+  /// Hands `task` to the reactor, which owns it from now on; callable from
+  /// any thread. The task starts on the loop thread in a later iteration
+  /// (never inline). After stop(), the task is destroyed without running.
+  void spawn(Task<void> task) {
+    std::coroutine_handle<RootPromise> h = makeRoot(std::move(task)).h;
+    h.promise().owner = this;
+    const bool local = isInLoopThread();
+    bool wake = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) {
+        h.destroy();
+        return;
+      }
+      RootPromise& p = h.promise();
+      p.next = roots_;
+      if (roots_) roots_->prev = &p;
+      roots_ = &p;
+      if (!local) wake = pushRemoteLocked(h);
+    }
+    if (local) ready_.push_back(h);
+    if (wake) wake_.signal();
+  }
+
+  class [[nodiscard]] ScheduleAwaiter {
+   public:
+    explicit ScheduleAwaiter(LoopCore& core) noexcept : core_(core) {}
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { core_.enqueue(h); }
+    void await_resume() const noexcept {}
+
+   private:
+    LoopCore& core_;
+  };
+
+  /// `co_await schedule()` continues on the loop thread: from another thread
+  /// it hops over (waking the loop); on the loop thread it yields to the
+  /// coroutines already ready.
+  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{*this}; }
+
+  template <bool Cancellable>
+  class [[nodiscard]] SleepAwaiter : TimerNode {
+   public:
+    SleepAwaiter(LoopCore& core, Clock::time_point deadline, std::stop_token stop = {}) noexcept
+        : core_(core), stop_(std::move(stop)) {
+      this->deadline = deadline;
+      this->fire = &SleepAwaiter::onFire;
+    }
+    SleepAwaiter(const SleepAwaiter&) = delete;
+    SleepAwaiter& operator=(const SleepAwaiter&) = delete;
+    ~SleepAwaiter() {
+      if (queued()) core_.timers_.remove(*this);
+    }
+
+    bool await_ready() const noexcept { return Cancellable && stop_.stop_requested(); }
+    void await_suspend(std::coroutine_handle<> h) {
+      COIO_ASSERT(core_.ownedByCaller(), "sleep awaited off the reactor's thread");
+      handle_ = h;
+      core_.timers_.push(*this);
+      if constexpr (Cancellable) {
+        if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+      }
+    }
+    auto await_resume() noexcept {
+      if constexpr (Cancellable) {
+        onStop_.reset();
+        return fired_;
+      }
+    }
+
+   private:
+    struct OnStop {
+      SleepAwaiter* self;
+      void operator()() const noexcept {
+        COIO_ASSERT(self->core_.isInLoopThread(), "stop requested off the reactor's thread");
+        if (!self->queued()) return;
+        self->core_.timers_.remove(*self);
+        self->core_.post(self->handle_);
+      }
+    };
+    static void onFire(TimerNode* n) noexcept {
+      auto* self = static_cast<SleepAwaiter*>(n);
+      self->fired_ = true;
+      self->handle_.resume();
+    }
+
+    LoopCore& core_;
+    std::stop_token stop_;
+    std::coroutine_handle<> handle_;
+    bool fired_ = false;
+    std::optional<std::stop_callback<OnStop>> onStop_;
+  };
+
+  /// Resumes on the loop thread at `deadline` (in a later iteration if it
+  /// has passed). Timers with equal deadlines fire in the order they were set.
+  SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  /// Cancellable: yields true if the deadline passed, false if `stop` was
+  /// requested first (the timer is then removed and the coroutine resumes in
+  /// a later iteration). `stop` must be requested on the loop thread.
+  SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+    return {*this, deadline, std::move(stop)};
+  }
+  SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+    return {*this, Clock::now() + d, std::move(stop)};
+  }
+
+  /// Loop thread: resume `h` in a later iteration (after I/O is polled).
+  void post(std::coroutine_handle<> h) { ready_.push_back(h); }
+
+  /// True on the loop thread, or on any thread while no loop runs (the
+  /// reactor's structures are then free to touch).
+  bool ownedByCaller() const noexcept {
+    const std::thread::id t = loopThread_.load(std::memory_order_relaxed);
+    return t == std::this_thread::get_id() || t == std::thread::id{};
+  }
+
+ protected:
+  EventFd& wake() noexcept { return wake_; }
+
+  /// Loop thread, after the wake-up eventfd fired (and was drained):
+  /// resumes everything other threads handed over.
+  void resumeRemote() {
+    {
+      std::lock_guard lock(mutex_);
+      std::swap(remote_, remoteBatch_);
+    }
+    for (std::coroutine_handle<> h : remoteBatch_) h.resume();
+    remoteBatch_.clear();
+  }
+
+  /// Destroys every task the reactor owns (after the derived reactor has
+  /// quiesced the kernel side), and refuses new ones.
+  void destroyRoots() noexcept {
+    std::vector<std::coroutine_handle<RootPromise>> all;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      for (RootPromise* p = roots_; p; p = p->next) all.push_back(std::coroutine_handle<RootPromise>::from_promise(*p));
+      roots_ = nullptr;
+      remote_.clear();
+    }
+    for (auto h : all) h.destroy();
+    ready_.clear();
+  }
+
+ protected:
+  void runReady() {
+    std::swap(ready_, running_);
+    for (std::coroutine_handle<> h : running_) h.resume();
+    running_.clear();
+  }
+
+  std::optional<Clock::duration> pollTimeout() const noexcept {
+    if (!ready_.empty()) return Clock::duration::zero();
+    const auto next = timers_.nextDeadline();
+    if (!next) return std::nullopt;
+    return std::max(*next - Clock::now(), Clock::duration::zero());
+  }
+
+  // Loop thread only.
+  std::vector<std::coroutine_handle<>> ready_;
+  TimerQueue timers_;
+  std::exception_ptr failure_;
+  std::atomic<std::thread::id> loopThread_{};
+
+ private:
+  friend struct RootPromise;
+
+  void enqueue(std::coroutine_handle<> h) {
+    if (isInLoopThread()) {
+      ready_.push_back(h);
+      return;
+    }
+    bool wake;
+    {
+      std::lock_guard lock(mutex_);
+      wake = pushRemoteLocked(h);
+    }
+    if (wake) wake_.signal();
+  }
+
+  // Only the push onto an empty queue signals: the loop drains the eventfd
+  // before it takes the queue, so a later push always finds the queue
+  // empty again or is taken along.
+  bool pushRemoteLocked(std::coroutine_handle<> h) {
+    const bool wasEmpty = remote_.empty();
+    remote_.push_back(h);
+    return wasEmpty;
+  }
+
+  void unlinkRoot(RootPromise& p) noexcept {
+    std::lock_guard lock(mutex_);
+    (p.prev ? p.prev->next : roots_) = p.next;
+    if (p.next) p.next->prev = p.prev;
+  }
+
+  void fail(std::exception_ptr e) noexcept {
+    if (!failure_) failure_ = std::move(e);
+    stopRequested_.store(true, std::memory_order_release);
+  }
+
+  std::vector<std::coroutine_handle<>> running_;
+  std::vector<std::coroutine_handle<>> remoteBatch_;
+  std::atomic<bool> stopRequested_{false};
+  EventFd wake_;
+
+  std::mutex mutex_;  // guards the members below
+  std::vector<std::coroutine_handle<>> remote_;
+  RootPromise* roots_ = nullptr;
+  bool closed_ = false;
+};
+
+inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootPromise> h) noexcept {
+  LoopCore* owner = h.promise().owner;
+  owner->unlinkRoot(h.promise());
+  h.destroy();
+}
+
+inline void RootPromise::unhandled_exception() noexcept { owner->fail(std::current_exception()); }
+
+/// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
+template <typename Derived>
+class ReactorBase : public LoopCore {
+ public:
+  /// Runs the loop on the calling thread until stop() (or until a spawned
+  /// task throws: the reactor then stops and the exception is rethrown).
+  void run() {
+    loop([] { return false; }, nullptr);
+  }
+
+  /// Runs the loop on the calling thread until `task` (started on this
+  /// thread, inside the loop) finishes, and returns its result or rethrows
+  /// its exception. Other tasks stay suspended until the loop runs again.
+  /// If the reactor is stopped first, the task is destroyed unfinished and
+  /// runUntil throws std::system_error(Errc::closed).
+  template <typename T>
+  T runUntil(Task<T> task) {
+    DriverTask<T> driver = makeDriver(std::move(task));
+    loop([&] { return driver.done(); }, driver.handle());
+    if (!driver.done()) {
+      throw std::system_error(make_error_code(Errc::closed), "coio: reactor stopped before runUntil's task finished");
+    }
+    return driver.result();
+  }
+
+ protected:
+  /// For Derived's destructor: lets go of the kernel side, then destroys
+  /// the tasks the reactor still owns (their awaiters deregister).
+  void closeLoop() noexcept {
+    derived().quiesce();
+    destroyRoots();
+  }
+
+ private:
+  Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+
+  template <typename Done>
+  void loop(Done done, std::coroutine_handle<> first) {
+    COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
+    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    struct LeaveLoop {
+      std::atomic<std::thread::id>& thread;
+      ~LeaveLoop() { thread.store(std::thread::id{}, std::memory_order_relaxed); }
+    } leave{loopThread_};
+    if (first && !stopRequested()) ready_.push_back(first);
+    while (!done() && !stopRequested()) {
+      runReady();
+      timers_.fireDue(Clock::now());
+      if (done() || stopRequested()) break;
+      derived().poll(pollTimeout());
+    }
+    if (stopRequested()) {
+      // Final: the kernel lets go of every operation; nothing resumes again.
+      derived().quiesce();
+      ready_.clear();
+    }
+    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+  }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
+// end <coio/detail/reactor_base.hpp>
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <vector>
+
+namespace coio {
+
+class EpollReactor;
+
+namespace detail {
+
+enum class Direction : std::uint8_t { read = 0, write = 1 };
+
+struct EpollWaiter {
+  void (*onReady)(EpollWaiter*) noexcept = nullptr;
+};
+
+// What the reactor knows of one fd: its registration (made on first wait,
+// edge-triggered, both directions) and, per direction, whether the fd may be
+// ready (cleared only when an attempt would block) and who waits.
+struct EpollFdState {
+  std::uint32_t generation = 0;  // bumped by forget(): stale events are dropped
+  bool registered = false;
+  bool hungUp = false;  // the peer closed or the fd failed: ready for good, no more edges
+  bool ready[2] = {true, true};
+  EpollWaiter* waiter[2] = {nullptr, nullptr};
+
+  // After an attempt that did not block.
+  void attempted(Direction dir, bool exhausted) noexcept {
+    if (exhausted && !hungUp) ready[static_cast<std::size_t>(dir)] = false;
+  }
+};
+
+// The non-blocking system call behind each operation: the raw result, or
+// -EAGAIN when it would block. `exhausted(result)`: the result proves the
+// fd is no longer ready (a short read drained the socket, a short write
+// filled it), so the next attempt would only find EAGAIN; the next edge
+// reports new readiness. (Not 0 from recv: end of stream stays readable.)
+struct RecvAttempt {
+  int fd;
+  std::span<std::byte> buffer;
+  long operator()() noexcept { return retryOnEintr([&] { return ::recv(fd, buffer.data(), buffer.size(), 0); }); }
+  bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
+};
+struct SendAttempt {
+  int fd;
+  std::span<const std::byte> buffer;
+  long operator()() noexcept {
+    return retryOnEintr([&] { return ::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL); });
+  }
+  bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
+};
+struct NeverExhausted {
+  bool exhausted(long) const noexcept { return false; }
+};
+struct AcceptAttempt : NeverExhausted {
+  int fd;
+  long operator()() noexcept {
+    for (;;) {
+      const long r = retryOnEintr([&] { return ::accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC); });
+      if (r != -ECONNABORTED) return r;  // a connection reset while queued: take the next one
+    }
+  }
+};
+struct ConnectAttempt : NeverExhausted {
+  int fd;
+  sockaddr_storage address;
+  socklen_t length;
+  bool started = false;
+  long operator()() noexcept {
+    if (!started) {
+      started = true;
+      if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) == 0) return 0;
+      // EINTR: the connection attempt goes on asynchronously, like EINPROGRESS.
+      return errno == EINPROGRESS || errno == EINTR ? -EAGAIN : -errno;
+    }
+    int error = 0;
+    socklen_t size = sizeof error;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return -errno;
+    return -error;
+  }
+};
+struct ReadinessAttempt : NeverExhausted {
+  long operator()() const noexcept { return 0; }
+};
+
+template <typename Attempt, typename T, bool Rearm>
+class EpollOperation;
+
+}  // namespace detail
+
+/// An event loop over epoll, driven by one thread.
+///
+/// Guarantees:
+/// - Every awaitable below resumes its coroutine on the loop thread (the
+///   thread inside run() / runUntil()), and must be awaited there.
+/// - I/O operations try their system call first and wait only if it would
+///   block; an fd is registered once (edge-triggered, both directions) on its
+///   first wait and stays registered until `forget(fd)`.
+/// - One operation per fd and direction may wait at a time (asserted).
+/// - Cancellation: each operation takes a std::stop_token; a stop requested
+///   (on the loop thread) while it waits deregisters the waiter and the
+///   operation yields std::errc::operation_canceled in a later iteration.
+///   Nothing of the caller's buffer is touched after that.
+/// - stop() (any thread) makes run() return after the current iteration;
+///   the tasks the reactor owns are destroyed with it, deregistering their
+///   waits.
+/// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
+/// spawn, schedule and the timers, which both reactors share.
+class EpollReactor : public detail::ReactorBase<EpollReactor> {
+ public:
+  template <typename Attempt, typename T, bool Rearm = false>
+  using Operation = detail::EpollOperation<Attempt, T, Rearm>;
+
+  /// Throws std::system_error if epoll or the wake-up eventfd cannot be created.
+  EpollReactor();
+  ~EpollReactor() { closeLoop(); }
+
+  /// Completes once `fd` is readable (resp. writable) at or after the call:
+  /// the fd's state is checked when the wait starts, so an edge that came
+  /// before the call is not lost and a drained fd is not reported again.
+  /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
+  Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
+
+  /// accept4 (non-blocking, close-on-exec): the new fd.
+  Operation<detail::AcceptAttempt, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  /// Connects a non-blocking socket.
+  Operation<detail::ConnectAttempt, void> connect(int fd, const sockaddr* address, socklen_t length,
+                                                  std::stop_token stop = {}) noexcept;
+  /// recv: bytes read, 0 at end of stream.
+  Operation<detail::RecvAttempt, std::size_t> recv(int fd, std::span<std::byte> buffer,
+                                                    std::stop_token stop = {}) noexcept;
+  /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
+  Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
+                                                    std::stop_token stop = {}) noexcept;
+
+  /// Forgets `fd`; call it before closing an fd this reactor has waited on.
+  /// No operation may be pending on it, unless the reactor has stopped.
+  void forget(int fd) noexcept;
+
+ private:
+  friend class detail::ReactorBase<EpollReactor>;
+  template <typename, typename, bool>
+  friend class detail::EpollOperation;
+
+  static constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
+  static std::uint64_t key(int fd, std::uint32_t generation) noexcept {
+    return (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(fd);
+  }
+
+  detail::EpollFdState& state(int fd) {
+    if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
+    return fds_[static_cast<std::size_t>(fd)];
+  }
+
+  // Registers `w` as the waiter; with `rearm`, re-arms an existing
+  // registration so that the fd's current state is reported. 0 or an errno.
+  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm) noexcept {
+    COIO_ASSERT(ownedByCaller(), "epoll operation awaited off the reactor's thread");
+    detail::EpollFdState& st = state(fd);
+    const auto d = static_cast<std::size_t>(dir);
+    COIO_ASSERT(st.waiter[d] == nullptr, "two operations wait on the same fd in the same direction");
+    st.ready[d] = false;
+    if (!st.registered || rearm) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.u64 = key(fd, st.generation);
+      if (::epoll_ctl(epoll_.get(), st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return errno;
+      st.registered = true;
+    }
+    st.waiter[d] = &w;
+    return 0;
+  }
+
+  void endWait(int fd, detail::Direction dir) noexcept {
+    fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
+  }
+
+  void poll(std::optional<Clock::duration> timeout);
+  void quiesce() noexcept {}  // epoll holds no reference to an operation
+
+  void dispatch(const epoll_event& ev) noexcept {
+    if (ev.data.u64 == kWakeKey) {
+      wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
+      resumeRemote();
+      return;
+    }
+    const auto fd = static_cast<std::size_t>(ev.data.u64 & 0xffffffffu);
+    const auto generation = static_cast<std::uint32_t>(ev.data.u64 >> 32);
+    detail::EpollFdState& st = fds_[fd];  // deque: stays valid while callbacks add fds
+    if (st.generation != generation) return;
+    if (ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) st.hungUp = true;
+    if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      st.ready[0] = true;
+      if (detail::EpollWaiter* w = st.waiter[0]) w->onReady(w);
+    }
+    // The reader's coroutine may have forgotten the fd meanwhile.
+    if ((ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && st.generation == generation) {
+      st.ready[1] = true;
+      if (detail::EpollWaiter* w = st.waiter[1]) w->onReady(w);
+    }
+  }
+
+  detail::FileDescriptor epoll_;
+  std::deque<detail::EpollFdState> fds_;
+  std::vector<epoll_event> events_ = std::vector<epoll_event>(256);
+};
+
+namespace detail {
+
+/// One epoll-driven operation (see EpollReactor). `co_await` yields
+/// Result<T>; the coroutine resumes on the loop thread.
+template <typename Attempt, typename T, bool Rearm>
+class [[nodiscard]] EpollOperation : EpollWaiter {
+ public:
+  EpollOperation(EpollReactor& reactor, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
+      : reactor_(reactor), fd_(fd), dir_(dir), attempt_(std::move(attempt)), stop_(std::move(stop)) {
+    onReady = &EpollOperation::ready;
+  }
+  EpollOperation(const EpollOperation&) = delete;
+  EpollOperation& operator=(const EpollOperation&) = delete;
+  ~EpollOperation() {
+    if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
+  }
+
+  bool await_ready() noexcept {
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    if constexpr (!Rearm) {
+      EpollFdState& st = reactor_.state(fd_);
+      if (st.ready[static_cast<std::size_t>(dir_)]) {
+        result_ = attempt_();
+        if (result_ != -EAGAIN) {
+          st.attempted(dir_, attempt_.exhausted(result_));
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  bool await_suspend(std::coroutine_handle<> h) {
+    handle_ = h;
+    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
+      result_ = -err;
+      return false;
+    }
+    waiting_ = true;
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
+  }
+
+  Result<T> await_resume() {
+    onStop_.reset();
+    return toResult<T>(result_);
+  }
+
+ private:
+  struct OnStop {
+    EpollOperation* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
+      if (!self->waiting_) return;
+      self->finish(-ECANCELED);
+      self->reactor_.post(self->handle_);
+    }
+  };
+
+  void finish(long result) noexcept {
+    reactor_.endWait(fd_, dir_);
+    waiting_ = false;
+    result_ = result;
+  }
+
+  static void ready(EpollWaiter* w) noexcept {
+    auto* self = static_cast<EpollOperation*>(w);
+    const long r = self->attempt_();
+    EpollFdState& st = self->reactor_.state(self->fd_);
+    if (r == -EAGAIN) {  // spurious: wait for the next edge
+      st.ready[static_cast<std::size_t>(self->dir_)] = false;
+      return;
+    }
+    st.attempted(self->dir_, self->attempt_.exhausted(r));
+    self->finish(r);
+    self->handle_.resume();
+  }
+
+  EpollReactor& reactor_;
+  int fd_;
+  Direction dir_;
+  bool waiting_ = false;
+  Attempt attempt_;
+  std::stop_token stop_;
+  long result_ = 0;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
+};
+
+}  // namespace detail
+
+inline EpollReactor::EpollReactor() : epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+  if (!epoll_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.u64 = kWakeKey;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake().fd(), &ev) != 0) {
+    detail::throwSystemError(errno, "coio::EpollReactor: registering the wake-up eventfd");
+  }
+}
+
+inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
+    -> Operation<detail::ReadinessAttempt, void, true> {
+  return {*this, fd, detail::Direction::read, {}, std::move(stop)};
+}
+inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
+    -> Operation<detail::ReadinessAttempt, void, true> {
+  return {*this, fd, detail::Direction::write, {}, std::move(stop)};
+}
+inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
+  return {*this, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
+}
+inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
+    -> Operation<detail::ConnectAttempt, void> {
+  detail::ConnectAttempt attempt{{}, fd, {}, length};
+  std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
+  return {*this, fd, detail::Direction::write, attempt, std::move(stop)};
+}
+inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
+    -> Operation<detail::RecvAttempt, std::size_t> {
+  return {*this, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
+}
+inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
+    -> Operation<detail::SendAttempt, std::size_t> {
+  return {*this, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
+}
+
+inline void EpollReactor::forget(int fd) noexcept {
+  if (fd < 0 || static_cast<std::size_t>(fd) >= fds_.size()) return;
+  detail::EpollFdState& st = fds_[static_cast<std::size_t>(fd)];
+  // After stop() waiters never resume, so owners may close fds in any order.
+  COIO_ASSERT(stopRequested() || (st.waiter[0] == nullptr && st.waiter[1] == nullptr),
+              "forget() while an operation waits on the fd");
+  if (st.registered) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  st = detail::EpollFdState{st.generation + 1};
+}
+
+inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
+  timespec ts{};
+  if (timeout) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*timeout).count();
+    ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  }
+  const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
+                               timeout ? &ts : nullptr, nullptr);
+  if (n < 0) {
+    if (errno == EINTR) return;
+    detail::throwSystemError(errno, "coio::EpollReactor: epoll_pwait2");
+  }
+  for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
+// end <coio/reactor/epoll_reactor.hpp>
+// begin <coio/reactor/reactor_pool.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_POOL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_POOL_HPP
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coio {
+
+/// One reactor per thread (thread-per-core, as the storage server runs).
+///
+/// Guarantees:
+/// - The constructor builds `size` reactors (each with `args...`) and starts
+///   one thread running each; `spawn` hands tasks out round-robin and may be
+///   called from any thread. A task runs on, and resumes on, the thread of
+///   the reactor it was given to, unless it hops with another reactor's
+///   `schedule()`.
+/// - `stop()` (also run by the destructor) stops every reactor and joins the
+///   threads, then rethrows the first exception that escaped a spawned task.
+///   Tasks still pending are destroyed with the pool; a task must then be
+///   suspended on its own reactor, not in the middle of a hop to another.
+template <Reactor R>
+class ReactorPool {
+ public:
+  template <typename... Args>
+  explicit ReactorPool(std::size_t size, const Args&... args) {
+    COIO_ASSERT(size > 0, "a ReactorPool needs at least one reactor");
+    reactors_.reserve(size);
+    for (std::size_t i = 0; i < size; ++i) reactors_.push_back(std::make_unique<R>(args...));
+    threads_.reserve(size);
+    for (auto& reactor : reactors_) {
+      threads_.emplace_back([this, r = reactor.get()] {
+        try {
+          r->run();
+        } catch (...) {
+          std::lock_guard lock(mutex_);
+          if (!failure_) failure_ = std::current_exception();
+        }
+      });
+    }
+  }
+  ReactorPool(const ReactorPool&) = delete;
+  ReactorPool& operator=(const ReactorPool&) = delete;
+  ~ReactorPool() {
+    try {
+      stop();
+    } catch (...) {  // the destructor cannot report a task's failure: stop() does
+    }
+  }
+
+  std::size_t size() const noexcept { return reactors_.size(); }
+  R& reactor(std::size_t i) noexcept { return *reactors_[i]; }
+
+  /// The reactor the next spawn would use; advances the round robin.
+  R& next() noexcept { return *reactors_[next_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]; }
+
+  void spawn(Task<void> task) { next().spawn(std::move(task)); }
+
+  /// Stops every reactor and joins its thread (idempotent); rethrows the
+  /// first exception a spawned task let escape.
+  void stop() {
+    for (auto& reactor : reactors_) reactor->stop();
+    for (auto& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+    std::lock_guard lock(mutex_);
+    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+  }
+
+ private:
+  std::vector<std::unique_ptr<R>> reactors_;  // destroyed after the threads are joined
+  std::vector<std::thread> threads_;
+  std::atomic<std::size_t> next_{0};
+  std::mutex mutex_;
+  std::exception_ptr failure_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_POOL_HPP
+// end <coio/reactor/reactor_pool.hpp>
+// begin <coio/reactor/with_timeout.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
+
+#include <chrono>
+#include <concepts>
+#include <stop_token>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+
+template <typename T>
+struct IsResult : std::false_type {};
+template <typename T>
+struct IsResult<Result<T>> : std::true_type {};
+
+// The operation's awaitable is created inside this frame: I/O awaiters
+// cannot move once made.
+template <typename Start>
+auto runThenStop(Start& start, std::stop_token token, std::stop_source& timer)
+    -> Task<AwaitResult<std::invoke_result_t<Start&, std::stop_token>>> {
+  auto result = co_await start(std::move(token));
+  timer.request_stop();
+  co_return result;
+}
+
+template <typename R>
+Task<void> stopWhenDue(R& reactor, std::chrono::steady_clock::duration timeout, std::stop_token timerStop,
+                       std::stop_source& operation, bool& fired) {
+  const bool due = co_await reactor.sleepFor(timeout, std::move(timerStop));
+  if (due) {
+    fired = true;
+    operation.request_stop();
+  }
+}
+
+}  // namespace detail
+
+/// Runs `start(token)` (which returns an awaitable yielding Result<T>, e.g.
+/// `[&](std::stop_token t) { return stream.read(buf, t); }`) and requests
+/// stop on `token` once `timeout` has passed. The operation is really
+/// cancelled (io_uring async cancel, epoll deregistration, semaphore
+/// dequeue...) and withTimeout then yields std::errc::timed_out in place of
+/// the operation's std::errc::operation_canceled.
+///
+/// Guarantees:
+/// - It returns only after the operation has finished: a cancelled io_uring
+///   operation has delivered its completion, so the buffers it used are free.
+/// - If the operation completes before it sees the cancellation (it won the
+///   race), its own result is returned, even after the deadline.
+/// - Must be awaited on the reactor's thread; resumes there.
+template <Reactor R, typename Start>
+  requires std::invocable<Start&, std::stop_token> &&
+           detail::IsResult<AwaitResult<std::invoke_result_t<Start&, std::stop_token>>>::value
+auto withTimeout(R& reactor, Start start, std::chrono::steady_clock::duration timeout)
+    -> Task<AwaitResult<std::invoke_result_t<Start&, std::stop_token>>> {
+  std::stop_source operation;
+  std::stop_source timer;
+  bool fired = false;
+  auto [result, unit] = co_await collectAll(
+      detail::runThenStop(start, operation.get_token(), timer),
+      detail::stopWhenDue(reactor, timeout, timer.get_token(), operation, fired));
+  (void)unit;
+  if (fired && result.error() == std::errc::operation_canceled) co_return std::errc::timed_out;
+  co_return std::move(result);
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
+// end <coio/reactor/with_timeout.hpp>
 // begin <coio/testing/manual_executor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP

@@ -1,15 +1,46 @@
 // Uses coio through whichever route provided it: a Task that awaits a Baton
-// posted from another thread, run to completion with blockingWait.
+// posted from another thread, run with blockingWait; a timer on an
+// EpollReactor; and, when built with the uring component
+// (COIO_CONSUMER_URING), a disk read through coio::Disk on that reactor.
+#ifdef COIO_CONSUMER_URING
+#include <coio/uring.hpp>
+#else
 #include <coio/coio.hpp>
+#endif
 
+#include <chrono>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 namespace {
 
 coio::Task<int> answerWhenPosted(const coio::Baton& posted) {
   co_await posted;
   co_return 42;
+}
+
+coio::Task<bool> sleepOnReactor(coio::EpollReactor& reactor) {
+  const auto start = std::chrono::steady_clock::now();
+  co_await reactor.sleepFor(std::chrono::milliseconds(5));
+  co_return std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(5) && reactor.isInLoopThread();
+}
+
+#ifdef COIO_CONSUMER_URING
+// Reads this program's own first bytes: an ELF file starts with 0x7f 'E' 'L' 'F'.
+coio::Task<bool> readOwnElfHeader(coio::Disk& disk) {
+  coio::Result<coio::File> file = coio::File::open(disk, "/proc/self/exe");
+  if (!file) co_return false;
+  std::vector<std::byte> head(4);
+  coio::Result<std::size_t> n = co_await file->read(0, head);
+  co_return n && *n == 4 && head[0] == std::byte{0x7f} && head[1] == std::byte{'E'} && head[2] == std::byte{'L'} &&
+      head[3] == std::byte{'F'};
+}
+#endif
+
+int fail(const char* what) {
+  std::fprintf(stderr, "coio_consumer: %s failed\n", what);
+  return 1;
 }
 
 }  // namespace
@@ -19,10 +50,16 @@ int main() {
   std::thread poster([&] { posted.post(); });
   const int answer = coio::blockingWait(answerWhenPosted(posted));
   poster.join();
-  if (answer != 42) {
-    std::fprintf(stderr, "coio_consumer: expected 42, got %d\n", answer);
-    return 1;
-  }
-  std::puts("coio_consumer: ok");
+  if (answer != 42) return fail("Task + Baton");
+
+  coio::EpollReactor reactor;
+  if (!reactor.runUntil(sleepOnReactor(reactor))) return fail("reactor timer");
+#ifdef COIO_CONSUMER_URING
+  coio::Disk disk(reactor);
+  if (!reactor.runUntil(readOwnElfHeader(disk))) return fail("disk read");
+  std::puts("coio_consumer: ok (Task, Baton, reactor, disk read)");
+#else
+  std::puts("coio_consumer: ok (Task, Baton, reactor)");
+#endif
   return 0;
 }
