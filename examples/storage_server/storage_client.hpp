@@ -114,7 +114,13 @@ class StorageClient {
       calls_.erase(id);
       co_return failure_ ? failure_ : sent.error();
     }
-    const bool due = co_await stream_.reactor().sleepFor(options_.timeout, call.done.get_token());
+    bool due = co_await stream_.reactor().sleepFor(options_.timeout, call.done.get_token());
+    while (due && call.receiving) {
+      // Its data is being read into the caller's buffers right now: returning
+      // would let them be freed under the read. The read ends with the
+      // response or with the connection (fail() completes every call).
+      due = co_await stream_.reactor().sleepFor(options_.timeout, call.done.get_token());
+    }
     if (due) {
       // The response may still come: the reader then drains its data.
       call.abandoned = true;
@@ -122,6 +128,7 @@ class StorageClient {
       co_return std::errc::timed_out;
     }
     coio::Result<std::vector<ReadOutcome>> result = std::move(call.result);
+    releaseSlot(call);  // normally done by complete(); never leak a slot
     calls_.erase(id);
     co_return result;
   }
@@ -144,6 +151,7 @@ class StorageClient {
     bool grantAsked = false;
     bool granted = false;    // holds a limiter slot
     bool abandoned = false;  // timed out: its destinations are gone
+    bool receiving = false;  // its response's data is being read into `ios`
   };
 
   StorageClient(coio::TcpStream<R> stream, TransmissionLimiter& limiter, ClientOptions options)
@@ -185,13 +193,14 @@ class StorageClient {
       }
       if (frame->header.type == proto::MessageType::transmitRequest && !call->grantAsked) {
         call->grantAsked = true;
-        if (!call->abandoned) scope_.spawn(grant(id));
+        if (!call->abandoned && !stop_.stop_requested()) scope_.spawn(grant(id));  // close() may be joining
         continue;
       }
       if (frame->header.type != proto::MessageType::batchReadResponse) {
         failure = {proto::ProtocolErrc::unexpectedMessage, id};
         break;
       }
+      call->receiving = true;
       coio::Result<std::vector<ReadOutcome>> outcomes = co_await receiveData(*call, frame->payload, scratch, failure, id);
       if (failure.error) break;
       complete(id, *call, std::move(outcomes));
@@ -245,7 +254,9 @@ class StorageClient {
     const bool slot = co_await limiter_.acquire(stop_.get_token());
     if (!slot) co_return;
     const auto found = calls_.find(id);
-    if (failure_ || found == calls_.end() || found->second->abandoned) {
+    // Also give the slot back if the call already completed (e.g. the server
+    // answered timedOut while this grant waited for a slot).
+    if (failure_ || found == calls_.end() || found->second->abandoned || found->second->done.stop_requested()) {
       limiter_.release();
       co_return;
     }

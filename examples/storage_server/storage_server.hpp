@@ -226,7 +226,12 @@ class StorageServer {
       coio::Result<coio::TcpStream<R>> stream = co_await listener.accept(stop_.get_token());
       if (!stream) {
         if (stop_.stop_requested()) co_return;
-        continue;  // e.g. EMFILE: that connection is lost, the listener is not
+        // e.g. EMFILE: that connection is lost, the listener is not. Back off:
+        // the error repeats without ever suspending, which would keep this
+        // reactor from running anything else (other connections, shutdown).
+        const bool slept = co_await reactor_.sleepFor(std::chrono::milliseconds(10), stop_.get_token());
+        (void)slept;
+        continue;
       }
       (void)stream->setNoDelay(true);
       StorageServer* shard = shards[next % shards.size()];

@@ -773,6 +773,21 @@ class FifoSemaphore {
     return true;
   }
 
+  /// Removes `w` from the queue without resuming it: its frame is being
+  /// destroyed while it waits (e.g. a reactor tearing down its tasks).
+  /// Waiters behind it that the tokens now satisfy are granted.
+  void forget(Waiter& w) noexcept {
+    Waiter* granted;
+    {
+      std::lock_guard lock(mutex_);
+      if (w.state != WaitState::queued) return;
+      unlink(w);
+      w.state = WaitState::cancelled;
+      granted = grantLocked(0);
+    }
+    resumeAll(granted);
+  }
+
   /// Gives up waiting. If `w` is still queued it leaves the queue and is
   /// resumed (as cancelled) on this thread, and the waiters behind it that
   /// the remaining tokens now satisfy are granted. A waiter that already got
@@ -858,6 +873,15 @@ class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
     requires Cancellable
       : sem_(sem), stop_(std::move(stop)) {
     wanted = n;
+  }
+
+  AcquireOperation(const AcquireOperation&) = delete;
+  AcquireOperation& operator=(const AcquireOperation&) = delete;
+  // Only reached while queued if the awaiting frame is destroyed without
+  // being resumed; leaving it linked would let a later release resume
+  // freed memory.
+  ~AcquireOperation() {
+    if (state == FifoSemaphore::WaitState::queued) sem_.forget(*this);
   }
 
   bool await_ready() noexcept {
@@ -2750,6 +2774,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   }
 
   detail::EpollFdState& state(int fd) {
+    COIO_ASSERT(fd >= 0, "epoll state of a negative fd");
     if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
     return fds_[static_cast<std::size_t>(fd)];
   }
@@ -2825,6 +2850,10 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   }
 
   bool await_ready() noexcept {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      result_ = -EBADF;
+      return true;
+    }
     if (stop_.stop_requested()) {
       result_ = -ECANCELED;
       return true;

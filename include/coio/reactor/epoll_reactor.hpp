@@ -168,6 +168,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   }
 
   detail::EpollFdState& state(int fd) {
+    COIO_ASSERT(fd >= 0, "epoll state of a negative fd");
     if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
     return fds_[static_cast<std::size_t>(fd)];
   }
@@ -243,6 +244,10 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   }
 
   bool await_ready() noexcept {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      result_ = -EBADF;
+      return true;
+    }
     if (stop_.stop_requested()) {
       result_ = -ECANCELED;
       return true;

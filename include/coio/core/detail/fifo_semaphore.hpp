@@ -100,6 +100,21 @@ class FifoSemaphore {
     return true;
   }
 
+  /// Removes `w` from the queue without resuming it: its frame is being
+  /// destroyed while it waits (e.g. a reactor tearing down its tasks).
+  /// Waiters behind it that the tokens now satisfy are granted.
+  void forget(Waiter& w) noexcept {
+    Waiter* granted;
+    {
+      std::lock_guard lock(mutex_);
+      if (w.state != WaitState::queued) return;
+      unlink(w);
+      w.state = WaitState::cancelled;
+      granted = grantLocked(0);
+    }
+    resumeAll(granted);
+  }
+
   /// Gives up waiting. If `w` is still queued it leaves the queue and is
   /// resumed (as cancelled) on this thread, and the waiters behind it that
   /// the remaining tokens now satisfy are granted. A waiter that already got
@@ -185,6 +200,15 @@ class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
     requires Cancellable
       : sem_(sem), stop_(std::move(stop)) {
     wanted = n;
+  }
+
+  AcquireOperation(const AcquireOperation&) = delete;
+  AcquireOperation& operator=(const AcquireOperation&) = delete;
+  // Only reached while queued if the awaiting frame is destroyed without
+  // being resumed; leaving it linked would let a later release resume
+  // freed memory.
+  ~AcquireOperation() {
+    if (state == FifoSemaphore::WaitState::queued) sem_.forget(*this);
   }
 
   bool await_ready() noexcept {
