@@ -875,8 +875,6 @@ class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
     wanted = n;
   }
 
-  AcquireOperation(const AcquireOperation&) = delete;
-  AcquireOperation& operator=(const AcquireOperation&) = delete;
   // Only reached while queued if the awaiting frame is destroyed without
   // being resumed; leaving it linked would let a later release resume
   // freed memory.
