@@ -675,8 +675,9 @@ class Baton {
 // nobody waits, and tryAcquire/release are a single CAS each (no lock).
 // kQueued is set and cleared only under `mutex_`, together with the queue
 // becoming non-empty / empty; while it is set the word changes only under
-// the mutex, so the slow paths see a stable count: releases feed the queue head-first and a
-// newcomer cannot barge past a queued waiter, not even with tryAcquire.
+// the mutex, so the slow paths see a stable count: releases feed the queue
+// head-first and a newcomer cannot barge past a queued waiter, not even
+// with tryAcquire.
 // Invariant after every locked section: the queue is empty, or its head
 // wants more tokens than are left (otherwise it would have been granted).
 //
@@ -776,9 +777,7 @@ class FifoSemaphore {
     {
       std::lock_guard lock(mutex_);
       if (w.state != WaitState::queued) return;
-      unlink(w);
-      w.state = WaitState::cancelled;
-      granted = grantLocked(0);
+      granted = withdrawLocked(w);
     }
     resumeAll(granted);
   }
@@ -796,9 +795,7 @@ class FifoSemaphore {
         return;
       }
       if (w.state != WaitState::queued) return;
-      unlink(w);
-      w.state = WaitState::cancelled;
-      granted = grantLocked(0);
+      granted = withdrawLocked(w);
     }
     w.awaiting.resume();
     resumeAll(granted);
@@ -806,6 +803,14 @@ class FifoSemaphore {
 
  private:
   static constexpr std::uint64_t kQueued = 1;
+
+  // Takes a queued waiter out of the queue (it gives up or its frame dies)
+  // and grants whatever its leaving unblocks.
+  Waiter* withdrawLocked(Waiter& w) noexcept {
+    unlink(w);
+    w.state = WaitState::cancelled;
+    return grantLocked(0);
+  }
 
   // Adds n tokens, pops every head waiter they satisfy (in order) and
   // returns them as a list linked through `next`.
