@@ -58,10 +58,7 @@ struct Tally {
 };
 
 bool contentMatches(const storage::ReadOp& op, std::uint32_t bytes) {
-  for (std::uint32_t i = 0; i < bytes; ++i) {
-    if (op.into[i] != storage::chunkByte(op.chunkId, op.offset + std::uint64_t{i})) return false;
-  }
-  return true;
+  return storage::matchesChunkBytes(op.chunkId, op.offset, op.into.first(bytes));
 }
 
 template <coio::Reactor R>

@@ -46,18 +46,46 @@ struct ChunkStoreLayout {
   static std::string indexFileName(const std::string& dir) { return dir + "/index"; }
 };
 
-/// The byte at `offset` of chunk `chunkId`: 8-byte words of a mixing
-/// function, so every chunk and every position differ.
-inline std::byte chunkByte(std::uint64_t chunkId, std::uint64_t offset) {
-  std::uint64_t z = (chunkId << 40) ^ (offset >> 3) ^ 0x9E3779B97F4A7C15ull;
+/// Word `wordIndex` (bytes 8*wordIndex .. +7, little-endian) of chunk
+/// `chunkId`: a mixing function, so every chunk and every position differ.
+inline std::uint64_t chunkWord(std::uint64_t chunkId, std::uint64_t wordIndex) {
+  std::uint64_t z = (chunkId << 40) ^ wordIndex ^ 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<std::byte>(z >> (8 * (offset & 7)));
+  return z ^ (z >> 31);
+}
+
+/// The byte at `offset` of chunk `chunkId`.
+inline std::byte chunkByte(std::uint64_t chunkId, std::uint64_t offset) {
+  return static_cast<std::byte>(chunkWord(chunkId, offset >> 3) >> (8 * (offset & 7)));
+}
+
+/// Calls `f(i, byte)` for the `n` bytes of chunk `chunkId` from `offset`,
+/// mixing once per 8-byte word rather than once per byte; stops early when
+/// `f` returns false. Returns false if it stopped early.
+template <typename F>
+bool forEachChunkByte(std::uint64_t chunkId, std::uint64_t offset, std::size_t n, F&& f) {
+  std::size_t i = 0;
+  while (i < n) {
+    const std::uint64_t pos = offset + i;
+    const std::uint64_t word = chunkWord(chunkId, pos >> 3);
+    for (std::uint64_t b = pos & 7; b < 8 && i < n; ++b, ++i) {
+      if (!f(i, static_cast<std::byte>(word >> (8 * b)))) return false;
+    }
+  }
+  return true;
 }
 
 inline void fillChunkBytes(std::uint64_t chunkId, std::uint64_t offset, std::span<std::byte> out) {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = chunkByte(chunkId, offset + i);
+  forEachChunkByte(chunkId, offset, out.size(), [&](std::size_t i, std::byte b) {
+    out[i] = b;
+    return true;
+  });
+}
+
+/// True if `bytes` are exactly chunk `chunkId`'s bytes from `offset`.
+inline bool matchesChunkBytes(std::uint64_t chunkId, std::uint64_t offset, std::span<const std::byte> bytes) {
+  return forEachChunkByte(chunkId, offset, bytes.size(), [&](std::size_t i, std::byte b) { return bytes[i] == b; });
 }
 
 struct ChunkStoreIndex {

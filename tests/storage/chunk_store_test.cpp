@@ -66,3 +66,14 @@ TEST_CASE("Bad layouts and corrupt indexes are rejected", "[chunkStore]") {
   }
   CHECK(storage::loadChunkStoreIndex(dir.path).error() == coio::Errc::invalidArgument);
 }
+
+TEST_CASE("Word-wise chunk content equals the per-byte definition at any offset", "[chunkStore]") {
+  for (std::uint64_t offset : {0u, 1u, 7u, 8u, 13u, 4093u}) {
+    std::vector<std::byte> filled(37);
+    storage::fillChunkBytes(5, offset, filled);
+    for (std::size_t i = 0; i < filled.size(); ++i) CHECK(filled[i] == storage::chunkByte(5, offset + i));
+    CHECK(storage::matchesChunkBytes(5, offset, filled));
+    filled[36] ^= std::byte{1};
+    CHECK_FALSE(storage::matchesChunkBytes(5, offset, filled));
+  }
+}

@@ -49,13 +49,6 @@ struct TempDir {
   }
 };
 
-bool matchesChunk(std::uint64_t chunkId, std::uint64_t offset, std::span<const std::byte> bytes) {
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    if (bytes[i] != storage::chunkByte(chunkId, offset + i)) return false;
-  }
-  return true;
-}
-
 // A server on 127.0.0.1 (any port) over a fresh dataset.
 template <typename R>
 struct Fixture {
@@ -127,7 +120,7 @@ Task<std::vector<ReadOutcome>> readAndCheck(storage::StorageClient<R>& client, s
     if (o.status != IoStatus::ok) continue;
     CHECK(o.bytes == ios[i].length);
     CHECK_FALSE(o.checksumMismatch);
-    CHECK(matchesChunk(ios[i].chunkId, ios[i].offset, std::span(buffers[i]).first(o.bytes)));
+    CHECK(storage::matchesChunkBytes(ios[i].chunkId, ios[i].offset, std::span(buffers[i]).first(o.bytes)));
   }
   co_return std::move(*outcomes);
 }
@@ -371,7 +364,7 @@ TEMPLATE_LIST_TEST_CASE("a byte corrupted on disk shows as a checksum mismatch",
     CHECK((*outcomes)[0].status == IoStatus::ok);
     CHECK((*outcomes)[0].checksumMismatch);
     CHECK_FALSE((*outcomes)[1].checksumMismatch);
-    CHECK_FALSE(matchesChunk(6, 0, a));
+    CHECK_FALSE(storage::matchesChunkBytes(6, 0, a));
     co_await client->close();
   });
 }
