@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The main job: builds the storage server example, creates a small dataset
-# in a temporary directory, serves it on 127.0.0.1 over TCP, runs the load
-# generator with verification for ~10 s, prints its report and stops the
-# server.   DURATION=10 BUILD_DIR=build-demo scripts/demo.sh
+# in a temporary directory, serves it on 127.0.0.1 (over RDMA when an RDMA
+# device exists, else TCP), runs the load generator with verification for
+# ~10 s, prints its report and stops the server.
+#   DURATION=10 BUILD_DIR=build-demo TRANSPORT=auto|tcp|rdma scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build-demo}
 duration=${DURATION:-10}
+transport=${TRANSPORT:-auto}
 
 echo "== building coio-storage-server and coio-storage-bench in $build_dir"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF >/dev/null
@@ -15,6 +17,15 @@ bin="$build_dir/examples/storage_server"
 if [[ ! -x $bin/coio-storage-server ]]; then
   echo "demo: the storage example was not built (it needs liburing: run scripts/install-deps.sh)" >&2
   exit 1
+fi
+
+if [[ $transport == auto ]]; then
+  transport=tcp
+  if compgen -G "/sys/class/infiniband/*" >/dev/null; then
+    transport=rdma
+  else
+    echo "== no RDMA device here (/sys/class/infiniband is empty): using TCP"
+  fi
 fi
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-demo-XXXXXX")
@@ -31,8 +42,8 @@ trap cleanup EXIT
 echo "== creating a dataset: 256 chunks of 1 MiB in $work/data"
 "$bin/coio-storage-server" init --dir "$work/data" --chunks 256 --chunk-size 1M --chunks-per-file 64
 
-echo "== starting the server on 127.0.0.1 (TCP, a free port)"
-"$bin/coio-storage-server" serve --dir "$work/data" --listen 127.0.0.1:0 --transport tcp --pool 64M \
+echo "== starting the server on 127.0.0.1 ($transport, a free port)"
+"$bin/coio-storage-server" serve --dir "$work/data" --listen 127.0.0.1:0 --transport "$transport" --pool 64M \
   >"$work/server.log" 2>&1 &
 server_pid=$!
 address=""
@@ -50,7 +61,7 @@ fi
 
 echo "== running coio-storage-bench --verify for ${duration} s"
 status=0
-"$bin/coio-storage-bench" --address "$address" --dir "$work/data" --transport tcp --io-size 64K --batch 16 \
+"$bin/coio-storage-bench" --address "$address" --dir "$work/data" --transport "$transport" --io-size 64K --batch 16 \
   --depth 8 --connections 4 --duration "$duration" --verify || status=$?
 
 echo "== stopping the server"

@@ -4,6 +4,9 @@
 #include "chunk_store.hpp"
 #include "cli.hpp"
 #include "storage_client.hpp"
+#if COIO_STORAGE_RDMA
+#include "rdma_channel.hpp"
+#endif
 
 #include <coio/core/collect_all.hpp>
 #include <coio/reactor/reactor_kind.hpp>
@@ -26,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --address 127.0.0.1:9000   the server
-  --transport tcp|rdma       (rdma: not yet)
+  --transport tcp|rdma       rdma: a queue pair per connection, brought up over TCP
+  --rdma-device NAME         (default: the first device with an ACTIVE port)
   --dir D                    learn the dataset's shape from D/index, or give
   --chunks N --chunk-size S  it explicitly
   --io-size 64K              bytes per IO (at most the chunk size); offsets are random, unaligned
@@ -48,6 +52,10 @@ struct Settings {
   double duration = 10;
   coio::ReactorKind kind = coio::ReactorKind::uring;
   bool verify = false, json = false;
+  std::string transport = "tcp";
+#if COIO_STORAGE_RDMA
+  std::unique_ptr<coio::rdma::Device> device;  // opened for --transport rdma
+#endif
 };
 
 struct Tally {
@@ -63,9 +71,8 @@ bool contentMatches(const storage::ReadOp& op, std::uint32_t bytes) {
 
 template <coio::Reactor R>
 coio::Task<void> worker(storage::StorageClient<R>& client, const Settings& settings, Clock::time_point end,
-                        std::uint64_t seed, Tally& tally) {
+                        std::uint64_t seed, std::span<std::byte> memory, Tally& tally) {
   std::mt19937_64 random(seed);
-  std::vector<std::byte> memory(settings.batch * settings.ioSize);
   std::vector<storage::ReadOp> ios(settings.batch);
   while (Clock::now() < end) {
     for (std::size_t i = 0; i < ios.size(); ++i) {
@@ -131,19 +138,19 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
                p999 = percentile(tally.latencies, 0.999) * 1e3;
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   if (settings.json) {
-    std::printf("{\"transport\":\"tcp\",\"reactor\":\"%s\",\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
+    std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
                 "\"io_size\":%u,\"verify\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
                 "\"errors\":{\"total\":%llu,\"io_status\":%llu,\"checksum\":%llu,\"content\":%llu,\"request\":%llu}}\n",
-                std::string(coio::toString(settings.kind)).c_str(), settings.connections, settings.depth,
-                settings.batch, settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios),
+                settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(), settings.connections,
+                settings.depth, settings.batch, settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios),
                 u(tally.bytes), iops, gib, p50, p99, p999, u(tally.errors()), u(tally.badStatus),
                 u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.failedRequests));
     return;
   }
-  std::printf("coio-storage-bench: tcp to %s, %s reactor, %zu connection(s), depth %zu, batch %zu x %u bytes, "
+  std::printf("coio-storage-bench: %s to %s, %s reactor, %zu connection(s), depth %zu, batch %zu x %u bytes, "
               "verify %s\n",
-              settings.server.toString().c_str(), std::string(coio::toString(settings.kind)).c_str(),
+              settings.transport.c_str(), settings.server.toString().c_str(), std::string(coio::toString(settings.kind)).c_str(),
               settings.connections, settings.depth, settings.batch, settings.ioSize, settings.verify ? "on" : "off");
   std::printf("  duration        %.2f s\n", elapsed);
   std::printf("  IOPS            %.0f\n", iops);
@@ -155,16 +162,43 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
               u(tally.failedRequests));
 }
 
+// One client over the chosen transport; `memory` is where its IOs land.
+template <coio::Reactor R>
+coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& reactor, const Settings& settings,
+                                                                             storage::TransmissionLimiter& limiter,
+                                                                             std::span<std::byte> memory) {
+  const storage::ClientOptions options{.verifyChecksums = settings.verify};
+#if COIO_STORAGE_RDMA
+  if (settings.device) {
+    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, settings.server);
+    if (!stream) co_return stream.error();
+    coio::Result<std::unique_ptr<storage::Channel<R>>> channel = co_await storage::RdmaChannel<R>::connect(
+        reactor, *settings.device, std::move(*stream), {}, std::chrono::seconds(10));
+    if (!channel) co_return channel.error();
+    auto client = storage::StorageClient<R>::open(std::move(*channel), limiter, options);
+    if (coio::Result<void> registered = client->registerMemory(memory); !registered) {
+      co_await client->close();
+      co_return registered.error();
+    }
+    co_return std::move(client);
+  }
+#endif
+  (void)memory;  // TCP reads into any memory
+  co_return co_await storage::StorageClient<R>::connect(reactor, settings.server, limiter, options);
+}
+
 template <coio::Reactor R>
 coio::Task<int> run(R& reactor, const Settings& settings) {
   storage::TransmissionLimiter limiter(settings.maxTransmissions);
+  // Every worker's destinations, in one allocation that each client registers once (RDMA).
+  std::vector<std::byte> memory(settings.depth * settings.batch * settings.ioSize);
   std::vector<std::unique_ptr<storage::StorageClient<R>>> clients;
   for (std::size_t c = 0; c < settings.connections; ++c) {
-    coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(
-        reactor, settings.server, limiter, {.verifyChecksums = settings.verify});
+    coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await connect(reactor, settings, limiter, memory);
     if (!client) {
-      std::fprintf(stderr, "coio-storage-bench: cannot connect to %s: %s (is coio-storage-server running?)\n",
-                   settings.server.toString().c_str(), client.error().message().c_str());
+      std::fprintf(stderr, "coio-storage-bench: cannot connect to %s over %s: %s (is coio-storage-server running%s?)\n",
+                   settings.server.toString().c_str(), settings.transport.c_str(), client.error().message().c_str(),
+                   settings.transport == "rdma" ? " with --transport rdma" : "");
       for (auto& open : clients) co_await open->close();
       co_return 1;
     }
@@ -176,7 +210,9 @@ coio::Task<int> run(R& reactor, const Settings& settings) {
   std::vector<Tally> tallies(settings.depth);
   std::vector<coio::Task<void>> tasks;
   for (std::size_t w = 0; w < settings.depth; ++w) {
-    tasks.push_back(worker(*clients[w % clients.size()], settings, end, 1000 + w, tallies[w]));
+    const std::size_t slice = settings.batch * settings.ioSize;
+    tasks.push_back(worker(*clients[w % clients.size()], settings, end, 1000 + w,
+                           std::span(memory).subspan(w * slice, slice), tallies[w]));
   }
   tasks.push_back(progress(reactor, begin, end, tallies));
   co_await coio::collectAllRange(std::move(tasks));
@@ -207,7 +243,7 @@ int usage(const char* problem = nullptr) {
 
 int main(int argc, char** argv) {
   Settings settings;
-  std::string address = "127.0.0.1:9000", transport = "tcp", dir;
+  std::string address = "127.0.0.1:9000", transport = "tcp", dir, rdmaDevice;
   for (int i = 1; i < argc; ++i) {
     const std::string_view name = argv[i];
     if (name == "--help" || name == "-h") return usage();
@@ -228,6 +264,8 @@ int main(int argc, char** argv) {
       address = value;
     } else if (name == "--transport") {
       transport = value;
+    } else if (name == "--rdma-device") {
+      rdmaDevice = value;
     } else if (name == "--dir") {
       dir = value;
     } else if (name == "--chunks") {
@@ -262,11 +300,24 @@ int main(int argc, char** argv) {
     }
     if (!ok) return usage(("bad value for " + std::string(name) + ": " + std::string(value)).c_str());
   }
+  if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
+  settings.transport = transport;
   if (transport == "rdma") {
-    std::fputs("coio-storage-bench: the RDMA transport is not implemented yet; use --transport tcp\n", stderr);
-    return 2;
+#if COIO_STORAGE_RDMA
+    std::string why;
+    coio::Result<std::unique_ptr<coio::rdma::Device>> device = coio::rdma::Device::open({.name = rdmaDevice}, &why);
+    if (!device) {
+      std::fprintf(stderr, "coio-storage-bench: cannot use RDMA: %s%s%s\n  run over TCP instead: --transport tcp\n",
+                   device.error().message().c_str(), why.empty() ? "" : ": ", why.c_str());
+      return 1;
+    }
+    settings.device = std::move(*device);
+#else
+    std::fputs("coio-storage-bench: this build has no RDMA support (libibverbs was not found when it was built); "
+               "use --transport tcp\n", stderr);
+    return 1;
+#endif
   }
-  if (transport != "tcp") return usage("--transport is tcp or rdma");
   if (!dir.empty()) {
     coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(dir);
     if (!index) {

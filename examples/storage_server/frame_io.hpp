@@ -2,6 +2,7 @@
 // Frames over a TcpStream, shared by the server and the client: reading one
 // frame (header checked before the payload is read), and a writer that keeps
 // whole frames (and a response's trailing data) from interleaving.
+#include "channel.hpp"
 #include "protocol.hpp"
 
 #include <coio/core/result.hpp>
@@ -22,20 +23,6 @@
 
 namespace storage {
 
-/// A frame read off the wire; the payload is not decoded yet.
-struct IncomingFrame {
-  proto::FrameHeader header;
-  std::vector<std::byte> payload;
-};
-
-/// What ended a connection's read side: a transport error (EOF, reset,
-/// cancellation) or a protocol error, with the requestId it concerns.
-struct ReadFailure {
-  std::error_code error;
-  std::uint64_t requestId = 0;
-  bool isProtocolError() const noexcept { return error.category() == proto::protocolCategory(); }
-};
-
 /// Reads one frame. A header that fails validation is a protocol error
 /// before any payload byte is read, so an absurd length never allocates.
 template <coio::Reactor R>
@@ -49,11 +36,7 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(coio::TcpStream<R>& stream, Re
   }
   coio::Result<proto::FrameHeader> header = proto::decodeHeader(raw);
   if (!header) {
-    // The id of a frame whose magic is wrong means nothing: report 0.
-    const bool magicOk = header.error() != proto::ProtocolErrc::badMagic;
-    std::uint64_t id = 0;
-    for (std::size_t i = 0; magicOk && i < 8; ++i) id |= std::uint64_t{static_cast<std::uint8_t>(raw[8 + i])} << (8 * i);
-    failure = {header.error(), id};
+    failure = headerFailure(raw, header.error());
     co_return header.error();
   }
   IncomingFrame frame{*header, std::vector<std::byte>(header->payloadLength)};
@@ -127,9 +110,7 @@ template <coio::Reactor R>
 coio::Task<void> sendErrorAndDrain(coio::TcpStream<R>& stream, FrameWriter<R>& writer, const ReadFailure& failure,
                                    std::chrono::steady_clock::duration grace) {
   if (!writer.broken()) {
-    std::vector<std::byte> frame;
-    proto::encode(frame, failure.requestId,
-                  proto::ErrorFrame{static_cast<proto::ProtocolErrc>(failure.error.value()), failure.error.message()});
+    const std::vector<std::byte> frame = errorFrame(failure);
     auto sendFrame = [&writer, &frame](std::stop_token stop) { return writer.send(frame, std::move(stop)); };
     coio::Result<void> sent = co_await coio::withTimeout(stream.reactor(), sendFrame, grace);
     if (!sent) co_return;

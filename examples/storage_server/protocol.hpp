@@ -44,6 +44,7 @@ enum class IoStatus : std::int32_t {
   batchTooLarge = 5,      // the batch exceeds the server's IO count or byte limits
   timedOut = 6,           // the client never granted transmission
   internalError = 7,
+  unavailable = 8,        // the server is shutting down: nothing was read, ask another replica
 };
 
 /// Why a frame was rejected; carried in Error frames.
@@ -59,6 +60,7 @@ enum class ProtocolErrc {
   badStatus,
   tooManyIos,
   unexpectedMessage,  // a valid frame that is not allowed at this point
+  tooManyRequests,    // more requests in flight on the connection than the server allows
 };
 
 struct FrameHeader {
@@ -133,6 +135,7 @@ class CategoryImpl final : public std::error_category {
       case ProtocolErrc::badStatus: return "unknown IO status";
       case ProtocolErrc::tooManyIos: return "more IOs than the limit";
       case ProtocolErrc::unexpectedMessage: return "message not expected here";
+      case ProtocolErrc::tooManyRequests: return "too many requests in flight on this connection";
     }
     return "unknown protocol error";
   }
@@ -305,7 +308,7 @@ inline coio::Result<BatchReadResponse> decodeBatchReadResponse(std::span<const s
   resp.results.resize(count);
   for (IoResult& res : resp.results) {
     const auto status = r.get<std::int32_t>();
-    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::internalError)) return ProtocolErrc::badStatus;
+    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::unavailable)) return ProtocolErrc::badStatus;
     res.status = static_cast<IoStatus>(status);
     res.bytes = r.get<std::uint32_t>();
     res.checksum = r.get<std::uint32_t>();

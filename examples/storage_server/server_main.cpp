@@ -1,8 +1,11 @@
 // coio-storage-server: creates a chunk dataset (init) and serves batched
-// reads of it (serve) over TCP, one StorageServer per reactor thread.
+// reads of it (serve) over TCP or RDMA, one StorageServer per reactor thread.
 #include "chunk_store.hpp"
 #include "cli.hpp"
 #include "storage_server.hpp"
+#if COIO_STORAGE_RDMA
+#include "rdma_channel.hpp"
+#endif
 
 #include <coio/net/tcp_listener.hpp>
 #include <coio/reactor/reactor_kind.hpp>
@@ -30,9 +33,15 @@ constexpr const char* kUsage = R"(usage:
       content, and D/index with each chunk's CRC32C.
   coio-storage-server serve --dir D [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
-      [--transmit-timeout-ms 10000] [--pool 128M] [--buffered]
-      Serves D until SIGINT/SIGTERM. --pool is the read-buffer pool per reactor;
-      --buffered reads through the page cache instead of O_DIRECT.
+      [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--buffered]
+      [--rdma-device NAME] [--rdma-writes 256]
+      Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
+      finish). --pool is the read-buffer pool per reactor; --buffered reads
+      through the page cache instead of O_DIRECT; --max-requests bounds the
+      requests in flight per connection. RDMA: clients connect over TCP to
+      --listen and bring up a queue pair on it; --rdma-device picks the
+      device (default: the first with an ACTIVE port), --rdma-writes bounds
+      the RDMA WRITEs in flight on it (split between the reactors).
 )";
 
 int usage(const char* problem = nullptr) {
@@ -102,6 +111,12 @@ struct ServeSettings {
   std::size_t reactors = 1;
   coio::ReactorKind kind = coio::ReactorKind::uring;
   storage::ServerOptions server;
+  std::string transport = "tcp";
+#if COIO_STORAGE_RDMA
+  std::string rdmaDevice;
+  std::size_t rdmaWrites = 256;
+  std::unique_ptr<coio::rdma::Device> device;  // opened when the transport is rdma
+#endif
 };
 
 // Runs `task` on `reactor`'s loop thread and waits for it (from another thread).
@@ -116,11 +131,37 @@ void runOn(R& reactor, coio::Task<void> task) {
   finished.get();
 }
 
-// Opens a shard on its own loop thread (its Disk belongs to that thread).
+std::string describeOpenError(const std::string& dir, std::error_code error) {
+  if (error == std::errc::no_such_file_or_directory) {
+    return dir + "/index not found: " + dir + " is not a dataset (create one with: coio-storage-server init --dir " +
+           dir + " --chunks N --chunk-size S)";
+  }
+  if (error == coio::Errc::invalidArgument) {
+    return dir + "/index is malformed or the dataset unusable (chunk size not a multiple of 4K?); recreate it with init";
+  }
+  return "cannot open the data files in " + dir + ": " + error.message();
+}
+
+// Opens a shard on its own loop thread (its Disk belongs to that thread),
+// with its transport.
 template <coio::Reactor R>
 coio::Task<void> openShard(R& reactor, const ServeSettings& settings,
-                           coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out) {
+                           coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out, std::string& problem) {
   out = storage::StorageServer<R>::open(reactor, settings.dir, settings.server);
+  if (!out) problem = describeOpenError(settings.dir, out.error());
+#if COIO_STORAGE_RDMA
+  if (out && settings.device) {
+    const std::size_t writes = (settings.rdmaWrites + settings.reactors - 1) / settings.reactors;
+    auto transport = storage::RdmaTransport<R>::create(reactor, *settings.device, (*out)->bufferMemory(), writes);
+    if (!transport) {
+      problem = "cannot register the read-buffer pool with " + settings.device->name() + ": " +
+                transport.error().message() + " (is `ulimit -l` large enough for --pool?)";
+      out = transport.error();
+      co_return;
+    }
+    (*out)->useTransport(std::move(*transport));
+  }
+#endif
   co_return;
 }
 
@@ -136,17 +177,6 @@ coio::Task<void> startAccepting(R& reactor, const ServeSettings& settings, std::
   shards.front()->serve(*listener, std::move(shards));
 }
 
-std::string describeOpenError(const std::string& dir, std::error_code error) {
-  if (error == std::errc::no_such_file_or_directory) {
-    return dir + "/index not found: " + dir + " is not a dataset (create one with: coio-storage-server init --dir " +
-           dir + " --chunks N --chunk-size S)";
-  }
-  if (error == coio::Errc::invalidArgument) {
-    return dir + "/index is malformed or the dataset unusable (chunk size not a multiple of 4K?); recreate it with init";
-  }
-  return "cannot open the data files in " + dir + ": " + error.message();
-}
-
 template <coio::Reactor R>
 int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   coio::ReactorPool<R> pool(settings.reactors);
@@ -154,9 +184,10 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   int status = 0;
   for (std::size_t i = 0; i < pool.size() && status == 0; ++i) {
     coio::Result<std::unique_ptr<storage::StorageServer<R>>> shard = coio::Errc::closed;
-    runOn(pool.reactor(i), openShard(pool.reactor(i), settings, shard));
+    std::string problem;
+    runOn(pool.reactor(i), openShard(pool.reactor(i), settings, shard, problem));
     if (!shard) {
-      std::fprintf(stderr, "coio-storage-server: %s\n", describeOpenError(settings.dir, shard.error()).c_str());
+      std::fprintf(stderr, "coio-storage-server: %s\n", problem.c_str());
       status = 1;
     } else {
       shards.push_back(std::move(*shard));
@@ -176,9 +207,9 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   }
   if (status == 0) {
     const storage::ChunkStoreLayout& layout = shards.front()->layout();
-    std::printf("coio-storage-server: %llu chunks of %u bytes from %s, tcp, %zu %s reactor(s)\n",
-                static_cast<unsigned long long>(layout.chunks), layout.chunkSize, settings.dir.c_str(), pool.size(),
-                std::string(coio::toString(settings.kind)).c_str());
+    std::printf("coio-storage-server: %llu chunks of %u bytes from %s, %s, %zu %s reactor(s)\n",
+                static_cast<unsigned long long>(layout.chunks), layout.chunkSize, settings.dir.c_str(),
+                settings.transport.c_str(), pool.size(), std::string(coio::toString(settings.kind)).c_str());
     std::printf("  %s\n", shards.front()->note().c_str());
     std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
     std::fflush(stdout);
@@ -223,19 +254,24 @@ int serve(const std::map<std::string, std::string>& options) {
       settings.server.transmitTimeout = std::chrono::milliseconds(*number);
     } else if (name == "--pool" && (number = storage::cli::parseSize(value)) && *number >= settings.server.pieceSize) {
       settings.server.poolBytes = *number;
+    } else if (name == "--max-requests" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= 65536) {
+      settings.server.maxRequestsPerConnection = static_cast<std::uint32_t>(*number);
     } else if (name == "--buffered") {
       settings.server.directIo = false;
+#if COIO_STORAGE_RDMA
+    } else if (name == "--rdma-device") {
+      settings.rdmaDevice = value;
+    } else if (name == "--rdma-writes" && (number = storage::cli::parseCount(value)) && *number > 0) {
+      settings.rdmaWrites = *number;
+#endif
     } else {
       return usage(("bad option for serve: " + name + (value == "1" ? "" : " " + value)).c_str());
     }
   }
   if (settings.dir.empty()) return usage("serve needs --dir");
-  if (transport == "rdma") {
-    std::fputs("coio-storage-server: the RDMA transport is not implemented yet in this example; use --transport tcp\n",
-               stderr);
-    return 2;
-  }
-  if (transport != "tcp") return usage("--transport is tcp or rdma");
+  if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
+  settings.transport = transport;
   coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(listen);
   if (!address) return usage("--listen takes host:port, e.g. 127.0.0.1:9000 or [::1]:9000");
   settings.listen = *address;
@@ -245,6 +281,21 @@ int serve(const std::map<std::string, std::string>& options) {
     return 1;
   }
   std::string why;
+  if (transport == "rdma") {
+#if COIO_STORAGE_RDMA
+    coio::Result<std::unique_ptr<coio::rdma::Device>> device = coio::rdma::Device::open({.name = settings.rdmaDevice}, &why);
+    if (!device) {
+      std::fprintf(stderr, "coio-storage-server: cannot serve over RDMA: %s%s%s\n  serve over TCP instead: --transport tcp\n",
+                   device.error().message().c_str(), why.empty() ? "" : ": ", why.c_str());
+      return 1;
+    }
+    settings.device = std::move(*device);
+#else
+    std::fputs("coio-storage-server: this build has no RDMA support (libibverbs was not found when it was built); "
+               "serve over TCP: --transport tcp\n", stderr);
+    return 1;
+#endif
+  }
   if (const coio::ReactorKind usable = coio::usableReactorKind(settings.kind, &why); usable != settings.kind) {
     std::fprintf(stderr, "coio-storage-server: %s; using epoll\n", why.c_str());
     settings.kind = usable;

@@ -1,9 +1,11 @@
 #pragma once
-// The storage client over TCP: batchRead with per-IO results, checksum
-// verification, the client side of transmission control, timeouts.
+// The storage client, over TCP or RDMA (a Channel): batchRead with per-IO
+// results, checksum verification, the client side of transmission
+// control, timeouts.
+#include "channel.hpp"
 #include "crc32c.hpp"
-#include "frame_io.hpp"
 #include "protocol.hpp"
+#include "tcp_channel.hpp"
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/result.hpp>
@@ -60,6 +62,9 @@ class TransmissionLimiter {
 struct ClientOptions {
   std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);  ///< per batchRead
   bool verifyChecksums = false;  ///< ask for CRC32C and check it against the bytes received
+  /// batchReads sent at once on this connection; more wait for a slot.
+  /// At most the server's --max-requests (256 by default).
+  std::size_t maxRequestsInFlight = 256;
 };
 
 /// A connection to a storage server.
@@ -73,58 +78,88 @@ struct ClientOptions {
 ///   the connection fails.
 /// - batchRead yields per-IO outcomes, or a request-level error: timed_out,
 ///   the transport's error (eof, connection_reset), a ProtocolErrc the
-///   server or this client detected, or Errc::closed after close(). After a
-///   transport or protocol error every later batchRead fails at once.
+///   server or this client detected, Errc::invalidArgument for a batch the
+///   transport cannot carry (a destination smaller than its IO, more IOs
+///   than a frame holds, RDMA: a destination outside registered memory),
+///   or Errc::closed after close(). After a transport or protocol error
+///   every later batchRead fails at once.
+/// - When batchRead returns, nothing writes into its destinations any more:
+///   over RDMA a request that times out after it was granted transmission
+///   aborts the connection (the queue pair goes to ERR, so no late RDMA
+///   WRITE can land), and every call on it fails.
 /// - `co_await close()` before destruction, once no batchRead is pending.
 template <coio::Reactor R>
 class StorageClient {
  public:
+  /// Connects over TCP.
   static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(R& reactor, coio::SocketAddress server,
                                                                           TransmissionLimiter& limiter,
                                                                           ClientOptions options = {}) {
     coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server);
     if (!stream) co_return stream.error();
     (void)stream->setNoDelay(true);
-    auto client = std::unique_ptr<StorageClient>(new StorageClient(std::move(*stream), limiter, options));
+    co_return open(std::make_unique<TcpChannel<R>>(std::move(*stream)), limiter, options);
+  }
+
+  /// A client over a connected channel (e.g. RdmaChannel::connect's).
+  static std::unique_ptr<StorageClient> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
+                                             ClientOptions options = {}) {
+    auto client = std::unique_ptr<StorageClient>(new StorageClient(std::move(channel), limiter, options));
     client->scope_.spawn(client->readResponses());
-    co_return std::move(client);
+    return client;
   }
 
   StorageClient(const StorageClient&) = delete;
   StorageClient& operator=(const StorageClient&) = delete;
 
+  /// Registers memory that IOs may land in, once (RDMA needs it; TCP
+  /// accepts any memory and this does nothing). Errors: the registration's.
+  coio::Result<void> registerMemory(std::span<std::byte> memory) { return channel_->registerMemory(memory); }
+
   coio::Task<coio::Result<std::vector<ReadOutcome>>> batchRead(std::span<const ReadOp> ios) {
     if (failure_) co_return failure_;
+    if (ios.size() > channel_->maxIosPerFrame()) co_return coio::Errc::invalidArgument;
+    proto::BatchReadRequest request;
+    request.checksum = options_.verifyChecksums ? proto::ChecksumMode::crc32c : proto::ChecksumMode::none;
     for (const ReadOp& op : ios) {
       if (op.into.size() < op.length) co_return coio::Errc::invalidArgument;
+      coio::Result<proto::RemoteBuffer> remote = channel_->remoteBuffer(op.into.first(op.length));
+      if (!remote) co_return remote.error();
+      request.ios.push_back({op.chunkId, op.offset, op.length, *remote});
     }
+    const bool admitted = co_await requestSlots_.acquire(stop_.get_token());
+    if (!admitted) co_return coio::Errc::closed;
+    const RequestSlot slot{requestSlots_};
+    if (failure_) co_return failure_;
     const std::uint64_t id = nextId_++;
     auto owned = std::make_unique<Call>();
     Call& call = *owned;
     call.ios.assign(ios.begin(), ios.end());
     calls_.emplace(id, std::move(owned));
 
-    proto::BatchReadRequest request;
-    request.checksum = options_.verifyChecksums ? proto::ChecksumMode::crc32c : proto::ChecksumMode::none;
-    for (const ReadOp& op : ios) request.ios.push_back({op.chunkId, op.offset, op.length, {}});
     std::vector<std::byte> frame;
     proto::encode(frame, id, request);
-    coio::Result<void> sent = co_await writer_.send(frame, stop_.get_token());
+    coio::Result<void> sent = co_await channel_->send(frame, stop_.get_token());
     if (!sent) {
       calls_.erase(id);
       co_return failure_ ? failure_ : sent.error();
     }
-    bool due = co_await stream_.reactor().sleepFor(options_.timeout, call.done.get_token());
+    bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
     while (due && call.receiving) {
       // Its data is being read into the caller's buffers right now: returning
       // would let them be freed under the read. The read ends with the
       // response or with the connection (fail() completes every call).
-      due = co_await stream_.reactor().sleepFor(options_.timeout, call.done.get_token());
+      due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
     }
     if (due) {
       // The response may still come: the reader then drains its data.
       call.abandoned = true;
+      const bool mayBeWriting = call.granted && channel_->writesRemote();
       releaseSlot(call);
+      // Granted over RDMA: the server may be writing into the destinations
+      // right now. Only a dead queue pair guarantees it stops; the reader
+      // then fails every call (and may free this one: do not touch it).
+      if (mayBeWriting) channel_->abort();
       co_return std::errc::timed_out;
     }
     coio::Result<std::vector<ReadOutcome>> result = std::move(call.result);
@@ -137,7 +172,7 @@ class StorageClient {
   coio::Task<void> close() {
     stop_.request_stop();
     co_await scope_.join();
-    stream_.close();
+    co_await channel_->close();
   }
 
   /// Why the connection failed, or an empty error_code.
@@ -154,8 +189,18 @@ class StorageClient {
     bool receiving = false;  // its response's data is being read into `ios`
   };
 
-  StorageClient(coio::TcpStream<R> stream, TransmissionLimiter& limiter, ClientOptions options)
-      : stream_(std::move(stream)), writer_(stream_), limiter_(limiter), options_(options) {}
+  // Gives a request slot back when batchRead returns.
+  struct RequestSlot {
+    coio::Semaphore& slots;
+    ~RequestSlot() { slots.release(); }
+  };
+
+  StorageClient(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter, ClientOptions options)
+      : channel_(std::move(channel)),
+        reactor_(channel_->reactor()),
+        limiter_(limiter),
+        options_(options),
+        requestSlots_(std::max<std::size_t>(options.maxRequestsInFlight, 1)) {}
 
   void releaseSlot(Call& call) noexcept {
     if (std::exchange(call.granted, false)) limiter_.release();
@@ -176,7 +221,7 @@ class StorageClient {
     bool peerClosing = false;  // the server sent Error: it closes, nothing to answer
     std::vector<std::byte> scratch;
     for (;;) {
-      coio::Result<IncomingFrame> frame = co_await readFrame(stream_, failure, stop_.get_token());
+      coio::Result<IncomingFrame> frame = co_await channel_->readFrame(failure, stop_.get_token());
       if (!frame) break;
       const std::uint64_t id = frame->header.requestId;
       const auto found = calls_.find(id);
@@ -206,10 +251,8 @@ class StorageClient {
       complete(id, *call, std::move(outcomes));
     }
     fail(failure);
-    if (failure.isProtocolError() && !peerClosing) {
-      co_await sendErrorAndDrain(stream_, writer_, failure, std::chrono::seconds(1));
-    }
-    (void)stream_.shutdown(coio::ShutdownHow::both);
+    if (failure.isProtocolError() && !peerClosing) co_await channel_->sendError(failure, std::chrono::seconds(1));
+    if (!stop_.stop_requested()) channel_->abort();  // tell the server now; close() closes properly
   }
 
   // Decodes a response and reads its data into the call's destinations
@@ -238,7 +281,7 @@ class StorageClient {
         into = scratch;
       }
       into = into.first(r.bytes);
-      coio::Result<void> got = co_await stream_.readExact(into, stop_.get_token());
+      coio::Result<void> got = co_await channel_->receiveData(into, stop_.get_token());
       if (!got) {
         failure = {got.error(), id};
         co_return got.error();
@@ -263,7 +306,7 @@ class StorageClient {
     found->second->granted = true;
     std::vector<std::byte> frame;
     proto::encodeEmpty(frame, proto::MessageType::transmitGrant, id);
-    (void)co_await writer_.send(frame, stop_.get_token());  // a broken connection ends the reader too
+    (void)co_await channel_->send(frame, stop_.get_token());  // a broken connection ends the reader too
   }
 
   // Fails every call: the connection is unusable from now on.
@@ -275,10 +318,11 @@ class StorageClient {
     for (std::uint64_t id : ids) complete(id, *calls_.at(id), failure_);
   }
 
-  coio::TcpStream<R> stream_;
-  FrameWriter<R> writer_;
+  std::unique_ptr<Channel<R>> channel_;
+  R& reactor_;
   TransmissionLimiter& limiter_;
   ClientOptions options_;
+  coio::Semaphore requestSlots_;
   std::uint64_t nextId_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Call>> calls_;
   std::error_code failure_;

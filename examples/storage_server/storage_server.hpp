@@ -1,14 +1,16 @@
 #pragma once
 // The storage server of one reactor: serves BatchReadRequests (PROTOCOL.md)
-// from a chunk store over TCP. A multi-reactor server runs one per reactor
-// and lets one of them accept for all (serve()).
+// from a chunk store over TCP or RDMA (a Transport). A multi-reactor server
+// runs one per reactor and lets one of them accept for all (serve()).
+#include "channel.hpp"
 #include "chunk_store.hpp"
 #include "crc32c.hpp"
-#include "frame_io.hpp"
 #include "protocol.hpp"
+#include "tcp_channel.hpp"
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/batch_semaphore.hpp>
+#include <coio/core/collect_all.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
 #include <coio/disk/buffer_pool.hpp>
@@ -19,6 +21,7 @@
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +44,15 @@ struct ServerOptions {
   std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
   std::uint64_t maxBatchBytes = 64ull << 20;         ///< requested bytes per batch (--max-batch-bytes)
   std::chrono::steady_clock::duration transmitTimeout = std::chrono::seconds(10);  ///< --transmit-timeout
+  /// How long sending one response (and its data) may take before the
+  /// connection is dropped: a client that stops reading cannot pin buffers.
+  std::chrono::steady_clock::duration sendTimeout = std::chrono::seconds(10);
+  /// Requests in flight per connection (--max-requests); one more is a
+  /// protocol error (tooManyRequests): one client cannot queue unbounded work.
+  std::uint32_t maxRequestsPerConnection = 256;
+  /// shutdown(): how long in-flight requests may take to finish before
+  /// their connections are cut.
+  std::chrono::steady_clock::duration drainTimeout = std::chrono::seconds(5);
   std::size_t pieceSize = 256 * 1024;                ///< one pool buffer; larger reads are split into pieces
   std::size_t poolBytes = 128u << 20;                ///< this reactor's read-buffer pool
   bool directIo = true;                              ///< O_DIRECT, if the file system allows it
@@ -53,6 +65,8 @@ struct ServerStats {
   std::uint64_t requests = 0;
   std::uint64_t protocolErrors = 0;
   std::uint64_t transmitTimeouts = 0;
+  std::uint64_t sendTimeouts = 0;       ///< connections dropped because a response could not be sent in time
+  std::uint64_t handshakeFailures = 0;  ///< accepted connections whose transport did not come up (RDMA)
   std::size_t connections = 0;
   std::size_t transmitting = 0;      ///< requests between grant and the end of their data
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
@@ -70,11 +84,17 @@ struct ServerStats {
 ///   the client has granted transmission (else, after transmitTimeout, the
 ///   request is answered with timedOut). Pool buffers are returned on every
 ///   path: completion, timeout, disconnect, shutdown.
+/// - Bounded per connection: at most maxRequestsPerConnection requests in
+///   flight, and a response that cannot be sent within sendTimeout drops
+///   the connection (and frees its buffers).
 /// - A protocol error on a connection gets an Error frame and closes that
 ///   connection only.
-/// - `co_await shutdown()` stops accepting, cancels every connection (their
-///   in-flight requests fail; clients see the connection close) and resumes
-///   once all is done. It must complete before the server is destroyed.
+/// - `co_await shutdown()` stops accepting, drains: requests in flight
+///   finish (new ones are answered `unavailable`) for up to drainTimeout,
+///   then every connection is cut (what is still in flight fails; clients
+///   see the connection close). It resumes once all is done and must
+///   complete before the server is destroyed.
+/// - The transport is TCP unless useTransport() set another (RDMA).
 template <coio::Reactor R>
 class StorageServer {
  public:
@@ -121,6 +141,11 @@ class StorageServer {
   std::size_t buffersInUse() const noexcept { return pool_.count() - pool_.available(); }
   /// O_DIRECT and buffer-registration notes, for the start-up banner.
   const std::string& note() const noexcept { return note_; }
+  /// The read-buffer pool's whole mapping (to register it for RDMA).
+  std::span<std::byte> bufferMemory() const noexcept { return {pool_.data(), pool_.size()}; }
+  /// Serves new connections over `transport` (before serve()/adopt()).
+  void useTransport(std::unique_ptr<Transport<R>> transport) { transport_ = std::move(transport); }
+  const Transport<R>& transport() const noexcept { return *transport_; }
 
   /// Serves `stream` until it closes (loop thread). After shutdown() began
   /// the stream is closed at once.
@@ -138,13 +163,16 @@ class StorageServer {
     scope_.spawn(acceptLoop(listener, std::move(shards)));
   }
 
-  /// Stops accepting, cancels every connection and waits until all of them
-  /// (and their requests) are gone. Once only.
+  /// Stops accepting, drains (see the class comment) and waits until every
+  /// connection and request is gone. Once only.
   coio::Task<void> shutdown() {
     stopping_ = true;
     stop_.request_stop();
-    for (Connection* c : connections_) c->stop.request_stop();
-    co_await scope_.join();
+    for (Connection* c : connections_) {
+      if (c->inFlight.empty()) c->stop.request_stop();  // else the last request to finish stops it
+    }
+    std::stop_source joined;
+    co_await coio::collectAll(joinThenStop(joined), cutWhenDue(joined.get_token()));
     scopeJoined_ = true;
   }
 
@@ -169,9 +197,8 @@ class StorageServer {
   };
 
   struct Connection {
-    explicit Connection(coio::TcpStream<R> s) : stream(std::move(s)), writer(stream) {}
-    coio::TcpStream<R> stream;
-    FrameWriter<R> writer;
+    explicit Connection(std::unique_ptr<Channel<R>> c) : channel(std::move(c)) {}
+    std::unique_ptr<Channel<R>> channel;
     std::stop_source stop;  // cancels the reader and every request
     coio::AsyncScope requests;
     std::unordered_set<std::uint64_t> inFlight;               // request ids being served
@@ -206,11 +233,20 @@ class StorageServer {
     std::size_t count_ = 0;
   };
 
-  // Takes a request id out of the connection's in-flight set when its task ends.
+  // Takes a request id out of the connection's in-flight set when its task
+  // ends; the last one of a draining server ends the connection. Requests
+  // that arrive while draining are answered `unavailable` and not counted:
+  // a client that keeps sending cannot keep its connection open.
   struct InFlightEntry {
+    StorageServer& server;
     Connection& conn;
     std::uint64_t id;
-    ~InFlightEntry() { conn.inFlight.erase(id); }
+    bool counted;
+    ~InFlightEntry() {
+      if (!counted) return;
+      conn.inFlight.erase(id);
+      if (server.stopping_ && conn.inFlight.empty()) conn.stop.request_stop();
+    }
   };
 
   StorageServer(R& reactor, ChunkStoreIndex index, const ServerOptions& options)
@@ -219,7 +255,19 @@ class StorageServer {
         options_(options),
         pool_({.bufferSize = options.pieceSize, .count = options.poolBytes / options.pieceSize}),
         disk_(reactor),
-        tokens_(pool_.count()) {}
+        tokens_(pool_.count()),
+        transport_(std::make_unique<TcpTransport<R>>()) {}
+
+  coio::Task<void> joinThenStop(std::stop_source& joined) {
+    co_await scope_.join();
+    joined.request_stop();
+  }
+  // Cuts every connection still draining once drainTimeout has passed.
+  coio::Task<void> cutWhenDue(std::stop_token joined) {
+    const bool due = co_await reactor_.sleepFor(options_.drainTimeout, std::move(joined));
+    if (!due) co_return;
+    for (Connection* c : connections_) c->stop.request_stop();
+  }
 
   coio::Task<void> acceptLoop(coio::TcpListener<R>& listener, std::vector<StorageServer*> shards) {
     for (std::size_t next = 0;; ++next) {
@@ -250,7 +298,12 @@ class StorageServer {
   }
 
   coio::Task<void> serveConnection(coio::TcpStream<R> stream) {
-    Connection conn(std::move(stream));
+    coio::Result<std::unique_ptr<Channel<R>>> channel = co_await transport_->accept(std::move(stream), stop_.get_token());
+    if (!channel) {
+      ++stats_.handshakeFailures;
+      co_return;
+    }
+    Connection conn(std::move(*channel));
     connections_.insert(&conn);
     ++stats_.connections;
     ReadFailure failure = co_await readRequests(conn);
@@ -258,8 +311,9 @@ class StorageServer {
     co_await conn.requests.join();
     if (failure.isProtocolError()) {
       ++stats_.protocolErrors;
-      co_await sendErrorAndDrain(conn.stream, conn.writer, failure, options_.errorGrace);
+      co_await conn.channel->sendError(failure, options_.errorGrace);
     }
+    co_await conn.channel->close();
     --stats_.connections;
     connections_.erase(&conn);
   }
@@ -268,17 +322,23 @@ class StorageServer {
   coio::Task<ReadFailure> readRequests(Connection& conn) {
     ReadFailure failure;
     for (;;) {
-      coio::Result<IncomingFrame> frame = co_await readFrame(conn.stream, failure, conn.stop.get_token());
+      coio::Result<IncomingFrame> frame = co_await conn.channel->readFrame(failure, conn.stop.get_token());
       if (!frame) co_return failure;
       const std::uint64_t id = frame->header.requestId;
       switch (frame->header.type) {
         case proto::MessageType::batchReadRequest: {
           coio::Result<proto::BatchReadRequest> request =
-              proto::decodeBatchReadRequest(frame->payload, proto::kMaxIosPerFrame);
+              proto::decodeBatchReadRequest(frame->payload, conn.channel->maxIosPerFrame());
           if (!request) co_return ReadFailure{request.error(), id};
-          if (!conn.inFlight.insert(id).second) co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
+          const bool counted = !stopping_;
+          if (counted && conn.inFlight.size() >= options_.maxRequestsPerConnection) {
+            co_return ReadFailure{proto::ProtocolErrc::tooManyRequests, id};
+          }
+          if (counted && !conn.inFlight.insert(id).second) {
+            co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
+          }
           ++stats_.requests;
-          conn.requests.spawn(serveRequest(conn, id, std::move(*request)));
+          conn.requests.spawn(serveRequest(conn, id, std::move(*request), counted));
           break;
         }
         case proto::MessageType::transmitGrant: {
@@ -301,8 +361,12 @@ class StorageServer {
   }
 
   // Validates every IO: ok, or the IO's own error status.
-  std::vector<proto::IoResult> validate(const proto::BatchReadRequest& request) const {
+  std::vector<proto::IoResult> validate(const proto::BatchReadRequest& request, const Channel<R>& channel) const {
     std::vector<proto::IoResult> results(request.ios.size());
+    if (stopping_) {
+      for (proto::IoResult& r : results) r.status = proto::IoStatus::unavailable;
+      return results;
+    }
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < request.ios.size(); ++i) {
       const proto::ReadIo& io = request.ios[i];
@@ -310,6 +374,8 @@ class StorageServer {
         results[i].status = proto::IoStatus::chunkNotFound;
       } else if (std::uint64_t{io.offset} + io.length > index_.layout.chunkSize) {
         results[i].status = proto::IoStatus::rangeOutsideChunk;
+      } else if (channel.writesRemote() && io.remote.length < io.length) {
+        results[i].status = proto::IoStatus::bufferTooSmall;
       } else {
         total += io.length;
       }
@@ -343,9 +409,9 @@ class StorageServer {
     }
   }
 
-  coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request) {
-    const InFlightEntry entry{conn, id};
-    std::vector<proto::IoResult> results = validate(request);
+  coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request, bool counted) {
+    const InFlightEntry entry{*this, conn, id, counted};
+    std::vector<proto::IoResult> results = validate(request, *conn.channel);
     std::vector<IoPlan> plans(request.ios.size());
     std::vector<Piece> pieces;
     plan(request, results, plans, pieces);
@@ -369,51 +435,82 @@ class StorageServer {
     co_await batch.submit(stop);
     if (stop.stop_requested()) co_return;
 
-    // Outcomes, checksums and the data to send: the asked part of each piece.
-    std::vector<std::span<const std::byte>> parts;
-    std::vector<std::byte> head;
-    parts.emplace_back();  // the response frame, encoded below
+    // Outcomes, checksums, and the asked part of each piece, IO by IO.
+    std::vector<std::span<std::byte>> asked;
+    asked.reserve(pieces.size());
+    std::vector<std::size_t> firstAsked(request.ios.size() + 1, 0);
     for (std::size_t i = 0; i < request.ios.size(); ++i) {
       proto::IoResult& r = results[i];
+      firstAsked[i] = asked.size();
       if (r.status != proto::IoStatus::ok) continue;
-      const std::size_t firstPart = parts.size();
       for (std::size_t p = plans[i].firstPiece; p < plans[i].firstPiece + plans[i].pieces; ++p) {
         coio::Result<std::size_t> n = batch.result(p);
         if (!n || *n != pieces[p].length) r.status = proto::IoStatus::ioError;
-        parts.push_back(lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take));
+        asked.push_back(lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take));
       }
       if (r.status != proto::IoStatus::ok) {
-        parts.resize(firstPart);
+        asked.resize(firstAsked[i]);
         continue;
       }
       r.bytes = request.ios[i].length;
-      if (request.checksum == proto::ChecksumMode::crc32c) r.checksum = checksum(request.ios[i], parts, firstPart);
+      if (request.checksum == proto::ChecksumMode::crc32c) {
+        r.checksum = checksum(request.ios[i], std::span(asked).subspan(firstAsked[i]));
+      }
     }
+    firstAsked.back() = asked.size();
 
-    // Client-centric flow control: send only once the client grants it.
-    const bool granted = co_await awaitGrant(conn, id);
+    // Client-centric flow control: send data only once the client grants
+    // it (a response without data needs no permission).
+    bool granted = true;
+    if (!asked.empty()) granted = co_await awaitGrant(conn, id);
     if (stop.stop_requested()) co_return;
-    if (!granted) {
+    std::vector<OutgoingData> data;
+    if (granted) {
+      for (std::size_t i = 0; i < request.ios.size(); ++i) {
+        if (results[i].status != proto::IoStatus::ok || firstAsked[i] == firstAsked[i + 1]) continue;
+        data.push_back({request.ios[i].remote,
+                        std::span(asked).subspan(firstAsked[i], firstAsked[i + 1] - firstAsked[i])});
+      }
+    } else {
       ++stats_.transmitTimeouts;
       lease.release();
-      parts.resize(1);
       for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
     }
+    std::vector<std::byte> head;
     proto::encode(head, id, proto::BatchReadResponse{std::move(results)});
-    parts.front() = head;
     if (granted) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
-    (void)co_await conn.writer.send(parts, stop);  // a failed send breaks the connection: its reader ends it
+    (void)co_await sendBounded(
+        conn, [&](std::stop_token token) { return conn.channel->sendResponse(head, data, std::move(token)); });
     if (granted) --stats_.transmitting;
-    if (conn.writer.broken()) conn.stop.request_stop();
+  }
+
+  // Runs `send(token)` until it completes, the connection stops, or
+  // sendTimeout passes. A send that fails or times out ends the connection
+  // (a TCP stream cut mid-frame, a QP in error; or a client that stopped
+  // reading, which must not pin buffers).
+  template <typename Send>
+  coio::Task<coio::Result<void>> sendBounded(Connection& conn, Send send) {
+    auto untilStopped = [&](std::stop_token timeout) -> coio::Task<coio::Result<void>> {
+      std::stop_source either;
+      const auto forward = [&either] { either.request_stop(); };
+      const std::stop_callback onTimeout(timeout, forward);
+      const std::stop_callback onStop(conn.stop.get_token(), forward);
+      co_return co_await send(either.get_token());
+    };
+    coio::Result<void> sent = co_await coio::withTimeout(reactor_, untilStopped, options_.sendTimeout);
+    if (!sent) {
+      if (sent.error() == std::errc::timed_out) ++stats_.sendTimeouts;
+      conn.stop.request_stop();
+    }
+    co_return sent;
   }
 
   // The stored whole-chunk CRC when the whole chunk is read (so a byte
   // corrupted on disk shows as a mismatch), else the CRC of the bytes read.
-  std::uint32_t checksum(const proto::ReadIo& io, const std::vector<std::span<const std::byte>>& parts,
-                         std::size_t firstPart) const {
+  std::uint32_t checksum(const proto::ReadIo& io, std::span<const std::span<std::byte>> parts) const {
     if (io.offset == 0 && io.length == index_.layout.chunkSize) return index_.crcs[io.chunkId];
     std::uint32_t crc = 0;
-    for (std::size_t p = firstPart; p < parts.size(); ++p) crc = crc32c(parts[p], crc);
+    for (std::span<const std::byte> part : parts) crc = crc32c(part, crc);
     return crc;
   }
 
@@ -424,7 +521,8 @@ class StorageServer {
     proto::encodeEmpty(frame, proto::MessageType::transmitRequest, id);
     GrantWait wait;
     conn.awaiting.emplace(id, &wait);
-    coio::Result<void> sent = co_await conn.writer.send(frame, conn.stop.get_token());
+    coio::Result<void> sent =
+        co_await sendBounded(conn, [&](std::stop_token stop) { return conn.channel->send(frame, std::move(stop)); });
     if (sent) {
       // The connection's stop ends the wait as a grant would.
       std::stop_callback onStop(conn.stop.get_token(), [&wait] { wait.arrived.request_stop(); });
@@ -452,6 +550,7 @@ class StorageServer {
   bool stopping_ = false;
   bool scopeJoined_ = false;
   std::unordered_set<Connection*> connections_;
+  std::unique_ptr<Transport<R>> transport_;  // after the pool: an RDMA registration of it goes first
   coio::AsyncScope scope_;  // connections and accept loops
 };
 

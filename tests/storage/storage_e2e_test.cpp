@@ -1,8 +1,13 @@
-// The storage server and client end to end over loopback TCP, in one
-// process on one reactor (each reactor kind): reads, per-IO errors, bad
-// frames, disconnects, transmission control, corruption, shutdown.
+// The storage server and client end to end, in one process on one reactor
+// (each reactor kind): reads, per-IO errors, bad frames, disconnects,
+// transmission control, limits, corruption, shutdown. Built twice: over
+// loopback TCP (host suite) and, with COIO_E2E_RDMA, over RDMA (label
+// `rdma`: runs where a device exists, e.g. the Soft-RoCE guest).
 #include "storage_client.hpp"
 #include "storage_server.hpp"
+#if COIO_E2E_RDMA
+#include "rdma_channel.hpp"
+#endif
 
 #include <coio/core/collect_all.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
@@ -29,7 +34,17 @@ using storage::proto::IoStatus;
 
 namespace {
 
-using Reactors = std::tuple<coio::EpollReactor, coio::UringReactor>;
+// A reactor kind and a transport.
+template <typename Reactor, bool Rdma>
+struct Setup {
+  using R = Reactor;
+  static constexpr bool rdma = Rdma;
+};
+#if COIO_E2E_RDMA
+using Setups = std::tuple<Setup<coio::EpollReactor, true>, Setup<coio::UringReactor, true>>;
+#else
+using Setups = std::tuple<Setup<coio::EpollReactor, false>, Setup<coio::UringReactor, false>>;
+#endif
 
 constexpr std::uint32_t kChunkSize = 64 * 1024;
 constexpr std::uint64_t kChunks = 12;
@@ -49,15 +64,28 @@ struct TempDir {
   }
 };
 
-// A server on 127.0.0.1 (any port) over a fresh dataset.
-template <typename R>
+// A server on 127.0.0.1 (any port) over a fresh dataset, serving over the
+// setup's transport. Clients' IOs land in `arena` (registered by every
+// RDMA client; buffer() hands out pieces of it).
+template <typename S>
 struct Fixture {
+  using R = typename S::R;
   explicit Fixture(storage::ServerOptions options = small(), std::size_t maxTransmissions = 64)
-      : limiter(maxTransmissions) {
+      : arena(8u << 20), limiter(maxTransmissions) {
     auto opened = storage::StorageServer<R>::open(reactor, dir.path, options);
     INFO(opened.error().message());
     REQUIRE(opened);
     server = std::move(*opened);
+#if COIO_E2E_RDMA
+    std::string why;
+    auto dev = coio::rdma::Device::open({.name = deviceName()}, &why);
+    INFO(dev.error().message() << ": " << why);
+    REQUIRE(dev);  // no device is a failure here, never a skip
+    device = std::move(*dev);
+    auto transport = storage::RdmaTransport<R>::create(reactor, *device, server->bufferMemory(), 256);
+    REQUIRE(transport);
+    server->useTransport(std::move(*transport));
+#endif
     auto bound = coio::TcpListener<R>::bind(reactor, *coio::SocketAddress::parse("127.0.0.1:0"));
     REQUIRE(bound);
     listener.emplace(std::move(*bound));
@@ -88,14 +116,46 @@ struct Fixture {
     co_await server.shutdown();
     if (failure) std::rethrow_exception(failure);
   }
-  Task<std::unique_ptr<storage::StorageClient<R>>> client(storage::ClientOptions options = {.verifyChecksums = true}) {
-    Result<std::unique_ptr<storage::StorageClient<R>>> c =
-        co_await storage::StorageClient<R>::connect(reactor, address, limiter, options);
+  // A connected channel of the setup's transport, its memory registered.
+  Task<std::unique_ptr<storage::Channel<R>>> channel() {
+    Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, address);
+    REQUIRE(stream);
+#if COIO_E2E_RDMA
+    Result<std::unique_ptr<storage::Channel<R>>> c =
+        co_await storage::RdmaChannel<R>::connect(reactor, *device, std::move(*stream), {}, 10s);
+    INFO(c.error().message());
     REQUIRE(c);
+    const Result<void> registered = (*c)->registerMemory(arena);
+    REQUIRE(registered);
     co_return std::move(*c);
+#else
+    co_return std::make_unique<storage::TcpChannel<R>>(std::move(*stream));
+#endif
   }
+  Task<std::unique_ptr<storage::StorageClient<R>>> client(storage::ClientOptions options = {.verifyChecksums = true}) {
+    std::unique_ptr<storage::Channel<R>> c = co_await channel();
+    co_return storage::StorageClient<R>::open(std::move(c), limiter, options);
+  }
+  // `n` bytes of the arena, 64-byte aligned.
+  std::span<std::byte> buffer(std::size_t n) {
+    const std::size_t at = (used + 63) / 64 * 64;
+    REQUIRE(at + n <= arena.size());
+    used = at + n;
+    return std::span(arena).subspan(at, n);
+  }
+#if COIO_E2E_RDMA
+  static std::string deviceName() {
+    const char* name = std::getenv("COIO_RDMA_DEVICE");
+    return name ? name : "";
+  }
+#endif
 
   TempDir dir;
+  std::vector<std::byte> arena;  // before the reactor: registrations of it die with the channels
+  std::size_t used = 0;
+#if COIO_E2E_RDMA
+  std::unique_ptr<coio::rdma::Device> device;  // outlives the reactor's queue pairs
+#endif
   R reactor;
   storage::TransmissionLimiter limiter;
   std::optional<coio::TcpListener<R>> listener;
@@ -103,12 +163,12 @@ struct Fixture {
   coio::SocketAddress address;
 };
 
-// Reads `ios` and checks every ok byte against the generator.
-template <typename R>
-Task<std::vector<ReadOutcome>> readAndCheck(storage::StorageClient<R>& client, std::vector<ReadOp> ios) {
-  std::vector<std::vector<std::byte>> buffers;
+// Reads `ios` (into the fixture's arena) and checks every ok byte against the generator.
+template <typename S, typename Client>
+Task<std::vector<ReadOutcome>> readAndCheck(Fixture<S>& fx, Client& client, std::vector<ReadOp> ios) {
+  std::vector<std::span<std::byte>> buffers;
   for (ReadOp& op : ios) {
-    buffers.emplace_back(op.length);
+    buffers.push_back(fx.buffer(op.length));
     op.into = buffers.back();
   }
   Result<std::vector<ReadOutcome>> outcomes = co_await client.batchRead(ios);
@@ -120,16 +180,30 @@ Task<std::vector<ReadOutcome>> readAndCheck(storage::StorageClient<R>& client, s
     if (o.status != IoStatus::ok) continue;
     CHECK(o.bytes == ios[i].length);
     CHECK_FALSE(o.checksumMismatch);
-    CHECK(storage::matchesChunkBytes(ios[i].chunkId, ios[i].offset, std::span(buffers[i]).first(o.bytes)));
+    CHECK(storage::matchesChunkBytes(ios[i].chunkId, ios[i].offset, buffers[i].first(o.bytes)));
   }
   co_return std::move(*outcomes);
 }
 
-template <typename R>
-Task<coio::TcpStream<R>> rawConnect(Fixture<R>& f) {
-  Result<coio::TcpStream<R>> s = co_await coio::TcpStream<R>::connect(f.reactor, f.address);
-  REQUIRE(s);
-  co_return std::move(*s);
+// Sends raw frames on a channel (no client logic in between).
+template <typename Channel>
+Task<void> sendRaw(Channel& channel, std::span<const std::byte> frame) {
+  const Result<void> sent = co_await channel.send(frame, {});
+  REQUIRE(sent);
+}
+
+template <typename Channel>
+Task<Result<storage::IncomingFrame>> readRaw(Channel& channel) {
+  storage::ReadFailure failure;
+  co_return co_await channel.readFrame(failure, {});
+}
+
+// The ReadIo::remote field for `into` on `channel` (zero over TCP).
+template <typename Channel>
+storage::proto::RemoteBuffer remoteOf(Channel& channel, std::span<std::byte> into) {
+  Result<storage::proto::RemoteBuffer> remote = channel.remoteBuffer(into);
+  REQUIRE(remote);
+  return *remote;
 }
 
 std::vector<std::byte> requestFrame(std::uint64_t id, std::vector<storage::proto::ReadIo> ios) {
@@ -145,19 +219,58 @@ Task<bool> eventually(R& reactor, Pred done) {
   co_return done();
 }
 
+template <typename R>
+Task<void> shutdownServer(storage::StorageServer<R>& server) {
+  co_await server.shutdown();
+}
+
+// Runs while the server drains: request 2 must be answered unavailable,
+// granted request 1 must deliver its data, then the server closes.
+template <typename S>
+Task<void> grantWhileDraining(Fixture<S>& fx, storage::Channel<typename S::R>& channel, std::span<std::byte> data) {
+  co_await fx.reactor.sleepFor(20ms);
+  const std::vector<std::byte> request = requestFrame(2, {{4, 0, 10, remoteOf(channel, fx.buffer(10))}});
+  co_await sendRaw(channel, request);
+  std::vector<std::byte> grant;
+  storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, 1);
+  co_await sendRaw(channel, grant);
+  bool sawUnavailable = false, sawData = false;
+  for (int frames = 0; frames < 2; ++frames) {
+    Result<storage::IncomingFrame> reply = co_await readRaw(channel);
+    REQUIRE(reply);
+    REQUIRE(reply->header.type == storage::proto::MessageType::batchReadResponse);
+    auto response = storage::proto::decodeBatchReadResponse(reply->payload, 1);
+    REQUIRE(response);
+    const storage::proto::IoResult result = response->results.at(0);
+    if (reply->header.requestId == 2) {
+      sawUnavailable = result.status == IoStatus::unavailable;
+    } else {
+      REQUIRE(result.status == IoStatus::ok);
+      REQUIRE(result.bytes == data.size());
+      const Result<void> got = co_await channel.receiveData(data, {});
+      REQUIRE(got);
+      sawData = storage::matchesChunkBytes(3, 100, data) && storage::crc32c(data) == result.checksum;
+    }
+  }
+  CHECK(sawUnavailable);
+  CHECK(sawData);
+  Result<storage::IncomingFrame> end = co_await readRaw(channel);
+  CHECK(end.error() == coio::Errc::eof);  // drained: the server closes
+}
+
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("batchRead returns exact bytes: single IOs, batches, unaligned and whole chunks",
-                        "[storage][e2e]", Reactors) {
+                        "[storage][e2e]", Setups) {
   Fixture<TestType> f;
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     auto client = co_await fx.client();
     // One IO, unaligned, and a whole chunk (its stored CRC comes back).
     const std::vector<ReadOp> unaligned = {{3, 4097, 5000, {}}};
-    std::vector<ReadOutcome> one = co_await readAndCheck(*client, unaligned);
+    std::vector<ReadOutcome> one = co_await readAndCheck(fx, *client, unaligned);
     CHECK(one[0].status == IoStatus::ok);
     const std::vector<ReadOp> wholeChunk = {{7, 0, kChunkSize, {}}};
-    std::vector<ReadOutcome> whole = co_await readAndCheck(*client, wholeChunk);
+    std::vector<ReadOutcome> whole = co_await readAndCheck(fx, *client, wholeChunk);
     CHECK(whole[0].bytes == kChunkSize);
     std::mt19937 random(7);
     const std::vector<std::size_t> sizes = {1, 2, 17, 100, 256};
@@ -168,12 +281,12 @@ TEMPLATE_LIST_TEST_CASE("batchRead returns exact bytes: single IOs, batches, una
         const std::uint32_t length = static_cast<std::uint32_t>(random() % std::min<std::uint32_t>(kChunkSize - offset, 9000));
         ios.push_back({random() % kChunks, offset, length, {}});
       }
-      std::vector<ReadOutcome> outcomes = co_await readAndCheck(*client, ios);
+      std::vector<ReadOutcome> outcomes = co_await readAndCheck(fx, *client, ios);
       for (const ReadOutcome& o : outcomes) CHECK(o.status == IoStatus::ok);
     }
     // Edges: the last byte of a chunk, an empty read, an aligned full 4 KiB.
     const std::vector<ReadOp> edgeIos = {{11, kChunkSize - 1, 1, {}}, {0, 10, 0, {}}, {4, 8192, 4096, {}}};
-    std::vector<ReadOutcome> edges = co_await readAndCheck(*client, edgeIos);
+    std::vector<ReadOutcome> edges = co_await readAndCheck(fx, *client, edgeIos);
     for (const ReadOutcome& o : edges) CHECK(o.status == IoStatus::ok);
     co_await client->close();
   });
@@ -181,13 +294,13 @@ TEMPLATE_LIST_TEST_CASE("batchRead returns exact bytes: single IOs, batches, una
 }
 
 TEMPLATE_LIST_TEST_CASE("invalid IOs get their own status; the rest of the batch is served", "[storage][e2e]",
-                        Reactors) {
+                        Setups) {
   Fixture<TestType> f;
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     auto client = co_await fx.client();
     const std::vector<ReadOp> mixedIos = {
         {1, 0, 100, {}}, {kChunks, 0, 10, {}}, {2, kChunkSize - 10, 11, {}}, {2, 5, 10, {}}};
-    std::vector<ReadOutcome> mixed = co_await readAndCheck(*client, mixedIos);
+    std::vector<ReadOutcome> mixed = co_await readAndCheck(fx, *client, mixedIos);
     CHECK(mixed[0].status == IoStatus::ok);
     CHECK(mixed[1].status == IoStatus::chunkNotFound);
     CHECK(mixed[2].status == IoStatus::rangeOutsideChunk);
@@ -196,21 +309,21 @@ TEMPLATE_LIST_TEST_CASE("invalid IOs get their own status; the rest of the batch
 
     // More IOs than --max-batch, and more bytes than --max-batch-bytes.
     const std::vector<ReadOp> tooMany(257, ReadOp{0, 0, 1, {}});
-    const std::vector<ReadOutcome> manyOutcomes = co_await readAndCheck(*client, tooMany);
+    const std::vector<ReadOutcome> manyOutcomes = co_await readAndCheck(fx, *client, tooMany);
     for (const ReadOutcome& o : manyOutcomes) CHECK(o.status == IoStatus::batchTooLarge);
     const std::vector<ReadOp> tooBig(65, ReadOp{0, 0, kChunkSize, {}});
-    const std::vector<ReadOutcome> bigOutcomes = co_await readAndCheck(*client, tooBig);
+    const std::vector<ReadOutcome> bigOutcomes = co_await readAndCheck(fx, *client, tooBig);
     for (const ReadOutcome& o : bigOutcomes) CHECK(o.status == IoStatus::batchTooLarge);
     // The connection is still good.
     const std::vector<ReadOp> small = {{1, 1, 1, {}}};
-    const std::vector<ReadOutcome> after = co_await readAndCheck(*client, small);
+    const std::vector<ReadOutcome> after = co_await readAndCheck(fx, *client, small);
     CHECK(after[0].status == IoStatus::ok);
     co_await client->close();
   });
 }
 
 TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other clients keep being served",
-                        "[storage][e2e]", Reactors) {
+                        "[storage][e2e]", Setups) {
   using storage::proto::ProtocolErrc;
   Fixture<TestType> f;
   f.run([](Fixture<TestType>& fx) -> Task<void> {
@@ -239,21 +352,20 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
         {unexpectedGrant, ProtocolErrc::unexpectedMessage},
     };
     for (const auto& [bytes, expected] : cases) {
-      coio::TcpStream<TestType> raw = co_await rawConnect(fx);
-      const Result<void> written = co_await raw.writeAll(bytes);
-      REQUIRE(written);
-      storage::ReadFailure failure;
-      Result<storage::IncomingFrame> frame = co_await storage::readFrame(raw, failure, {});
+      auto raw = co_await fx.channel();
+      co_await sendRaw(*raw, bytes);
+      Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
       REQUIRE(frame);
       REQUIRE(frame->header.type == storage::proto::MessageType::error);
       Result<storage::proto::ErrorFrame> error = storage::proto::decodeError(frame->payload);
       REQUIRE(error);
       CHECK(error->code == expected);
       CHECK(frame->header.requestId == (expected == ProtocolErrc::badMagic ? 0u : expected == ProtocolErrc::truncated ? 9u : expected == ProtocolErrc::unexpectedMessage ? 77u : 42u));
-      Result<storage::IncomingFrame> after = co_await storage::readFrame(raw, failure, {});
+      Result<storage::IncomingFrame> after = co_await readRaw(*raw);
       CHECK(after.error() == coio::Errc::eof);  // and then it closes
+      co_await raw->close();
       const std::vector<ReadOp> probe = {{5, 100, 1000, {}}};
-      const std::vector<ReadOutcome> served = co_await readAndCheck(*good, probe);
+      const std::vector<ReadOutcome> served = co_await readAndCheck(fx, *good, probe);
       CHECK(served[0].status == IoStatus::ok);
     }
     CHECK(fx.server->stats().protocolErrors == cases.size());
@@ -262,20 +374,21 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
 }
 
 TEMPLATE_LIST_TEST_CASE("a client that disconnects mid-request gets every buffer freed", "[storage][e2e]",
-                        Reactors) {
+                        Setups) {
   Fixture<TestType> f;
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     {
-      coio::TcpStream<TestType> raw = co_await rawConnect(fx);
-      const std::vector<std::byte> request = requestFrame(1, {{1, 0, kChunkSize, {}}, {2, 3, 40000, {}}});
-      const Result<void> written = co_await raw.writeAll(request);
-      REQUIRE(written);
-      storage::ReadFailure failure;
-      Result<storage::IncomingFrame> frame = co_await storage::readFrame(raw, failure, {});
+      auto raw = co_await fx.channel();
+      const std::vector<std::byte> request =
+          requestFrame(1, {{1, 0, kChunkSize, remoteOf(*raw, fx.buffer(kChunkSize))},
+                           {2, 3, 40000, remoteOf(*raw, fx.buffer(40000))}});
+      co_await sendRaw(*raw, request);
+      Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
       REQUIRE(frame);
       CHECK(frame->header.type == storage::proto::MessageType::transmitRequest);
       CHECK(fx.server->buffersInUse() > 0);  // read and waiting for our grant
-    }  // closed without granting
+      co_await raw->close();  // without granting
+    }
     auto& server = *fx.server;
     const bool closed = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });
     CHECK(closed);
@@ -284,20 +397,19 @@ TEMPLATE_LIST_TEST_CASE("a client that disconnects mid-request gets every buffer
 }
 
 TEMPLATE_LIST_TEST_CASE("a client that never grants times out; its buffers are released", "[storage][e2e]",
-                        Reactors) {
+                        Setups) {
   storage::ServerOptions options = Fixture<TestType>::small();
   options.transmitTimeout = 100ms;
   Fixture<TestType> f(options);
   f.run([](Fixture<TestType>& fx) -> Task<void> {
-    coio::TcpStream<TestType> raw = co_await rawConnect(fx);
-    const std::vector<std::byte> request = requestFrame(5, {{1, 0, 100, {}}, {2, 0, 200, {}}});
-    Result<void> written = co_await raw.writeAll(request);
-    REQUIRE(written);
-    storage::ReadFailure failure;
-    Result<storage::IncomingFrame> ask = co_await storage::readFrame(raw, failure, {});
+    auto raw = co_await fx.channel();
+    const std::vector<std::byte> request =
+        requestFrame(5, {{1, 0, 100, remoteOf(*raw, fx.buffer(100))}, {2, 0, 200, remoteOf(*raw, fx.buffer(200))}});
+    co_await sendRaw(*raw, request);
+    Result<storage::IncomingFrame> ask = co_await readRaw(*raw);
     REQUIRE(ask);
     CHECK(ask->header.type == storage::proto::MessageType::transmitRequest);
-    Result<storage::IncomingFrame> reply = co_await storage::readFrame(raw, failure, {});
+    Result<storage::IncomingFrame> reply = co_await readRaw(*raw);
     REQUIRE(reply);
     REQUIRE(reply->header.type == storage::proto::MessageType::batchReadResponse);
     auto response = storage::proto::decodeBatchReadResponse(reply->payload, 2);
@@ -311,29 +423,28 @@ TEMPLATE_LIST_TEST_CASE("a client that never grants times out; its buffers are r
     // A grant that crossed the timedOut response is not an error.
     std::vector<std::byte> late;
     storage::proto::encodeEmpty(late, storage::proto::MessageType::transmitGrant, 5);
-    written = co_await raw.writeAll(late);
-    REQUIRE(written);
-    const std::vector<std::byte> next = requestFrame(6, {{1, 0, 100, {}}});
-    written = co_await raw.writeAll(next);
-    REQUIRE(written);
-    Result<storage::IncomingFrame> again = co_await storage::readFrame(raw, failure, {});
+    co_await sendRaw(*raw, late);
+    const std::vector<std::byte> next = requestFrame(6, {{1, 0, 100, remoteOf(*raw, fx.buffer(100))}});
+    co_await sendRaw(*raw, next);
+    Result<storage::IncomingFrame> again = co_await readRaw(*raw);
     REQUIRE(again);
     CHECK(again->header.type == storage::proto::MessageType::transmitRequest);
     CHECK(again->header.requestId == 6);
+    co_await raw->close();
   });
 }
 
 TEMPLATE_LIST_TEST_CASE("the transmission limit is never exceeded, across 64 concurrent clients",
-                        "[storage][e2e]", Reactors) {
+                        "[storage][e2e]", Setups) {
   Fixture<TestType> f(Fixture<TestType>::small(), kTransmissionLimit);
   f.run([](Fixture<TestType>& fx) -> Task<void> {
-    std::vector<std::unique_ptr<storage::StorageClient<TestType>>> clients;
+    std::vector<std::unique_ptr<storage::StorageClient<typename TestType::R>>> clients;
     for (int c = 0; c < 64; ++c) clients.push_back(co_await fx.client());
     std::vector<Task<std::vector<ReadOutcome>>> reads;
     for (std::size_t c = 0; c < clients.size(); ++c) {
       for (std::uint32_t r = 0; r < 3; ++r) {
         std::vector<ReadOp> ios = {{(c + r) % kChunks, r * 1000, 20000, {}}, {c % kChunks, 7, 3, {}}};
-        reads.push_back(readAndCheck(*clients[c], std::move(ios)));
+        reads.push_back(readAndCheck(fx, *clients[c], std::move(ios)));
       }
     }
     const std::vector<std::vector<ReadOutcome>> all = co_await coio::collectAllRange(std::move(reads));
@@ -347,7 +458,7 @@ TEMPLATE_LIST_TEST_CASE("the transmission limit is never exceeded, across 64 con
   CHECK(f.server->buffersInUse() == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("a byte corrupted on disk shows as a checksum mismatch", "[storage][e2e]", Reactors) {
+TEMPLATE_LIST_TEST_CASE("a byte corrupted on disk shows as a checksum mismatch", "[storage][e2e]", Setups) {
   Fixture<TestType> f;
   // Chunk 6 is the second chunk of data-1 (5 chunks per file).
   const int fd = ::open(storage::ChunkStoreLayout::dataFileName(f.dir.path, 1).c_str(), O_RDWR);
@@ -357,7 +468,7 @@ TEMPLATE_LIST_TEST_CASE("a byte corrupted on disk shows as a checksum mismatch",
   ::close(fd);
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     auto client = co_await fx.client();
-    std::vector<std::byte> a(kChunkSize), b(kChunkSize);
+    std::span<std::byte> a = fx.buffer(kChunkSize), b = fx.buffer(kChunkSize);
     std::vector<ReadOp> ios = {{6, 0, kChunkSize, a}, {7, 0, kChunkSize, b}};
     Result<std::vector<ReadOutcome>> outcomes = co_await client->batchRead(ios);
     REQUIRE(outcomes);
@@ -370,12 +481,14 @@ TEMPLATE_LIST_TEST_CASE("a byte corrupted on disk shows as a checksum mismatch",
 }
 
 TEMPLATE_LIST_TEST_CASE("a server shut down under load fails its clients' requests, no hang", "[storage][e2e]",
-                        Reactors) {
+                        Setups) {
   Fixture<TestType> f;
   f.reactor.runUntil([](Fixture<TestType>& fx) -> Task<void> {
     auto client = co_await fx.client();
-    std::vector<std::vector<std::byte>> buffers(32, std::vector<std::byte>(kChunkSize));
-    auto reader = [](storage::StorageClient<TestType>& c, std::span<std::byte> into) -> Task<Result<std::size_t>> {
+    std::vector<std::span<std::byte>> buffers;
+    for (int i = 0; i < 32; ++i) buffers.push_back(fx.buffer(kChunkSize));
+    auto reader = [](storage::StorageClient<typename TestType::R>& c,
+                     std::span<std::byte> into) -> Task<Result<std::size_t>> {
       std::size_t done = 0;
       for (;;) {
         const ReadOp op{1, 0, kChunkSize, into};
@@ -398,4 +511,100 @@ TEMPLATE_LIST_TEST_CASE("a server shut down under load fails its clients' reques
     CHECK(fx.server->buffersInUse() == 0);
     co_await client->close();
   }(f));
+}
+
+TEMPLATE_LIST_TEST_CASE("shutdown drains: a request in flight completes, new ones are answered unavailable",
+                        "[storage][e2e]", Setups) {
+  Fixture<TestType> f;
+  f.reactor.runUntil([](Fixture<TestType>& fx) -> Task<void> {
+    auto raw = co_await fx.channel();
+    std::span<std::byte> into = fx.buffer(5000);
+    const std::vector<std::byte> request = requestFrame(1, {{3, 100, 5000, remoteOf(*raw, into)}});
+    co_await sendRaw(*raw, request);
+    Result<storage::IncomingFrame> ask = co_await readRaw(*raw);
+    REQUIRE(ask);
+    REQUIRE(ask->header.type == storage::proto::MessageType::transmitRequest);
+
+    // Shut down while request 1 waits for its grant; then ask for more and grant 1.
+    co_await coio::collectAll(shutdownServer(*fx.server), grantWhileDraining(fx, *raw, into));
+    CHECK(fx.server->buffersInUse() == 0);
+    co_await raw->close();
+  }(f));
+}
+
+TEMPLATE_LIST_TEST_CASE("more requests in flight than --max-requests is a protocol error for that connection only",
+                        "[storage][e2e]", Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.maxRequestsPerConnection = 2;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    auto good = co_await fx.client();
+    auto raw = co_await fx.channel();
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+      const std::vector<std::byte> request = requestFrame(id, {{id, 0, 100, remoteOf(*raw, fx.buffer(100))}});
+      co_await sendRaw(*raw, request);
+    }
+    bool sawError = false;
+    for (int frames = 0; frames < 3 && !sawError; ++frames) {  // TransmitRequests may come first
+      Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
+      REQUIRE(frame);
+      if (frame->header.type != storage::proto::MessageType::error) continue;
+      Result<storage::proto::ErrorFrame> error = storage::proto::decodeError(frame->payload);
+      REQUIRE(error);
+      CHECK(error->code == storage::proto::ProtocolErrc::tooManyRequests);
+      CHECK(frame->header.requestId == 3);
+      sawError = true;
+    }
+    CHECK(sawError);
+    co_await raw->close();
+    auto& server = *fx.server;
+    const bool closed = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 1; });
+    CHECK(closed);
+    CHECK(server.buffersInUse() == 0);
+    const std::vector<ReadOp> probe = {{5, 100, 1000, {}}};
+    const std::vector<ReadOutcome> served = co_await readAndCheck(fx, *good, probe);
+    CHECK(served[0].status == IoStatus::ok);
+    co_await good->close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a client that stops reading is dropped after the send timeout; buffers are freed",
+                        "[storage][e2e]", Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.sendTimeout = 200ms;
+  options.transmitTimeout = 100ms;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    auto raw = co_await fx.channel();
+    if constexpr (TestType::rdma) {
+      // 40 requests, nothing consumed: the server's TransmitRequests and
+      // timedOut responses use up the credits we never return.
+      for (std::uint64_t id = 1; id <= 40; ++id) {
+        const std::vector<std::byte> request = requestFrame(id, {{id % kChunks, 0, 10, remoteOf(*raw, fx.buffer(10))}});
+        co_await sendRaw(*raw, request);
+      }
+    } else {
+      // Grant two 4 MiB requests, then read nothing: their data fills the socket buffers.
+      const std::vector<storage::proto::ReadIo> whole(64, storage::proto::ReadIo{1, 0, kChunkSize, {}});
+      co_await sendRaw(*raw, requestFrame(1, whole));
+      co_await sendRaw(*raw, requestFrame(2, whole));
+      // Both fit in the pool (2 x 256 pieces): both ask before either is granted.
+      for (std::uint64_t id = 1; id <= 2; ++id) {
+        Result<storage::IncomingFrame> ask = co_await readRaw(*raw);
+        REQUIRE(ask);
+        REQUIRE(ask->header.type == storage::proto::MessageType::transmitRequest);
+      }
+      for (std::uint64_t id = 1; id <= 2; ++id) {
+        std::vector<std::byte> grant;
+        storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, id);
+        co_await sendRaw(*raw, grant);
+      }
+    }
+    auto& server = *fx.server;
+    const bool dropped = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });
+    CHECK(dropped);
+    CHECK(server.stats().sendTimeouts >= 1);
+    CHECK(server.buffersInUse() == 0);
+    co_await raw->close();
+  });
 }

@@ -133,6 +133,7 @@ class QueuePair {
   std::error_code error() const noexcept { return error_; }
   const QueuePairConfig& config() const noexcept { return config_; }
   const Device& device() const noexcept { return device_; }
+  R& reactor() const noexcept { return reactor_; }
   std::uint32_t qpNumber() const noexcept { return qp_->qp_num; }
 
   // --- RDMA ----------------------------------------------------------------
@@ -155,14 +156,19 @@ class QueuePair {
   /// for a receive credit (a buffer free at the peer) and a free send
   /// buffer; messages arrive in send order. Errors: RdmaErrc::
   /// messageTooLarge, the state's error (Errc::closed after close(),
-  /// Errc::eof after the peer closed, RdmaErrc::queuePairError).
-  Task<Result<void>> send(std::span<const std::byte> message) {
+  /// Errc::eof after the peer closed, RdmaErrc::queuePairError),
+  /// std::errc::operation_canceled when `stop` ends the wait (nothing sent).
+  Task<Result<void>> send(std::span<const std::byte> message, std::stop_token stop = {}) {
     if (message.size() > config_.messageSize) co_return RdmaErrc::messageTooLarge;
     if (state_ != QueuePairState::ready) co_return stateError();
-    const bool credit = co_await credits_.acquire(abort_.get_token());
-    if (!credit) co_return stateError();
-    const bool buffer = co_await sendBuffers_.acquire(abort_.get_token());
-    if (!buffer || state_ != QueuePairState::ready) co_return stateError();
+    const bool credit = co_await acquireUnlessStopped(credits_, stop);
+    if (!credit) co_return waitError(stop);
+    const bool buffer = co_await acquireUnlessStopped(sendBuffers_, stop);
+    if (!buffer || state_ != QueuePairState::ready) {
+      if (state_ == QueuePairState::ready) credits_.release();  // cancelled: the credit is still good
+      if (buffer) sendBuffers_.release();
+      co_return waitError(stop);
+    }
     // From here to the post nothing suspends, so buffers are posted in ring order.
     const std::uint32_t index = sendHead_;
     sendHead_ = (sendHead_ + 1) % config_.messageBuffers;
@@ -185,13 +191,14 @@ class QueuePair {
 
   /// Takes the next message into `out`: its size. Waits until one arrives.
   /// Messages that arrived before the peer closed are still delivered;
-  /// then Errc::eof. RdmaErrc::bufferTooSmall leaves the message queued.
-  Task<Result<std::size_t>> recv(std::span<std::byte> out) {
+  /// then Errc::eof. RdmaErrc::bufferTooSmall leaves the message queued;
+  /// std::errc::operation_canceled when `stop` ends the wait.
+  Task<Result<std::size_t>> recv(std::span<std::byte> out, std::stop_token stop = {}) {
     bool got = received_.tryAcquire();
-    if (!got && state_ == QueuePairState::ready) got = co_await received_.acquire(abort_.get_token());
+    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(received_, stop);
     // Given up because the state changed: messages that arrived before still count.
-    if (!got) got = received_.tryAcquire();
-    if (!got) co_return stateError();
+    if (!got && !stop.stop_requested()) got = received_.tryAcquire();
+    if (!got) co_return waitError(stop);
     const auto [index, length] = inbox_.front();
     if (length > out.size()) {
       received_.release();
@@ -606,6 +613,23 @@ class QueuePair {
       case QueuePairState::close: break;
     }
     return make_error_code(peerClosed_ && !closeStarted_ ? Errc::eof : Errc::closed);
+  }
+
+  // Waits for a token of `s` until the queue pair leaves `ready` or the
+  // caller's `stop` is requested (only then is a combined token needed).
+  Task<bool> acquireUnlessStopped(Semaphore& s, const std::stop_token& stop) {
+    if (!stop.stop_possible()) co_return co_await s.acquire(abort_.get_token());
+    std::stop_source either;
+    const auto forward = [&either] { either.request_stop(); };
+    const std::stop_callback onAbort(abort_.get_token(), forward);
+    const std::stop_callback onStop(stop, forward);
+    co_return co_await s.acquire(either.get_token());
+  }
+
+  // Why a wait gave up: the caller's stop, else the queue pair's state.
+  std::error_code waitError(const std::stop_token& stop) const noexcept {
+    if (stop.stop_requested() && state_ == QueuePairState::ready) return std::make_error_code(std::errc::operation_canceled);
+    return stateError();
   }
 
   // True once no signalled work is outstanding; false after drainTimeout.

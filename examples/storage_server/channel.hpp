@@ -1,0 +1,139 @@
+#pragma once
+// What carries a connection's frames. The server and the client speak
+// PROTOCOL.md through a Channel: TcpChannel (tcp_channel.hpp) sends a
+// response's data inline after it, RdmaChannel (rdma_channel.hpp) writes it
+// into the client's registered memory first and sends the frames as RDMA
+// messages.
+#include "protocol.hpp"
+
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/reactor.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stop_token>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace storage {
+
+/// A frame read off a channel; the payload is not decoded yet.
+struct IncomingFrame {
+  proto::FrameHeader header;
+  std::vector<std::byte> payload;
+};
+
+/// What ended a connection's read side: a transport error (EOF, reset,
+/// cancellation) or a protocol error, with the requestId it concerns.
+struct ReadFailure {
+  std::error_code error;
+  std::uint64_t requestId = 0;
+  bool isProtocolError() const noexcept { return error.category() == proto::protocolCategory(); }
+};
+
+/// One IO's data in a response: the asked bytes, as pieces of the server's
+/// read buffers, and where the client wants them (RDMA only).
+struct OutgoingData {
+  proto::RemoteBuffer remote;
+  std::span<const std::span<std::byte>> pieces;
+};
+
+/// One connection's frames, over TCP or RDMA.
+///
+/// Guarantees (both transports):
+/// - Used on its reactor's loop thread; every awaitable resumes there.
+/// - Whole frames: concurrent senders never interleave, and a response's
+///   data is never split from its frame.
+/// - A send that fails breaks the channel: broken() is then true and every
+///   later send fails at once.
+/// - `co_await close()` once, after every other use has ended, before
+///   destruction.
+template <coio::Reactor R>
+class Channel {
+ public:
+  Channel() = default;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+  virtual ~Channel() = default;
+
+  /// "tcp" or "rdma".
+  virtual std::string_view name() const noexcept = 0;
+  virtual R& reactor() const noexcept = 0;
+  /// True if IOs name the client's memory (ReadIo::remote) and the data
+  /// goes there, not inline.
+  virtual bool writesRemote() const noexcept = 0;
+  /// Most IOs one BatchReadRequest frame may carry on this channel.
+  virtual std::uint32_t maxIosPerFrame() const noexcept = 0;
+  virtual bool broken() const noexcept = 0;
+
+  /// Reads the next frame. On failure `failure` says why (and for which
+  /// request id); a header that fails validation is a protocol error.
+  virtual coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) = 0;
+  /// Sends one frame.
+  virtual coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) = 0;
+  /// Server: a response and its data. TCP: the frame, then each IO's pieces
+  /// in order. RDMA: each IO's pieces RDMA-written to its remote buffer
+  /// (only the last work request of a chain signalled), and once they are
+  /// written, the frame.
+  virtual coio::Task<coio::Result<void>> sendResponse(std::span<const std::byte> frame,
+                                                      std::span<const OutgoingData> data, std::stop_token stop) = 0;
+  /// Client: takes the next `into.size()` bytes of a response's data.
+  /// TCP reads them off the stream; RDMA has nothing to do (the server
+  /// wrote them before sending the response).
+  virtual coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) = 0;
+  /// Client: the ReadIo::remote field for an IO landing in `into`. TCP:
+  /// zero. RDMA: `into` must lie in memory given to registerMemory(),
+  /// else Errc::invalidArgument.
+  virtual coio::Result<proto::RemoteBuffer> remoteBuffer(std::span<std::byte> into) const = 0;
+  /// Client: registers memory that IOs may land in (RDMA; TCP: nothing to do).
+  virtual coio::Result<void> registerMemory(std::span<std::byte> memory) = 0;
+  /// Drops the connection at once: nothing is sent or received on it any
+  /// more (RDMA: the QP goes to ERR, so no peer write lands after this).
+  virtual void abort() noexcept = 0;
+  /// After a protocol error (best effort, within `grace`): sends an Error
+  /// frame and lets the peer read it before the connection goes.
+  virtual coio::Task<void> sendError(const ReadFailure& failure, std::chrono::steady_clock::duration grace) = 0;
+  virtual coio::Task<void> close() = 0;
+};
+
+/// How a server shard turns an accepted TCP connection into a Channel:
+/// TcpTransport uses the stream itself, RdmaTransport uses it to connect a
+/// queue pair. accept() runs on the shard's loop thread; `stop` (the
+/// server's shutdown) ends a handshake in progress.
+template <coio::Reactor R>
+class Transport {
+ public:
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+  virtual ~Transport() = default;
+  virtual std::string_view name() const noexcept = 0;
+  virtual coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream,
+                                                                      std::stop_token stop) = 0;
+};
+
+/// The failure for a frame header that did not validate. The request id
+/// of a frame whose magic is wrong means nothing: it is reported as 0.
+inline ReadFailure headerFailure(std::span<const std::byte> raw, std::error_code error) {
+  std::uint64_t id = 0;
+  for (std::size_t i = 0; error != proto::ProtocolErrc::badMagic && i < 8 && 8 + i < raw.size(); ++i) {
+    id |= std::uint64_t{static_cast<std::uint8_t>(raw[8 + i])} << (8 * i);
+  }
+  return {error, id};
+}
+
+/// The Error frame for a protocol failure.
+inline std::vector<std::byte> errorFrame(const ReadFailure& failure) {
+  std::vector<std::byte> frame;
+  proto::encode(frame, failure.requestId,
+                proto::ErrorFrame{static_cast<proto::ProtocolErrc>(failure.error.value()), failure.error.message()});
+  return frame;
+}
+
+}  // namespace storage

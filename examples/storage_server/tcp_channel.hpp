@@ -1,0 +1,69 @@
+#pragma once
+// The TCP transport: frames on a byte stream, a response's data inline
+// right after its frame.
+#include "channel.hpp"
+#include "frame_io.hpp"
+
+#include <coio/net/tcp_stream.hpp>
+
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace storage {
+
+/// A Channel over a connected TcpStream (see Channel for the guarantees).
+template <coio::Reactor R>
+class TcpChannel final : public Channel<R> {
+ public:
+  explicit TcpChannel(coio::TcpStream<R> stream) : stream_(std::move(stream)), writer_(stream_) {}
+
+  std::string_view name() const noexcept override { return "tcp"; }
+  R& reactor() const noexcept override { return stream_.reactor(); }
+  bool writesRemote() const noexcept override { return false; }
+  std::uint32_t maxIosPerFrame() const noexcept override { return proto::kMaxIosPerFrame; }
+  bool broken() const noexcept override { return writer_.broken(); }
+
+  coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
+    return storage::readFrame(stream_, failure, std::move(stop));
+  }
+  coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) override {
+    return writer_.send(frame, std::move(stop));
+  }
+  coio::Task<coio::Result<void>> sendResponse(std::span<const std::byte> frame, std::span<const OutgoingData> data,
+                                              std::stop_token stop) override {
+    std::vector<std::span<const std::byte>> parts{frame};
+    for (const OutgoingData& io : data) parts.insert(parts.end(), io.pieces.begin(), io.pieces.end());
+    co_return co_await writer_.send(parts, std::move(stop));
+  }
+  coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) override {
+    return stream_.readExact(into, std::move(stop));
+  }
+  coio::Result<proto::RemoteBuffer> remoteBuffer(std::span<std::byte>) const override { return proto::RemoteBuffer{}; }
+  coio::Result<void> registerMemory(std::span<std::byte>) override { return {}; }
+  void abort() noexcept override { (void)stream_.shutdown(coio::ShutdownHow::both); }
+  coio::Task<void> sendError(const ReadFailure& failure, std::chrono::steady_clock::duration grace) override {
+    return sendErrorAndDrain(stream_, writer_, failure, grace);
+  }
+  coio::Task<void> close() override {
+    stream_.close();
+    co_return;
+  }
+
+ private:
+  coio::TcpStream<R> stream_;
+  FrameWriter<R> writer_;
+};
+
+/// Serves connections over the accepted TCP streams themselves.
+template <coio::Reactor R>
+class TcpTransport final : public Transport<R> {
+ public:
+  std::string_view name() const noexcept override { return "tcp"; }
+  coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token) override {
+    co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(stream)));
+  }
+};
+
+}  // namespace storage
