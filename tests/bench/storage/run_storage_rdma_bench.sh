@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The storage server over RDMA beside ib_write_bw, in one go on one device:
+# for 4 KiB, 512 KiB and 4 MiB IOs, ib_write_bw (perftest: the RDMA WRITE
+# ceiling of the device, same message size, tx depth = the IOs we keep in
+# flight) and then coio-storage-bench --transport rdma against a local
+# coio-storage-server --transport rdma, one connection, batch x depth IOs in
+# flight (4 KiB: 16 x 4, larger: 2 x 4). Each batch is a whole request:
+# request SEND, disk reads, TransmitRequest/Grant, RDMA WRITEs, response
+# SEND. The ratio runs without --verify (the bench's byte check is CPU work
+# that TCG makes dominant); a final 512 KiB run with --verify must report
+# zero errors. Prints a Markdown table of coio / ib_write_bw. Needs an RDMA device: run it in the Soft-RoCE guest
+# (tests/rdma/vm/run.sh, as .ci/rdma.sh does) or on real hardware.
+#   run_storage_rdma_bench.sh BUILD_DIR
+# Environment: COIO_RDMA_DEVICE (default rxe0), COIO_RDMA_GID_INDEX for
+# perftest (default 1), DURATION seconds per run (default 5).
+set -euo pipefail
+build=${1:?usage: run_storage_rdma_bench.sh BUILD_DIR}
+bin=$build/examples/storage_server
+dev=${COIO_RDMA_DEVICE:-rxe0}
+gid=${COIO_RDMA_GID_INDEX:-1}
+duration=${DURATION:-5}
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# 64 chunks of 4 MiB. In the guest $work is tmpfs: the server falls back to
+# buffered reads (it says so), so the disk is not what is measured here.
+"$bin/coio-storage-server" init --dir "$work/data" --chunks 64 --chunk-size 4M --chunks-per-file 16 >/dev/null
+"$bin/coio-storage-server" serve --dir "$work/data" --listen 127.0.0.1:0 --transport rdma --rdma-device "$dev" \
+  --pool 64M >"$work/server.log" 2>&1 &
+server_pid=$!
+address=""
+for _ in $(seq 300); do
+  address=$(sed -n 's/^listening on //p' "$work/server.log")
+  [[ -n $address ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [[ -z $address ]]; then
+  cat "$work/server.log" >&2
+  echo "storage rdma bench: the server did not start" >&2
+  exit 1
+fi
+
+# ib_write_bw for `duration` seconds; prints BW average in MiB/s.
+perftest() {
+  local size=$1 depth=$2
+  local args=(-d "$dev" -x "$gid" -s "$size" -t "$depth" -D "$duration" -F)
+  timeout 120 ib_write_bw "${args[@]}" >"$work/pt-server" 2>&1 &
+  local pt=$!
+  sleep 1
+  if ! timeout 120 ib_write_bw "${args[@]}" 127.0.0.1 >"$work/pt-client" 2>&1; then
+    wait "$pt" || true
+    cat "$work/pt-client" "$work/pt-server" >&2
+    return 1
+  fi
+  wait "$pt" || true
+  awk -v s="$size" '$1 == s && NF >= 5 { print $4; exit }' "$work/pt-client"
+}
+
+# coio-storage-bench over RDMA; prints MiB/s (bench reports GiB/s).
+ours() {
+  local size=$1 batch=$2 depth=$3 seconds=$4
+  shift 4
+  "$bin/coio-storage-bench" --address "$address" --dir "$work/data" --transport rdma --rdma-device "$dev" \
+    --io-size "$size" --batch "$batch" --depth "$depth" --connections 1 --duration "$seconds" --json "$@" \
+    >"$work/ours.json"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["errors"]["total"] == 0, r; print("%.2f" % (r["gib_per_s"] * 1024))' \
+    "$work/ours.json"
+}
+
+echo "| IO size | IOs in flight (batch x depth) | ib_write_bw | coio storage over rdma | ratio |"
+echo "| --- | --- | --- | --- | --- |"
+status=0
+for run in "4096 16 4" "524288 2 4" "4194304 2 4"; do
+  read -r size batch depth <<<"$run"
+  inflight=$((batch * depth))
+  p=$(perftest "$size" "$inflight") || { echo "ib_write_bw failed for $size" >&2; status=1; continue; }
+  c=$(ours "$size" "$batch" "$depth" "$duration") ||
+    { echo "coio-storage-bench failed for $size" >&2; cat "$work/ours.json" >&2 || true; status=1; continue; }
+  [[ -n $p && -n $c ]] || { echo "no result for $size" >&2; status=1; continue; }
+  echo "| $size | $inflight ($batch x $depth) | $p MiB/s | $c MiB/s | $(awk -v a="$c" -v b="$p" 'BEGIN { printf "%.2f", a / b }') |"
+done
+if v=$(ours 524288 2 4 2 --verify); then
+  echo "verify run (512 KiB, 2 s, every byte and CRC checked): $v MiB/s, 0 errors"
+else
+  echo "verify run failed" >&2
+  cat "$work/ours.json" >&2 || true
+  status=1
+fi
+kill -TERM "$server_pid"
+wait "$server_pid" || status=1
+server_pid=""
+exit $status
