@@ -572,6 +572,8 @@ using AwaitResult = decltype(getAwaiter(std::declval<T>()).await_resume());
 
 #include <atomic>
 #include <coroutine>
+#include <cstdint>
+#include <thread>
 
 namespace coio {
 
@@ -580,16 +582,20 @@ namespace coio {
 ///
 /// State is one atomic word: nullptr (not signalled, nobody waiting), `this`
 /// (signalled), or the head of an intrusive stack of waiters that live in
-/// the awaiting coroutines' frames. No allocation, no lock.
+/// the awaiting coroutines' frames, with its low bit set while a waiter
+/// whose frame is being destroyed unlinks itself. No allocation, no mutex.
 ///
 /// Guarantees:
 /// - `co_await baton` does not suspend if the Baton is already signalled.
 /// - `post()` resumes every waiter inline on the posting thread, oldest
-///   first, and never touches the Baton after its single atomic exchange:
-///   a resumed waiter may destroy the Baton.
+///   first, and never touches the Baton after its single successful atomic
+///   read-modify-write: a resumed waiter may destroy the Baton.
 /// - `post()` happens-before the return of every `co_await` it releases.
 /// - `reset()` only moves signalled -> not signalled; with waiters pending it
 ///   does nothing. Destroying a Baton with waiters is a programming error.
+/// - A waiting coroutine whose frame is destroyed without being resumed
+///   (e.g. with the reactor that owns it) leaves the waiter list; a later
+///   post() does not touch it. That destruction must not race with post().
 class Baton {
  public:
   explicit Baton(bool initiallySignalled = false) noexcept
@@ -603,7 +609,11 @@ class Baton {
   bool ready() const noexcept { return state_.load(std::memory_order_acquire) == signalledState(); }
 
   void post() noexcept {
-    const void* old = state_.exchange(signalledState(), std::memory_order_acq_rel);
+    const void* old = state_.load(std::memory_order_relaxed);
+    do {
+      while (locked(old)) old = waitUnlocked();
+    } while (!state_.compare_exchange_weak(old, signalledState(), std::memory_order_acq_rel,
+                                           std::memory_order_relaxed));
     if (old == nullptr || old == signalledState()) return;
     // `this` may be gone from here on. The stack is newest-first: reverse it
     // (waiters stay suspended until resumed, so their links are stable).
@@ -630,24 +640,37 @@ class Baton {
   class [[nodiscard]] WaitOperation {
    public:
     explicit WaitOperation(const Baton& baton) noexcept : baton_(baton) {}
+    WaitOperation(const WaitOperation&) = default;  // before it is awaited only
+    // Only reached while linked if the awaiting frame is destroyed without
+    // being resumed; left linked, a later post() would resume freed memory.
+    ~WaitOperation() {
+      if (linked_) baton_.unlink(*this);
+    }
+
     bool await_ready() const noexcept { return baton_.ready(); }
     bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
       awaiting_ = awaiting;
+      linked_ = true;  // before the push: afterwards we may already be resumed elsewhere
       const void* old = baton_.state_.load(std::memory_order_acquire);
       do {
-        if (old == baton_.signalledState()) return false;  // posted meanwhile: don't suspend
+        while (locked(old)) old = baton_.waitUnlocked();
+        if (old == baton_.signalledState()) {  // posted meanwhile: don't suspend
+          linked_ = false;
+          return false;
+        }
         next_ = static_cast<WaitOperation*>(const_cast<void*>(old));
       } while (!baton_.state_.compare_exchange_weak(old, this, std::memory_order_release,
                                                     std::memory_order_acquire));
       return true;
     }
-    void await_resume() const noexcept {}
+    void await_resume() noexcept { linked_ = false; }
 
    private:
     friend class Baton;
     const Baton& baton_;
     WaitOperation* next_ = nullptr;
     std::coroutine_handle<> awaiting_;
+    bool linked_ = false;  // pushed and not yet resumed
   };
 
   /// Waits until posted. Resumes on the thread that calls `post()`, or
@@ -655,6 +678,48 @@ class Baton {
   WaitOperation operator co_await() const noexcept { return WaitOperation{*this}; }
 
  private:
+  static constexpr std::uintptr_t kLocked = 1;  // WaitOperations are aligned: bit 0 is free
+
+  static bool locked(const void* state) noexcept { return (reinterpret_cast<std::uintptr_t>(state) & kLocked) != 0; }
+
+  // Spins while a destroyed waiter unlinks itself (a short list walk).
+  const void* waitUnlocked() const noexcept {
+    const void* s = state_.load(std::memory_order_acquire);
+    while (locked(s)) {
+      std::this_thread::yield();
+      s = state_.load(std::memory_order_acquire);
+    }
+    return s;
+  }
+
+  // Takes `w` out of the waiter stack: its frame is being destroyed while
+  // it waits. The low bit locks the stack meanwhile, so neither a new waiter
+  // nor post() changes it under us.
+  void unlink(WaitOperation& w) const noexcept {
+    const void* s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      while (locked(s)) s = waitUnlocked();
+      // Signalled: post() took the stack; only a post() racing with this
+      // destruction (a programming error) can still hold `w`.
+      if (s == nullptr || s == signalledState()) return;
+      const void* lockedState = reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(s) | kLocked);
+      if (state_.compare_exchange_weak(s, lockedState, std::memory_order_acquire, std::memory_order_acquire)) break;
+    }
+    auto* head = static_cast<WaitOperation*>(const_cast<void*>(s));
+    if (head == &w) {
+      head = w.next_;
+    } else {
+      for (WaitOperation* p = head; p; p = p->next_) {
+        if (p->next_ == &w) {
+          p->next_ = w.next_;
+          break;
+        }
+      }
+    }
+    w.linked_ = false;
+    state_.store(head, std::memory_order_release);  // unlocks
+  }
+
   const void* signalledState() const noexcept { return this; }
   mutable std::atomic<const void*> state_;
 };
@@ -682,7 +747,12 @@ class Baton {
 // wants more tokens than are left (otherwise it would have been granted).
 //
 // Waiters are resumed after the lock is dropped, inline, on the thread that
-// released tokens (or cancelled a waiter).
+// released tokens (or cancelled a waiter). A waiter that releases in turn
+// resumes the next one inside its own release(), so a hand-over chain
+// nests one stack level per waiter: past kMaxInlineDepth nested
+// resumptions on a thread, waiters are queued instead and resumed by the
+// outermost resumption on that thread once the inner ones have returned
+// (a trampoline). Stack use stays bounded whatever the queue's length.
 
 #include <atomic>
 #include <coroutine>
@@ -797,12 +867,28 @@ class FifoSemaphore {
       if (w.state != WaitState::queued) return;
       granted = withdrawLocked(w);
     }
-    w.awaiting.resume();
-    resumeAll(granted);
+    w.next = granted;  // out of the queue: `next` is free to chain it first
+    resumeAll(&w);
   }
+
+  /// Nested resumptions (see the top of this file) a thread makes inline
+  /// before it defers to the outermost one.
+  static constexpr unsigned kMaxInlineDepth = 32;
 
  private:
   static constexpr std::uint64_t kQueued = 1;
+
+  // Per thread: how deep in resumeAll() we are, and the waiters deferred
+  // to the outermost call (linked through `next`).
+  struct Trampoline {
+    unsigned depth = 0;
+    Waiter* head = nullptr;
+    Waiter* tail = nullptr;
+  };
+  static Trampoline& trampoline() noexcept {
+    static thread_local Trampoline t;
+    return t;
+  }
 
   // Takes a queued waiter out of the queue (it gives up or its frame dies)
   // and grants whatever its leaving unblocks.
@@ -844,7 +930,28 @@ class FifoSemaphore {
     w.prev = w.next = nullptr;
   }
 
+  // Resumes the granted list `w` (linked through `next`), oldest first.
   static void resumeAll(Waiter* w) noexcept {
+    if (!w) return;
+    Trampoline& t = trampoline();
+    if (t.depth >= kMaxInlineDepth) {  // deep in a hand-over chain: the outermost call resumes them
+      (t.tail ? t.tail->next : t.head) = w;
+      while (w->next) w = w->next;
+      t.tail = w;
+      return;
+    }
+    ++t.depth;
+    resumeList(w);
+    if (t.depth == 1) {
+      while (Waiter* deferred = t.head) {
+        t.head = t.tail = nullptr;
+        resumeList(deferred);  // may defer more: loop until none is left
+      }
+    }
+    --t.depth;
+  }
+
+  static void resumeList(Waiter* w) noexcept {
     while (w) {
       Waiter* next = w->next;  // read first: the resumed frame may be gone
       w->awaiting.resume();
@@ -940,7 +1047,9 @@ namespace coio {
 ///   cannot starve. `tryAcquire(n)` fails while anyone is queued (unlike
 ///   folly's BatchSemaphore, whose fast path barges).
 /// - `release(n)` resumes, inline on the releasing thread, every waiter at
-///   the head that the tokens now satisfy, oldest first.
+///   the head that the tokens now satisfy, oldest first. As for Semaphore,
+///   a release more than 32 nested hand-overs deep defers the resumption to
+///   the outermost release on that thread: bounded stack use.
 /// - A cancellable waiter that gives up (stop requested while queued)
 ///   re-runs the grants, so the waiters behind it proceed at once (folly
 ///   leaves them asleep until the next release).
@@ -1430,6 +1539,11 @@ namespace coio {
 /// - A waiter is resumed inline on the thread that calls `release()` (or
 ///   that requests stop on a cancellable acquire); an acquisition that finds
 ///   a token free continues on the awaiting thread without suspending.
+///   Exception, for bounded stack use: a `release()` made by a coroutine
+///   that is itself more than 32 hand-overs deep in such inline resumptions
+///   (a waiter releasing to the next, and so on) queues the waiter, which
+///   the outermost release on that thread resumes once the inner ones have
+///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
@@ -1755,10 +1869,17 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 /// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
 ///   sleeping loop; spawned tasks are owned by the reactor and start on the
 ///   loop thread. `stop()` works from any thread and is final: pending
-///   operations are cancelled, and tasks still owned by the reactor are
+///   operations are cancelled; spawned tasks that had not started are
+///   destroyed unrun when the loop stops, and a task spawned after stop()
+///   at once, so nobody waits for them in vain; tasks that had started are
 ///   destroyed (all their frames) when the reactor is destroyed. Coroutines
 ///   owned elsewhere (e.g. by a blockingWait on another thread) that still
 ///   wait on a stopped reactor are never resumed: stop it after they are done.
+/// - An exception escaping a spawned task, on whatever thread it ran last,
+///   stops the reactor and is rethrown by its run() / runUntil().
+/// - Fairness: operations that could complete at once every time (an
+///   always-readable socket) still let the loop run its timers and other
+///   fds at least once per bounded batch of completions.
 /// - Every other awaitable resumes its coroutine on the loop thread and must
 ///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
 ///   system category) and take a std::stop_token: a stop requested on the
@@ -2240,10 +2361,17 @@ class EventFd {
 class LoopCore;
 
 // The coroutine that owns a spawned task. It lives in the reactor's list of
-// roots until it finishes (then it unlinks and frees itself) or until the
-// reactor is destroyed (then the reactor destroys it, and with it the whole
-// chain of frames it awaits).
+// roots until it finishes (then it unlinks and frees itself), until the loop
+// stops before it started (then the loop destroys it), or until the reactor
+// is destroyed (then the reactor destroys it, and with it the whole chain of
+// frames it awaits).
 struct RootPromise : PooledFrame {
+  struct InitialAwaiter {
+    RootPromise& promise;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    void await_resume() const noexcept { promise.started = true; }
+  };
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
     void await_suspend(std::coroutine_handle<RootPromise> h) noexcept;
@@ -2254,7 +2382,7 @@ struct RootPromise : PooledFrame {
     std::coroutine_handle<RootPromise> h;
   };
   Handle get_return_object() noexcept { return {std::coroutine_handle<RootPromise>::from_promise(*this)}; }
-  std::suspend_always initial_suspend() noexcept { return {}; }
+  InitialAwaiter initial_suspend() noexcept { return {*this}; }
   FinalAwaiter final_suspend() noexcept { return {}; }
   void return_void() noexcept {}
   void unhandled_exception() noexcept;
@@ -2262,6 +2390,8 @@ struct RootPromise : PooledFrame {
   LoopCore* owner = nullptr;
   RootPromise* prev = nullptr;
   RootPromise* next = nullptr;
+  std::exception_ptr failure;  // what escaped the task, handed to the owner at the end
+  bool started = false;        // loop thread only: resumed at least once
 };
 
 inline RootPromise::Handle makeRoot(Task<void> task) { co_await std::move(task); }
@@ -2316,7 +2446,12 @@ class LoopCore {
   }
 
   /// Asks the loop to stop; callable from any thread. Final: afterwards
-  /// run() returns at once and spawned tasks are destroyed unrun.
+  /// run() and runUntil() return at once, nothing the reactor holds is
+  /// resumed again, and spawn() destroys its task unrun. When the loop
+  /// notices the stop it destroys (on the loop thread) the spawned tasks
+  /// that had not started yet; tasks that had started stay suspended until
+  /// the reactor is destroyed (their frames may be waiting on another
+  /// reactor, which only the reactor's destruction may assume is over).
   void stop() noexcept {
     stopRequested_.store(true, std::memory_order_release);
     if (!isInLoopThread()) wake_.signal();
@@ -2326,23 +2461,32 @@ class LoopCore {
 
   /// Hands `task` to the reactor, which owns it from now on; callable from
   /// any thread. The task starts on the loop thread in a later iteration
-  /// (never inline). After stop(), the task is destroyed without running.
+  /// (never inline). Once stop() was called the task is destroyed unrun, at
+  /// once, on the calling thread (so whoever waits for it, e.g. on a
+  /// std::future set by the task, learns it never ran instead of hanging);
+  /// a task spawned just before the stop is destroyed unrun by the loop
+  /// when it stops (or, if no loop runs again, with the reactor).
   void spawn(Task<void> task) {
     std::coroutine_handle<RootPromise> h = makeRoot(std::move(task)).h;
     h.promise().owner = this;
     const bool local = isInLoopThread();
-    bool wake = false;
+    bool accepted = false, wake = false;
     {
       std::lock_guard lock(mutex_);
-      if (closed_) {
-        h.destroy();
-        return;
+      // Checked under the lock: the loop takes it to collect the unstarted
+      // roots after it saw the stop, so a root is either collected or refused.
+      if (!closed_ && !stopRequested()) {
+        RootPromise& p = h.promise();
+        p.next = roots_;
+        if (roots_) roots_->prev = &p;
+        roots_ = &p;
+        if (!local) wake = pushRemoteLocked(h);
+        accepted = true;
       }
-      RootPromise& p = h.promise();
-      p.next = roots_;
-      if (roots_) roots_->prev = &p;
-      roots_ = &p;
-      if (!local) wake = pushRemoteLocked(h);
+    }
+    if (!accepted) {
+      h.destroy();  // outside the lock: the task's destructors may spawn
+      return;
     }
     if (local) ready_.push_back(h);
     if (wake) wake_.signal();
@@ -2434,6 +2578,21 @@ class LoopCore {
   /// Loop thread: resume `h` in a later iteration (after I/O is polled).
   void post(std::coroutine_handle<> h) { ready_.push_back(h); }
 
+  /// How many operations per loop iteration may complete inline (without
+  /// suspending) when their fd is ready. Past that, they complete but
+  /// resume their coroutine through the ready queue, in the next iteration:
+  /// a connection that is always readable cannot keep the loop from its
+  /// timers and other fds.
+  static constexpr unsigned kInlineTurnsPerIteration = 64;
+
+  /// Whether an operation may complete inline now (and counts it). Outside
+  /// a running loop there is no iteration to yield to: always true.
+  bool takeInlineTurn() noexcept {
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
+  }
+
   /// True on the loop thread, or on any thread while no loop runs (the
   /// reactor's structures are then free to touch).
   bool ownedByCaller() const noexcept {
@@ -2457,16 +2616,57 @@ class LoopCore {
 
   /// Destroys every task the reactor owns (after the derived reactor has
   /// quiesced the kernel side), and refuses new ones.
+  ///
+  /// One root at a time, each unlinked before it is destroyed: destroying a
+  /// frame runs destructors that may resume another root (a Baton posted, a
+  /// semaphore released), which may then finish and unlink itself, so the
+  /// list must stay consistent and hold only live roots throughout.
   void destroyRoots() noexcept {
-    std::vector<std::coroutine_handle<RootPromise>> all;
     {
       std::lock_guard lock(mutex_);
       closed_ = true;
-      for (RootPromise* p = roots_; p; p = p->next) all.push_back(std::coroutine_handle<RootPromise>::from_promise(*p));
-      roots_ = nullptr;
       remote_.clear();
     }
-    for (auto h : all) h.destroy();
+    ready_.clear();
+    for (;;) {
+      RootPromise* p;
+      {
+        std::lock_guard lock(mutex_);
+        p = roots_;
+        if (!p) break;
+        unlinkLocked(*p);
+      }
+      std::coroutine_handle<RootPromise>::from_promise(*p).destroy();
+    }
+    ready_.clear();  // whatever the destructors scheduled: those frames are gone
+  }
+
+  /// Loop thread, once it saw the stop: destroys the spawned tasks that never
+  /// started. Nothing resumes after a stop, so they never would; waiting for
+  /// the reactor's destruction could leave their owners (e.g. a thread
+  /// blocked on a std::future the task sets) waiting for good. Tasks that
+  /// started are left alone: their frames may wait on another reactor.
+  void destroyUnstartedRoots() noexcept {
+    RootPromise* unstarted = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      remote_.clear();  // never resumed now; may name the roots below
+      for (RootPromise* p = roots_; p;) {
+        RootPromise* next = p->next;
+        if (!p->started) {
+          unlinkLocked(*p);
+          p->next = unstarted;  // nobody else reaches an unlinked, unstarted root
+          unstarted = p;
+        }
+        p = next;
+      }
+    }
+    ready_.clear();
+    while (unstarted) {
+      RootPromise* next = unstarted->next;
+      std::coroutine_handle<RootPromise>::from_promise(*unstarted).destroy();
+      unstarted = next;
+    }
     ready_.clear();
   }
 
@@ -2484,10 +2684,18 @@ class LoopCore {
     return std::max(*next - Clock::now(), Clock::duration::zero());
   }
 
+  /// The exception a spawned task let escape (first one wins), or null.
+  /// Any thread: a task may fail after hopping to another reactor's thread.
+  std::exception_ptr takeFailure() {
+    if (!stopRequested()) return nullptr;  // fail() always stops: no lock on the common path
+    std::lock_guard lock(mutex_);
+    return std::exchange(failure_, nullptr);
+  }
+
   // Loop thread only.
   std::vector<std::coroutine_handle<>> ready_;
   TimerQueue timers_;
-  std::exception_ptr failure_;
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // see takeInlineTurn()
   std::atomic<std::thread::id> loopThread_{};
 
  private:
@@ -2517,13 +2725,23 @@ class LoopCore {
 
   void unlinkRoot(RootPromise& p) noexcept {
     std::lock_guard lock(mutex_);
-    (p.prev ? p.prev->next : roots_) = p.next;
-    if (p.next) p.next->prev = p.prev;
+    unlinkLocked(p);
   }
 
+  void unlinkLocked(RootPromise& p) noexcept {
+    (p.prev ? p.prev->next : roots_) = p.next;
+    if (p.next) p.next->prev = p.prev;
+    p.prev = p.next = nullptr;
+  }
+
+  // On whatever thread the task failed: it may have hopped to another
+  // reactor, so the slot is guarded and the owning loop is woken.
   void fail(std::exception_ptr e) noexcept {
-    if (!failure_) failure_ = std::move(e);
-    stopRequested_.store(true, std::memory_order_release);
+    {
+      std::lock_guard lock(mutex_);
+      if (!failure_) failure_ = std::move(e);
+    }
+    stop();
   }
 
   std::vector<std::coroutine_handle<>> running_;
@@ -2535,22 +2753,28 @@ class LoopCore {
   std::vector<std::coroutine_handle<>> remote_;
   RootPromise* roots_ = nullptr;
   bool closed_ = false;
+  std::exception_ptr failure_;
 };
 
 inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootPromise> h) noexcept {
   LoopCore* owner = h.promise().owner;
+  std::exception_ptr failure = std::move(h.promise().failure);
   owner->unlinkRoot(h.promise());
   h.destroy();
+  // Last: the frames (and the task's own reference to the exception) are
+  // gone, so the thread that rethrows it, maybe another, is its only owner.
+  if (failure) owner->fail(std::move(failure));
 }
 
-inline void RootPromise::unhandled_exception() noexcept { owner->fail(std::current_exception()); }
+inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
 
 /// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
 template <typename Derived>
 class ReactorBase : public LoopCore {
  public:
   /// Runs the loop on the calling thread until stop() (or until a spawned
-  /// task throws: the reactor then stops and the exception is rethrown).
+  /// task throws, on whatever thread it then runs: the reactor then stops,
+  /// and the first such exception is rethrown here).
   void run() {
     loop([] { return false; }, nullptr);
   }
@@ -2591,6 +2815,7 @@ class ReactorBase : public LoopCore {
     } leave{loopThread_};
     if (first && !stopRequested()) ready_.push_back(first);
     while (!done() && !stopRequested()) {
+      inlineTurns_ = kInlineTurnsPerIteration;
       runReady();
       timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
@@ -2599,9 +2824,9 @@ class ReactorBase : public LoopCore {
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
       derived().quiesce();
-      ready_.clear();
+      destroyUnstartedRoots();
     }
-    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+    if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
   }
 };
 
@@ -2719,14 +2944,19 @@ class EpollOperation;
 /// - I/O operations try their system call first and wait only if it would
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
+/// - Fairness: at most kInlineTurnsPerIteration operations per loop
+///   iteration complete without suspending; later ones still make their
+///   system call at once but resume their coroutine in the next iteration,
+///   after timers and other fds. A socket that is always readable cannot
+///   starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
 ///   operation yields std::errc::operation_canceled in a later iteration.
 ///   Nothing of the caller's buffer is touched after that.
 /// - stop() (any thread) makes run() return after the current iteration;
-///   the tasks the reactor owns are destroyed with it, deregistering their
-///   waits.
+///   spawned tasks that never started are destroyed then, the others with
+///   the reactor, deregistering their waits.
 /// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
@@ -2857,20 +3087,22 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       return true;
     }
     if constexpr (!Rearm) {
-      EpollFdState& st = reactor_.state(fd_);
-      if (st.ready[static_cast<std::size_t>(dir_)]) {
-        result_ = attempt_();
-        if (result_ != -EAGAIN) {
-          st.attempted(dir_, attempt_.exhausted(result_));
-          return true;
-        }
-      }
+      // Out of inline turns: await_suspend tries, and yields even if it succeeds.
+      if (!reactor_.takeInlineTurn()) return false;
+      if (tryNow()) return true;
+      tried_ = true;
     }
     return false;
   }
 
   bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
+    if constexpr (!Rearm) {
+      if (!tried_ && tryNow()) {
+        reactor_.post(h);  // done, but the loop's other work goes first
+        return true;
+      }
+    }
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
       result_ = -err;
       return false;
@@ -2896,6 +3128,16 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     }
   };
 
+  // The system call, if the fd may be ready; true if it did not block.
+  bool tryNow() {
+    EpollFdState& st = reactor_.state(fd_);
+    if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
+    result_ = attempt_();
+    if (result_ == -EAGAIN) return false;
+    st.attempted(dir_, attempt_.exhausted(result_));
+    return true;
+  }
+
   void finish(long result) noexcept {
     reactor_.endWait(fd_, dir_);
     waiting_ = false;
@@ -2919,6 +3161,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   int fd_;
   Direction dir_;
   bool waiting_ = false;
+  bool tried_ = false;  // await_ready made the attempt (and it would block)
   Attempt attempt_;
   std::stop_token stop_;
   long result_ = 0;
@@ -3015,7 +3258,8 @@ namespace coio {
 ///   one thread running each; `spawn` hands tasks out round-robin and may be
 ///   called from any thread. A task runs on, and resumes on, the thread of
 ///   the reactor it was given to, unless it hops with another reactor's
-///   `schedule()`.
+///   `schedule()`. If a thread cannot be started, the constructor stops and
+///   joins those already running and rethrows.
 /// - `stop()` (also run by the destructor) stops every reactor and joins the
 ///   threads, then rethrows the first exception that escaped a spawned task.
 ///   Tasks still pending are destroyed with the pool; a task must then be
@@ -3029,15 +3273,23 @@ class ReactorPool {
     reactors_.reserve(size);
     for (std::size_t i = 0; i < size; ++i) reactors_.push_back(std::make_unique<R>(args...));
     threads_.reserve(size);
-    for (auto& reactor : reactors_) {
-      threads_.emplace_back([this, r = reactor.get()] {
-        try {
-          r->run();
-        } catch (...) {
-          std::lock_guard lock(mutex_);
-          if (!failure_) failure_ = std::current_exception();
-        }
-      });
+    try {
+      for (auto& reactor : reactors_) {
+        threads_.emplace_back([this, r = reactor.get()] {
+          try {
+            r->run();
+          } catch (...) {
+            std::lock_guard lock(mutex_);
+            if (!failure_) failure_ = std::current_exception();
+          }
+        });
+      }
+    } catch (...) {
+      // A thread failed to start: the destructor will not run, and a
+      // joinable std::thread must not be destroyed (std::terminate).
+      for (auto& reactor : reactors_) reactor->stop();
+      for (auto& thread : threads_) thread.join();
+      throw;
     }
   }
   ReactorPool(const ReactorPool&) = delete;

@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <coroutine>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -125,4 +127,78 @@ TEST_CASE("Many waiters from several threads are all resumed by one post", "[bat
   baton.post();
   for (auto& t : waiters) t.join();
   CHECK(resumed == kThreads);
+}
+
+namespace {
+// Runs eagerly until its first suspension and never resumes by itself, so
+// the test can destroy its frame while it waits (as a reactor tearing down
+// its tasks does).
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+Detached waitOn(Baton& baton, std::atomic<int>& resumed) {
+  co_await baton;
+  ++resumed;
+}
+}  // namespace
+
+TEST_CASE("A waiter whose frame is destroyed leaves the Baton", "[baton]") {
+  // Before the fix the destroyed frames stayed linked: post() resumed freed
+  // memory, and the Baton's destructor saw waiters.
+  std::atomic<int> resumed{0};
+  auto baton = std::make_unique<Baton>();
+  std::vector<Detached> waiters;
+  for (int i = 0; i < 5; ++i) waiters.push_back(waitOn(*baton, resumed));
+  // The newest (the stack's head), one in the middle and the oldest (its tail).
+  for (int i : {4, 2, 0}) {
+    waiters[static_cast<std::size_t>(i)].handle.destroy();
+    waiters[static_cast<std::size_t>(i)].handle = nullptr;
+  }
+  baton->post();
+  CHECK(resumed == 2);
+  for (auto& w : waiters) {
+    if (w.handle) w.handle.destroy();
+  }
+  // All of them gone before any post: the Baton is left with no waiter.
+  Baton other;
+  for (int i = 0; i < 3; ++i) waitOn(other, resumed).handle.destroy();
+  CHECK_FALSE(other.ready());
+  other.post();
+  CHECK(resumed == 2);
+}
+
+TEST_CASE("Waiters destroyed while others queue and a post comes: each is resumed or unlinked once",
+          "[baton][threads]") {
+  constexpr int kPerThread = 200;
+  for (int round = 0; round < 50; ++round) {
+    Baton baton;
+    std::atomic<int> resumed{0};
+    std::vector<Detached> kept[2];
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          Detached w = waitOn(baton, resumed);
+          if (i % 2 == 0) {
+            w.handle.destroy();  // unlinks while the other thread pushes
+          } else {
+            kept[t].push_back(w);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    baton.post();
+    CHECK(resumed == kPerThread);  // the kept half, each once
+    for (auto& list : kept) {
+      for (auto& w : list) w.handle.destroy();
+    }
+  }
 }

@@ -3,10 +3,16 @@
 #include <coio/core/task.hpp>
 #include <coio/testing/manual_executor.hpp>
 
+#include "test_helpers.hpp"
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -202,4 +208,54 @@ TEST_CASE("Semaphore: concurrent releases while waiters come and go lose no toke
   for (auto& t : threads) t.join();
   CHECK(consumed == 2 * kPerThread);
   CHECK(sem.available() == 0);
+}
+
+namespace {
+// Starts at once and stays suspended until resumed; the test destroys it.
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+
+struct Chain {
+  Semaphore sem{0};
+  std::vector<int> order;
+  std::uintptr_t deepest = UINTPTR_MAX;  // lowest stack address a waiter ran at
+};
+
+// Takes the token and hands it straight on: each release resumes the next
+// waiter, inside this one's release().
+Eager handOver(Chain& chain, int id) {
+  co_await chain.sem.acquire();
+  chain.order.push_back(id);
+  chain.deepest = std::min(chain.deepest, coio::test::stackPointer());
+  chain.sem.release();
+}
+}  // namespace
+
+TEST_CASE("Semaphore: a hand-over chain through 20,000 waiters runs in bounded stack, in FIFO order",
+          "[semaphore]") {
+  // Before the fix every hand-over nested one more release() -> resume()
+  // on the stack: a reviewer overflowed it with 400k waiters; here the
+  // depth is measured.
+  constexpr int kWaiters = 20000;
+  Chain chain;
+  std::vector<Eager> waiters;
+  waiters.reserve(kWaiters);
+  for (int i = 0; i < kWaiters; ++i) waiters.push_back(handOver(chain, i));
+  const std::uintptr_t top = coio::test::stackPointer();
+  chain.sem.release();
+  REQUIRE(chain.order.size() == static_cast<std::size_t>(kWaiters));
+  CHECK(std::is_sorted(chain.order.begin(), chain.order.end()));
+  const std::uintptr_t used = top - chain.deepest;
+  INFO("stack used by the chain: " << used << " bytes");
+  CHECK(used < 256 * 1024);  // inline depth is capped at 32 hand-overs
+  CHECK(chain.sem.available() == 1);
+  for (auto& w : waiters) w.handle.destroy();
 }

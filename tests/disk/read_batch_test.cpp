@@ -2,6 +2,7 @@
 // cancellation and shutdown mid-batch.
 #include "disk_test_helpers.hpp"
 
+#include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/read_batch.hpp>
@@ -10,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <optional>
 #include <random>
 #include <stop_token>
 #include <thread>
@@ -215,4 +218,91 @@ TEMPLATE_LIST_TEST_CASE("reads racing with stop() from another thread: no comple
     }
     CHECK(pool.available() == pool.count());  // every frame gone, every buffer back
   }
+}
+
+namespace {
+
+// Makes io_uring_enter on `ring` fail (EBADF) until destroyed: the kernel
+// refuses to take a full SQ, as it would for a ring gone bad.
+class BreakRingFd {
+ public:
+  explicit BreakRingFd(io_uring& ring) noexcept : ring_(ring), fd_(ring.ring_fd), enterFd_(ring.enter_ring_fd) {
+    ring.ring_fd = ring.enter_ring_fd = -1;
+  }
+  BreakRingFd(const BreakRingFd&) = delete;
+  BreakRingFd& operator=(const BreakRingFd&) = delete;
+  ~BreakRingFd() {
+    ring_.ring_fd = fd_;
+    ring_.enter_ring_fd = enterFd_;
+  }
+
+ private:
+  io_uring& ring_;
+  int fd_, enterFd_;
+};
+
+// A reactor and a Disk whose ring has a 4-entry SQ.
+template <typename R>
+struct SmallRing;
+template <>
+struct SmallRing<coio::EpollReactor> {
+  coio::EpollReactor reactor;
+  coio::Disk disk{reactor, coio::Disk::Options{.entries = 4}};
+};
+template <>
+struct SmallRing<coio::UringReactor> {
+  coio::UringReactor reactor{coio::UringReactor::Options{.entries = 4}};
+  coio::Disk disk{reactor};
+};
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("a ring refusing SQEs mid-batch fails the reads left, not the co_await", "[disk][batch]",
+                        DiskReactors) {
+  // 12 reads, 4 SQ entries: flushing the full SQ fails. Before the fix the
+  // exception left await_suspend with reads in flight (whose CQEs would
+  // later resume the coroutine again) and, on a dedicated ring, the batch
+  // left open for good.
+  TempDir dir;
+  constexpr std::size_t kReads = 12, kSize = 4096;
+  const std::string path = dir.patternFile(6, kReads * kSize);
+  SmallRing<TestType> s;
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(s.disk, path);
+    std::vector<std::vector<std::byte>> buffers(kReads, std::vector<std::byte>(kSize));
+    ReadBatch batch(s.disk);
+    for (std::size_t i = 0; i < kReads; ++i) batch.add(file, i * kSize, buffers[i]);
+    std::optional<BreakRingFd> broken(std::in_place, s.disk.ring());
+    bool threw = false;
+    auto submit = [&]() -> Task<void> {
+      try {
+        co_await batch;
+      } catch (const std::exception&) {
+        threw = true;
+      }
+    };
+    // Runs as soon as the batch suspends, before the loop enters the kernel.
+    auto repair = [&]() -> Task<void> {
+      broken.reset();
+      co_return;
+    };
+    co_await coio::collectAll(submit(), repair());
+    REQUIRE_FALSE(threw);
+    std::size_t ok = 0;
+    while (ok < kReads && batch.result(ok).hasValue()) {
+      CHECK(batch.result(ok).value() == kSize);
+      CHECK(matchesPattern(6, ok * kSize, buffers[ok]));
+      ++ok;
+    }
+    CHECK(ok > 0);
+    CHECK(ok < kReads);
+    for (std::size_t i = ok; i < kReads; ++i) CHECK(batch.result(i).error() == std::errc::bad_file_descriptor);
+
+    // The ring works again.
+    batch.clear();
+    batch.add(file, 0, buffers[0]);
+    co_await batch;
+    CHECK(batch.result(0).value() == kSize);
+  };
+  s.reactor.runUntil(test());
 }

@@ -15,7 +15,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <latch>
 #include <mutex>
+#include <semaphore>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -270,4 +273,147 @@ TEMPLATE_LIST_TEST_CASE("ReactorPool::stop rethrows what escaped a spawned task"
   pool.spawn(failing());  // onto reactor 0
   while (!pool.reactor(0).stopRequested()) std::this_thread::yield();  // the failure stopped it
   CHECK_THROWS_WITH(pool.stop(), "pool failure");
+}
+
+// --- Teardown order, failures on other threads, spawn after stop. ---
+
+namespace {
+
+// Posts a Baton when the frame holding it is destroyed.
+struct PostOnDestroy {
+  coio::Baton& baton;
+  ~PostOnDestroy() { baton.post(); }
+};
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("destroying a task can finish another spawned task during teardown", "[reactor]",
+                        TestReactors) {
+  // The reactor destroys its roots newest first: `poster`'s frame posts
+  // `baton` as it dies, which resumes `waiter` inline; `waiter` finishes
+  // and unlinks itself while the reactor is still tearing down. Before the
+  // fix, that unlink wrote into `poster`'s freed frame and `waiter` was then
+  // destroyed a second time (ASan: heap-use-after-free; otherwise `live`
+  // went negative).
+  coio::Baton baton;
+  coio::Baton untouched;  // a waiter of it is destroyed with the reactor
+  std::atomic<int> live{0};
+  bool waiterResumed = false;
+  {
+    TestType reactor;
+    auto waiter = [](coio::Baton& b, std::atomic<int>& n, bool& resumed) -> Task<void> {
+      FrameCounter c(n);
+      co_await b;
+      resumed = true;
+    };
+    auto poster = [](TestType& r, coio::Baton& b, std::atomic<int>& n) -> Task<void> {
+      FrameCounter c(n);
+      PostOnDestroy post{b};
+      co_await r.sleepFor(1h);
+    };
+    auto otherWaiter = [](coio::Baton& b, std::atomic<int>& n) -> Task<void> {
+      FrameCounter c(n);
+      co_await b;
+      FAIL("resumed after its frame was destroyed");
+    };
+    reactor.spawn(otherWaiter(untouched, live));
+    reactor.spawn(waiter(baton, live, waiterResumed));
+    reactor.spawn(poster(reactor, baton, live));
+    auto settle = [](TestType& r) -> Task<void> {
+      co_await r.schedule();
+      co_await r.schedule();
+    };
+    reactor.runUntil(settle(reactor));
+    CHECK(live == 3);
+    CHECK_FALSE(waiterResumed);
+  }
+  CHECK(waiterResumed);
+  CHECK(live == 0);
+  // otherWaiter's frame left the Baton's list when it was destroyed: this
+  // post resumes nothing (before the fix: it resumed the freed frame).
+  untouched.post();
+  CHECK(untouched.ready());
+}
+
+TEMPLATE_LIST_TEST_CASE("a task that throws after hopping to another reactor stops its own reactor",
+                        "[reactor][threads]", TestReactors) {
+  // Two tasks of `home` hop to two other reactors' threads and throw there
+  // at the same moment: fail() runs on foreign threads, concurrently (TSan
+  // saw the unguarded failure slot race), and must wake `home`, whose loop
+  // sleeps (before the fix only the watchdog ended it, 3 s later).
+  using Clock = std::chrono::steady_clock;
+  TestType home, b, c;
+  std::thread tb([&] { b.run(); });
+  std::thread tc([&] { c.run(); });
+  std::latch bothAway(2);
+  auto hopAndThrow = [](TestType& to, std::latch& together) -> Task<void> {
+    co_await to.schedule();
+    together.arrive_and_wait();
+    throw std::runtime_error("failed abroad");
+  };
+  auto watchdog = [](TestType& r) -> Task<void> {
+    co_await r.sleepFor(3s);
+    r.stop();
+  };
+  home.spawn(watchdog(home));
+  home.spawn(hopAndThrow(b, bothAway));
+  home.spawn(hopAndThrow(c, bothAway));
+  const auto start = Clock::now();
+  CHECK_THROWS_WITH(home.run(), "failed abroad");
+  CHECK(Clock::now() - start < 2s);
+  CHECK(home.stopRequested());
+  b.stop();
+  c.stop();
+  tb.join();
+  tc.join();
+}
+
+TEMPLATE_LIST_TEST_CASE("spawn on a stopped reactor destroys the task at once", "[reactor]", TestReactors) {
+  // runOn() of the storage server: a thread waits on a future the task sets.
+  // Before the fix the task sat in the stopped reactor until its
+  // destruction, and the waiting thread hung.
+  TestType reactor;
+  reactor.stop();
+  reactor.run();  // returns at once: stopped
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  reactor.spawn([](std::promise<void> p) -> Task<void> {
+    p.set_value();
+    co_return;
+  }(std::move(done)));
+  REQUIRE(finished.wait_for(0s) == std::future_status::ready);
+  CHECK_THROWS_AS(finished.get(), std::future_error);  // broken promise: it never ran
+}
+
+TEMPLATE_LIST_TEST_CASE("a task spawned just before stop is destroyed unrun when the loop stops",
+                        "[reactor][threads]", TestReactors) {
+  TestType reactor;
+  std::binary_semaphore release{0};
+  std::atomic<bool> blocking{false};
+  // Holds the loop thread until the spawn and the stop below are done, so
+  // that the loop sees the stop before it could start the task.
+  auto blocker = [](std::binary_semaphore& go, std::atomic<bool>& started) -> Task<void> {
+    started = true;
+    go.acquire();
+    co_return;
+  };
+  reactor.spawn(blocker(release, blocking));
+  std::thread loop([&] { reactor.run(); });
+  while (!blocking) std::this_thread::yield();
+
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  std::atomic<bool> ran{false};
+  reactor.spawn([](std::promise<void> p, std::atomic<bool>& r) -> Task<void> {
+    r = true;
+    p.set_value();
+    co_return;
+  }(std::move(done), ran));
+  reactor.stop();
+  release.release();
+  const bool settled = finished.wait_for(10s) == std::future_status::ready;
+  loop.join();
+  REQUIRE(settled);  // before the fix: the task stayed parked until the reactor's destruction
+  CHECK_THROWS_AS(finished.get(), std::future_error);
+  CHECK_FALSE(ran);
 }

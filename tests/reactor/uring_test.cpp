@@ -4,6 +4,7 @@
 #include "test_reactors.hpp"
 
 #if COIO_TEST_URING
+#include <coio/core/async_scope.hpp>
 #include <coio/core/task.hpp>
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
@@ -16,11 +17,13 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -170,5 +173,65 @@ TEST_CASE("a timed-out recv resumes only after its completion: the buffer is fre
     CHECK(got[0] == std::byte{'z'});
   };
   reactor.runUntil(test(reactor));
+}
+
+namespace {
+
+// Makes io_uring_enter on `ring` fail (EBADF) until destroyed: the kernel
+// refuses to take a full SQ, as it would for a ring gone bad.
+class BreakRingFd {
+ public:
+  explicit BreakRingFd(io_uring& ring) noexcept : ring_(ring), fd_(ring.ring_fd), enterFd_(ring.enter_ring_fd) {
+    ring.ring_fd = ring.enter_ring_fd = -1;
+  }
+  BreakRingFd(const BreakRingFd&) = delete;
+  BreakRingFd& operator=(const BreakRingFd&) = delete;
+  ~BreakRingFd() {
+    ring_.ring_fd = fd_;
+    ring_.enter_ring_fd = enterFd_;
+  }
+
+ private:
+  io_uring& ring_;
+  int fd_, enterFd_;
+};
+
+}  // namespace
+
+TEST_CASE("a stop that finds the SQ full and unflushable defers the cancel instead of throwing", "[uring]") {
+  // The stop callback (noexcept) called cancel(), whose SQE acquisition
+  // threw when the full SQ could not be submitted: std::terminate before
+  // the fix. Now the cancel goes out before the loop's next wait.
+  UringReactor reactor(UringReactor::Options{.entries = 4});
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
+  FileDescriptor a(pair[0]), b(pair[1]);
+  auto test = [&]() -> Task<void> {
+    coio::AsyncScope scope;
+    std::vector<std::stop_source> stops;
+    std::vector<coio::Result<std::size_t>> results;
+    stops.reserve(16);
+    results.reserve(16);
+    auto receive = [](UringReactor& r, int fd, std::stop_token stop, coio::Result<std::size_t>& out) -> Task<void> {
+      std::byte buffer[8];
+      out = co_await r.recv(fd, buffer, std::move(stop));
+    };
+    // Batched policy: each recv's SQE waits in the SQ until the loop enters.
+    while (io_uring_sq_space_left(&reactor.ring()) > 0) {
+      REQUIRE(stops.size() < 16);
+      stops.emplace_back();
+      results.emplace_back(coio::Errc::closed);
+      scope.spawn(receive(reactor, a.get(), stops.back().get_token(), results.back()));
+    }
+    {
+      BreakRingFd broken(reactor.ring());
+      stops.front().request_stop();  // no SQE to be had: deferred
+    }
+    co_await reactor.schedule();  // a loop iteration: the deferred cancel goes in
+    for (std::size_t i = 1; i < stops.size(); ++i) stops[i].request_stop();
+    co_await scope.join();
+    for (const auto& result : results) CHECK(result.error() == std::errc::operation_canceled);
+  };
+  reactor.runUntil(test());
 }
 #endif

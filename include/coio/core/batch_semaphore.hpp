@@ -16,7 +16,9 @@ namespace coio {
 ///   cannot starve. `tryAcquire(n)` fails while anyone is queued (unlike
 ///   folly's BatchSemaphore, whose fast path barges).
 /// - `release(n)` resumes, inline on the releasing thread, every waiter at
-///   the head that the tokens now satisfy, oldest first.
+///   the head that the tokens now satisfy, oldest first. As for Semaphore,
+///   a release more than 32 nested hand-overs deep defers the resumption to
+///   the outermost release on that thread: bounded stack use.
 /// - A cancellable waiter that gives up (stop requested while queued)
 ///   re-runs the grants, so the waiters behind it proceed at once (folly
 ///   leaves them asleep until the next release).

@@ -16,6 +16,11 @@ namespace coio {
 /// - A waiter is resumed inline on the thread that calls `release()` (or
 ///   that requests stop on a cancellable acquire); an acquisition that finds
 ///   a token free continues on the awaiting thread without suspending.
+///   Exception, for bounded stack use: a `release()` made by a coroutine
+///   that is itself more than 32 hand-overs deep in such inline resumptions
+///   (a waiter releasing to the next, and so on) queues the waiter, which
+///   the outermost release on that thread resumes once the inner ones have
+///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}

@@ -58,10 +58,17 @@ class EventFd {
 class LoopCore;
 
 // The coroutine that owns a spawned task. It lives in the reactor's list of
-// roots until it finishes (then it unlinks and frees itself) or until the
-// reactor is destroyed (then the reactor destroys it, and with it the whole
-// chain of frames it awaits).
+// roots until it finishes (then it unlinks and frees itself), until the loop
+// stops before it started (then the loop destroys it), or until the reactor
+// is destroyed (then the reactor destroys it, and with it the whole chain of
+// frames it awaits).
 struct RootPromise : PooledFrame {
+  struct InitialAwaiter {
+    RootPromise& promise;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    void await_resume() const noexcept { promise.started = true; }
+  };
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
     void await_suspend(std::coroutine_handle<RootPromise> h) noexcept;
@@ -72,7 +79,7 @@ struct RootPromise : PooledFrame {
     std::coroutine_handle<RootPromise> h;
   };
   Handle get_return_object() noexcept { return {std::coroutine_handle<RootPromise>::from_promise(*this)}; }
-  std::suspend_always initial_suspend() noexcept { return {}; }
+  InitialAwaiter initial_suspend() noexcept { return {*this}; }
   FinalAwaiter final_suspend() noexcept { return {}; }
   void return_void() noexcept {}
   void unhandled_exception() noexcept;
@@ -80,6 +87,8 @@ struct RootPromise : PooledFrame {
   LoopCore* owner = nullptr;
   RootPromise* prev = nullptr;
   RootPromise* next = nullptr;
+  std::exception_ptr failure;  // what escaped the task, handed to the owner at the end
+  bool started = false;        // loop thread only: resumed at least once
 };
 
 inline RootPromise::Handle makeRoot(Task<void> task) { co_await std::move(task); }
@@ -134,7 +143,12 @@ class LoopCore {
   }
 
   /// Asks the loop to stop; callable from any thread. Final: afterwards
-  /// run() returns at once and spawned tasks are destroyed unrun.
+  /// run() and runUntil() return at once, nothing the reactor holds is
+  /// resumed again, and spawn() destroys its task unrun. When the loop
+  /// notices the stop it destroys (on the loop thread) the spawned tasks
+  /// that had not started yet; tasks that had started stay suspended until
+  /// the reactor is destroyed (their frames may be waiting on another
+  /// reactor, which only the reactor's destruction may assume is over).
   void stop() noexcept {
     stopRequested_.store(true, std::memory_order_release);
     if (!isInLoopThread()) wake_.signal();
@@ -144,23 +158,32 @@ class LoopCore {
 
   /// Hands `task` to the reactor, which owns it from now on; callable from
   /// any thread. The task starts on the loop thread in a later iteration
-  /// (never inline). After stop(), the task is destroyed without running.
+  /// (never inline). Once stop() was called the task is destroyed unrun, at
+  /// once, on the calling thread (so whoever waits for it, e.g. on a
+  /// std::future set by the task, learns it never ran instead of hanging);
+  /// a task spawned just before the stop is destroyed unrun by the loop
+  /// when it stops (or, if no loop runs again, with the reactor).
   void spawn(Task<void> task) {
     std::coroutine_handle<RootPromise> h = makeRoot(std::move(task)).h;
     h.promise().owner = this;
     const bool local = isInLoopThread();
-    bool wake = false;
+    bool accepted = false, wake = false;
     {
       std::lock_guard lock(mutex_);
-      if (closed_) {
-        h.destroy();
-        return;
+      // Checked under the lock: the loop takes it to collect the unstarted
+      // roots after it saw the stop, so a root is either collected or refused.
+      if (!closed_ && !stopRequested()) {
+        RootPromise& p = h.promise();
+        p.next = roots_;
+        if (roots_) roots_->prev = &p;
+        roots_ = &p;
+        if (!local) wake = pushRemoteLocked(h);
+        accepted = true;
       }
-      RootPromise& p = h.promise();
-      p.next = roots_;
-      if (roots_) roots_->prev = &p;
-      roots_ = &p;
-      if (!local) wake = pushRemoteLocked(h);
+    }
+    if (!accepted) {
+      h.destroy();  // outside the lock: the task's destructors may spawn
+      return;
     }
     if (local) ready_.push_back(h);
     if (wake) wake_.signal();
@@ -252,6 +275,21 @@ class LoopCore {
   /// Loop thread: resume `h` in a later iteration (after I/O is polled).
   void post(std::coroutine_handle<> h) { ready_.push_back(h); }
 
+  /// How many operations per loop iteration may complete inline (without
+  /// suspending) when their fd is ready. Past that, they complete but
+  /// resume their coroutine through the ready queue, in the next iteration:
+  /// a connection that is always readable cannot keep the loop from its
+  /// timers and other fds.
+  static constexpr unsigned kInlineTurnsPerIteration = 64;
+
+  /// Whether an operation may complete inline now (and counts it). Outside
+  /// a running loop there is no iteration to yield to: always true.
+  bool takeInlineTurn() noexcept {
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
+  }
+
   /// True on the loop thread, or on any thread while no loop runs (the
   /// reactor's structures are then free to touch).
   bool ownedByCaller() const noexcept {
@@ -275,16 +313,57 @@ class LoopCore {
 
   /// Destroys every task the reactor owns (after the derived reactor has
   /// quiesced the kernel side), and refuses new ones.
+  ///
+  /// One root at a time, each unlinked before it is destroyed: destroying a
+  /// frame runs destructors that may resume another root (a Baton posted, a
+  /// semaphore released), which may then finish and unlink itself, so the
+  /// list must stay consistent and hold only live roots throughout.
   void destroyRoots() noexcept {
-    std::vector<std::coroutine_handle<RootPromise>> all;
     {
       std::lock_guard lock(mutex_);
       closed_ = true;
-      for (RootPromise* p = roots_; p; p = p->next) all.push_back(std::coroutine_handle<RootPromise>::from_promise(*p));
-      roots_ = nullptr;
       remote_.clear();
     }
-    for (auto h : all) h.destroy();
+    ready_.clear();
+    for (;;) {
+      RootPromise* p;
+      {
+        std::lock_guard lock(mutex_);
+        p = roots_;
+        if (!p) break;
+        unlinkLocked(*p);
+      }
+      std::coroutine_handle<RootPromise>::from_promise(*p).destroy();
+    }
+    ready_.clear();  // whatever the destructors scheduled: those frames are gone
+  }
+
+  /// Loop thread, once it saw the stop: destroys the spawned tasks that never
+  /// started. Nothing resumes after a stop, so they never would; waiting for
+  /// the reactor's destruction could leave their owners (e.g. a thread
+  /// blocked on a std::future the task sets) waiting for good. Tasks that
+  /// started are left alone: their frames may wait on another reactor.
+  void destroyUnstartedRoots() noexcept {
+    RootPromise* unstarted = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      remote_.clear();  // never resumed now; may name the roots below
+      for (RootPromise* p = roots_; p;) {
+        RootPromise* next = p->next;
+        if (!p->started) {
+          unlinkLocked(*p);
+          p->next = unstarted;  // nobody else reaches an unlinked, unstarted root
+          unstarted = p;
+        }
+        p = next;
+      }
+    }
+    ready_.clear();
+    while (unstarted) {
+      RootPromise* next = unstarted->next;
+      std::coroutine_handle<RootPromise>::from_promise(*unstarted).destroy();
+      unstarted = next;
+    }
     ready_.clear();
   }
 
@@ -302,10 +381,18 @@ class LoopCore {
     return std::max(*next - Clock::now(), Clock::duration::zero());
   }
 
+  /// The exception a spawned task let escape (first one wins), or null.
+  /// Any thread: a task may fail after hopping to another reactor's thread.
+  std::exception_ptr takeFailure() {
+    if (!stopRequested()) return nullptr;  // fail() always stops: no lock on the common path
+    std::lock_guard lock(mutex_);
+    return std::exchange(failure_, nullptr);
+  }
+
   // Loop thread only.
   std::vector<std::coroutine_handle<>> ready_;
   TimerQueue timers_;
-  std::exception_ptr failure_;
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // see takeInlineTurn()
   std::atomic<std::thread::id> loopThread_{};
 
  private:
@@ -335,13 +422,23 @@ class LoopCore {
 
   void unlinkRoot(RootPromise& p) noexcept {
     std::lock_guard lock(mutex_);
-    (p.prev ? p.prev->next : roots_) = p.next;
-    if (p.next) p.next->prev = p.prev;
+    unlinkLocked(p);
   }
 
+  void unlinkLocked(RootPromise& p) noexcept {
+    (p.prev ? p.prev->next : roots_) = p.next;
+    if (p.next) p.next->prev = p.prev;
+    p.prev = p.next = nullptr;
+  }
+
+  // On whatever thread the task failed: it may have hopped to another
+  // reactor, so the slot is guarded and the owning loop is woken.
   void fail(std::exception_ptr e) noexcept {
-    if (!failure_) failure_ = std::move(e);
-    stopRequested_.store(true, std::memory_order_release);
+    {
+      std::lock_guard lock(mutex_);
+      if (!failure_) failure_ = std::move(e);
+    }
+    stop();
   }
 
   std::vector<std::coroutine_handle<>> running_;
@@ -353,22 +450,28 @@ class LoopCore {
   std::vector<std::coroutine_handle<>> remote_;
   RootPromise* roots_ = nullptr;
   bool closed_ = false;
+  std::exception_ptr failure_;
 };
 
 inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootPromise> h) noexcept {
   LoopCore* owner = h.promise().owner;
+  std::exception_ptr failure = std::move(h.promise().failure);
   owner->unlinkRoot(h.promise());
   h.destroy();
+  // Last: the frames (and the task's own reference to the exception) are
+  // gone, so the thread that rethrows it, maybe another, is its only owner.
+  if (failure) owner->fail(std::move(failure));
 }
 
-inline void RootPromise::unhandled_exception() noexcept { owner->fail(std::current_exception()); }
+inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
 
 /// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
 template <typename Derived>
 class ReactorBase : public LoopCore {
  public:
   /// Runs the loop on the calling thread until stop() (or until a spawned
-  /// task throws: the reactor then stops and the exception is rethrown).
+  /// task throws, on whatever thread it then runs: the reactor then stops,
+  /// and the first such exception is rethrown here).
   void run() {
     loop([] { return false; }, nullptr);
   }
@@ -409,6 +512,7 @@ class ReactorBase : public LoopCore {
     } leave{loopThread_};
     if (first && !stopRequested()) ready_.push_back(first);
     while (!done() && !stopRequested()) {
+      inlineTurns_ = kInlineTurnsPerIteration;
       runReady();
       timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
@@ -417,9 +521,9 @@ class ReactorBase : public LoopCore {
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
       derived().quiesce();
-      ready_.clear();
+      destroyUnstartedRoots();
     }
-    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+    if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
   }
 };
 

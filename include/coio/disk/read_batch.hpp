@@ -8,9 +8,12 @@
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
 
+#include <cerrno>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <new>
 #include <optional>
 #include <span>
 #include <stop_token>
@@ -32,6 +35,10 @@ namespace coio {
 ///   (short at end of file, 0 past it or for an empty read), or that read's
 ///   error (EIO, EBADF, DiskErrc::misalignedDirectIo checked before
 ///   submission, ...). One failing read does not fail the others.
+/// - Submitting never throws out of the `co_await`: if the ring refuses an
+///   SQE (a full SQ that cannot be flushed), that read and every later one
+///   yield the error (errno of the std::system_error, ENOMEM for bad_alloc)
+///   and the batch still resumes once, after the reads already submitted.
 /// - Each SQE is tagged with its own read's record, and the batch resumes
 ///   only after the CQE of every read it submitted: no completion is lost,
 ///   none is attributed to a later submission, and the batch never resumes
@@ -134,18 +141,55 @@ class ReadBatch {
   }
 
   // Submits every read that can go (one enter); false if none went.
-  bool start(bool stopped) {
+  // Never throws: once one read is in flight its CQE will resume handle_,
+  // so an exception must not unwind the awaiting coroutine. If the ring
+  // refuses an SQE (submit throws), that read and the ones after it fail
+  // with the error and the batch waits for those already submitted.
+  bool start(bool stopped) noexcept {
     COIO_ASSERT(remaining_ == 0, "ReadBatch awaited twice at once");
-    ring_.openBatch();
     for (Read& read : reads_) {
       read.state = detail::DiskOp::State::done;
       read.result = stopped ? -ECANCELED : 0;
-      if (stopped || read.invalid || read.request.length == 0) continue;
-      ++remaining_;
-      ring_.submit(read, read.request);
     }
-    ring_.closeBatch();
+    if (stopped) return false;
+    int failed = 0;  // errno that stopped the submission
+    ring_.openBatch();
+    for (Read& read : reads_) {
+      if (read.invalid || read.request.length == 0) continue;
+      if (failed == 0) {
+        try {
+          ring_.submit(read, read.request);
+        } catch (...) {
+          failed = errnoOf(std::current_exception());
+        }
+      }
+      if (read.pending()) {
+        ++remaining_;  // prepared (even if the ring threw after): its CQE will come
+      } else {
+        read.result = -failed;
+      }
+    }
+    try {
+      ring_.closeBatch();
+    } catch (...) {
+      // The prepared SQEs stay queued and go in with the ring's next enter.
+    }
     return remaining_ > 0;
+  }
+
+  static int errnoOf(std::exception_ptr e) noexcept {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::system_error& error) {
+      const int value = error.code().value();
+      const bool isErrno = error.code().category() == std::system_category() ||
+                           error.code().category() == std::generic_category();
+      return isErrno && value > 0 ? value : EIO;
+    } catch (const std::bad_alloc&) {
+      return ENOMEM;
+    } catch (...) {
+      return EIO;
+    }
   }
 
   void cancel() noexcept {

@@ -115,14 +115,19 @@ class EpollOperation;
 /// - I/O operations try their system call first and wait only if it would
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
+/// - Fairness: at most kInlineTurnsPerIteration operations per loop
+///   iteration complete without suspending; later ones still make their
+///   system call at once but resume their coroutine in the next iteration,
+///   after timers and other fds. A socket that is always readable cannot
+///   starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
 ///   operation yields std::errc::operation_canceled in a later iteration.
 ///   Nothing of the caller's buffer is touched after that.
 /// - stop() (any thread) makes run() return after the current iteration;
-///   the tasks the reactor owns are destroyed with it, deregistering their
-///   waits.
+///   spawned tasks that never started are destroyed then, the others with
+///   the reactor, deregistering their waits.
 /// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
@@ -253,20 +258,22 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       return true;
     }
     if constexpr (!Rearm) {
-      EpollFdState& st = reactor_.state(fd_);
-      if (st.ready[static_cast<std::size_t>(dir_)]) {
-        result_ = attempt_();
-        if (result_ != -EAGAIN) {
-          st.attempted(dir_, attempt_.exhausted(result_));
-          return true;
-        }
-      }
+      // Out of inline turns: await_suspend tries, and yields even if it succeeds.
+      if (!reactor_.takeInlineTurn()) return false;
+      if (tryNow()) return true;
+      tried_ = true;
     }
     return false;
   }
 
   bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
+    if constexpr (!Rearm) {
+      if (!tried_ && tryNow()) {
+        reactor_.post(h);  // done, but the loop's other work goes first
+        return true;
+      }
+    }
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
       result_ = -err;
       return false;
@@ -292,6 +299,16 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     }
   };
 
+  // The system call, if the fd may be ready; true if it did not block.
+  bool tryNow() {
+    EpollFdState& st = reactor_.state(fd_);
+    if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
+    result_ = attempt_();
+    if (result_ == -EAGAIN) return false;
+    st.attempted(dir_, attempt_.exhausted(result_));
+    return true;
+  }
+
   void finish(long result) noexcept {
     reactor_.endWait(fd_, dir_);
     waiting_ = false;
@@ -315,6 +332,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   int fd_;
   Direction dir_;
   bool waiting_ = false;
+  bool tried_ = false;  // await_ready made the attempt (and it would block)
   Attempt attempt_;
   std::stop_token stop_;
   long result_ = 0;

@@ -26,10 +26,17 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 /// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
 ///   sleeping loop; spawned tasks are owned by the reactor and start on the
 ///   loop thread. `stop()` works from any thread and is final: pending
-///   operations are cancelled, and tasks still owned by the reactor are
+///   operations are cancelled; spawned tasks that had not started are
+///   destroyed unrun when the loop stops, and a task spawned after stop()
+///   at once, so nobody waits for them in vain; tasks that had started are
 ///   destroyed (all their frames) when the reactor is destroyed. Coroutines
 ///   owned elsewhere (e.g. by a blockingWait on another thread) that still
 ///   wait on a stopped reactor are never resumed: stop it after they are done.
+/// - An exception escaping a spawned task, on whatever thread it ran last,
+///   stops the reactor and is rethrown by its run() / runUntil().
+/// - Fairness: operations that could complete at once every time (an
+///   always-readable socket) still let the loop run its timers and other
+///   fds at least once per bounded batch of completions.
 /// - Every other awaitable resumes its coroutine on the loop thread and must
 ///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
 ///   system category) and take a std::stop_token: a stop requested on the

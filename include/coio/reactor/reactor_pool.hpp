@@ -21,7 +21,8 @@ namespace coio {
 ///   one thread running each; `spawn` hands tasks out round-robin and may be
 ///   called from any thread. A task runs on, and resumes on, the thread of
 ///   the reactor it was given to, unless it hops with another reactor's
-///   `schedule()`.
+///   `schedule()`. If a thread cannot be started, the constructor stops and
+///   joins those already running and rethrows.
 /// - `stop()` (also run by the destructor) stops every reactor and joins the
 ///   threads, then rethrows the first exception that escaped a spawned task.
 ///   Tasks still pending are destroyed with the pool; a task must then be
@@ -35,15 +36,23 @@ class ReactorPool {
     reactors_.reserve(size);
     for (std::size_t i = 0; i < size; ++i) reactors_.push_back(std::make_unique<R>(args...));
     threads_.reserve(size);
-    for (auto& reactor : reactors_) {
-      threads_.emplace_back([this, r = reactor.get()] {
-        try {
-          r->run();
-        } catch (...) {
-          std::lock_guard lock(mutex_);
-          if (!failure_) failure_ = std::current_exception();
-        }
-      });
+    try {
+      for (auto& reactor : reactors_) {
+        threads_.emplace_back([this, r = reactor.get()] {
+          try {
+            r->run();
+          } catch (...) {
+            std::lock_guard lock(mutex_);
+            if (!failure_) failure_ = std::current_exception();
+          }
+        });
+      }
+    } catch (...) {
+      // A thread failed to start: the destructor will not run, and a
+      // joinable std::thread must not be destroyed (std::terminate).
+      for (auto& reactor : reactors_) reactor->stop();
+      for (auto& thread : threads_) thread.join();
+      throw;
     }
   }
   ReactorPool(const ReactorPool&) = delete;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <stop_token>
@@ -117,7 +118,12 @@ inline std::string describeUringSetupError(int err) {
 ///   (-EINTR) just loops again.
 /// - stop() (any thread) makes run() return after the current iteration,
 ///   once every in-flight operation has been cancelled and has completed;
-///   tasks still owned by the reactor are destroyed with it.
+///   spawned tasks that never started are destroyed then, the others with
+///   the reactor.
+/// - Fairness: one poll dispatches at most kReapRoundsPerPoll batches of
+///   completions before timers and ready coroutines run again. A stop
+///   callback or the wake-up path never throws: what it cannot submit (SQ
+///   full and refused by the kernel) goes out before the loop's next wait.
 /// - Construction fails with std::system_error naming the cause if io_uring
 ///   is unusable here (disabled by sysctl or seccomp, old kernel, missing
 ///   operation). `probe()` tells without throwing; see reactor_kind.hpp for
@@ -173,12 +179,21 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     commit();
   }
 
-  /// Asks the kernel to cancel `op`; its completion still arrives.
-  void cancel(UringOperation& op) {
-    io_uring_sqe* sqe = acquireSqe();
-    io_uring_prep_cancel(sqe, &op, 0);
-    io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
-    commit();
+  /// Asks the kernel to cancel `op`; its completion still arrives. Never
+  /// throws (stop callbacks call it): if the SQ is full and cannot be
+  /// flushed right now, the cancel goes out before the loop's next wait
+  /// (where a ring that still refuses it makes run() throw).
+  void cancel(UringOperation& op) noexcept {
+    if (io_uring_sqe* sqe = tryAcquireSqe()) {
+      prepareCancel(sqe, op);
+      commit();
+      return;
+    }
+    try {
+      deferredCancels_.push_back(&op);
+    } catch (...) {
+      std::terminate();  // no SQE and no memory: the operation could never be cancelled
+    }
   }
 
   /// Submits whatever is prepared now, whatever the policy.
@@ -201,11 +216,14 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   };
 
   // The single place where the submission policy applies.
-  void commit() {
+  void commit() noexcept {
     if (policy_ == SubmitPolicy::eager) (void)io_uring_submit(&ring_);
   }
 
-  io_uring_sqe* acquireSqe() {
+  // An SQE, or null if none can be had without throwing (the kernel refuses
+  // to take the full SQ: errno in submitError_; or no memory to set
+  // completions aside).
+  io_uring_sqe* tryAcquireSqe() noexcept {
     COIO_ASSERT(ownedByCaller(), "io_uring operation submitted off the reactor's thread");
     for (;;) {
       if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
@@ -213,25 +231,46 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
       // are backed up (-EBUSY): set some aside to make room.
       const int r = io_uring_submit(&ring_);
       if (r == -EBUSY || r == -EAGAIN) {
-        takeCompletions(backlog_);
+        try {
+          takeCompletions(backlog_);
+        } catch (const std::bad_alloc&) {
+          submitError_ = ENOMEM;
+          return nullptr;
+        }
       } else if (r < 0 && r != -EINTR) {
-        detail::throwSystemError(-r, "coio::UringReactor: io_uring_submit");
+        submitError_ = -r;
+        return nullptr;
       }
     }
   }
 
+  io_uring_sqe* acquireSqe() {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) detail::throwSystemError(submitError_, "coio::UringReactor: io_uring_submit");
+    return sqe;
+  }
+
+  static void prepareCancel(io_uring_sqe* sqe, UringOperation& op) noexcept {
+    io_uring_prep_cancel(sqe, &op, 0);
+    io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
+  }
+
   // Copies the available CQEs out and frees their slots; returns how many.
+  // All or nothing: if `out` cannot grow, no CQE is consumed.
   std::size_t takeCompletions(std::vector<Completion>& out) {
     io_uring_cqe* cqes[kBatch];
     const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
+    out.reserve(out.size() + n);
     for (unsigned i = 0; i < n; ++i) out.push_back({cqes[i]->user_data, cqes[i]->res, cqes[i]->flags});
     io_uring_cq_advance(&ring_, n);
     return n;
   }
 
   void poll(std::optional<Clock::duration> timeout);
-  void reap();
+  // Dispatches completions, at most `maxRounds` batches of kBatch.
+  void reap(std::size_t maxRounds = SIZE_MAX);
   void quiesce() noexcept;
+  void submitDeferred();
 
   void dispatch(const Completion& c) noexcept {
     if (c.userData == 0) return;
@@ -246,16 +285,35 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   struct WakeOperation : UringOperation {
     UringReactor* reactor;
   };
-  void armWake() { submit(wakeOperation_, detail::PollPrep{wake().fd(), POLLIN}); }
+  // Watches the wake-up eventfd again; false if no SQE could be had (then
+  // poll() re-arms it before it waits).
+  bool tryArmWake() noexcept {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    wakeArmed_ = sqe != nullptr;
+    if (!sqe) return false;
+    detail::PollPrep{wake().fd(), POLLIN}(sqe);
+    io_uring_sqe_set_data(sqe, static_cast<UringOperation*>(&wakeOperation_));
+    ++inFlight_;
+    commit();
+    return true;
+  }
   static void onWake(UringOperation* op, int, unsigned) noexcept;
 
   static constexpr unsigned kBatch = 256;
+  // Completion batches one poll dispatches before the loop runs its timers
+  // and ready coroutines again: operations that complete as soon as they are
+  // submitted (an always-readable socket under SubmitPolicy::eager) cannot
+  // keep reap() going for ever.
+  static constexpr std::size_t kReapRoundsPerPoll = 4;
 
   io_uring ring_{};
   SubmitPolicy policy_;
   std::size_t inFlight_ = 0;
   bool quiescing_ = false;
+  bool wakeArmed_ = false;
+  int submitError_ = 0;  // why tryAcquireSqe() last failed
   WakeOperation wakeOperation_{{&UringReactor::onWake}, this};
+  std::vector<UringOperation*> deferredCancels_;  // cancels no SQE could be had for yet
   std::vector<Completion> backlog_;
   std::vector<Completion> batch_;
 };
@@ -349,11 +407,16 @@ inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, std::
 }  // namespace detail
 
 inline UringReactor::UringReactor(Options options) : policy_(options.submitPolicy) {
+  deferredCancels_.reserve(16);  // before the ring: nothing to release if it throws
   std::string why;
   if (const int err = detail::setUpRing(ring_, options.entries, options.cqEntries, why)) {
     detail::throwSystemError(err, why);
   }
-  armWake();
+  if (!tryArmWake()) {
+    const int err = submitError_;
+    io_uring_queue_exit(&ring_);
+    detail::throwSystemError(err, "coio::UringReactor: arming the wake-up poll");
+  }
 }
 
 inline Result<void> UringReactor::probe(std::string* why) {
@@ -395,10 +458,22 @@ inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
   UringReactor* self = static_cast<WakeOperation*>(op)->reactor;
   self->wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
   self->resumeRemote();
-  self->armWake();
+  (void)self->tryArmWake();  // noexcept path: a failure is retried by poll()
+}
+
+inline void UringReactor::submitDeferred() {
+  while (!deferredCancels_.empty()) {
+    prepareCancel(acquireSqe(), *deferredCancels_.back());
+    deferredCancels_.pop_back();
+  }
+  if (!wakeArmed_ && !tryArmWake()) {
+    detail::throwSystemError(submitError_, "coio::UringReactor: arming the wake-up poll");
+  }
 }
 
 inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
+  // What a noexcept path (a stop callback, onWake) could not submit.
+  if (!wakeArmed_ || !deferredCancels_.empty()) submitDeferred();
   if (!backlog_.empty()) timeout = Clock::duration::zero();  // completions already wait
   int r;
   if (timeout && *timeout == Clock::duration::zero()) {
@@ -418,26 +493,32 @@ inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
   if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
     detail::throwSystemError(-r, "coio::UringReactor: io_uring_enter");
   }
-  reap();
+  // Bounded: what is left waits in the CQ (the next wait returns at once) or
+  // in the backlog (the next poll does not wait).
+  reap(kReapRoundsPerPoll);
 }
 
-inline void UringReactor::reap() {
+inline void UringReactor::reap(std::size_t maxRounds) {
   // Completions are copied out before any is dispatched: a resumed coroutine
   // may submit, and even reap into the backlog, while we iterate.
-  for (;;) {
+  for (std::size_t round = 1;; ++round) {
     batch_.clear();
     std::swap(batch_, backlog_);
     const std::size_t n = takeCompletions(batch_);
     for (const Completion& c : batch_) dispatch(c);
     // A full batch may hide more; a backlog must not wait for a new event.
-    if (n < kBatch && backlog_.empty()) break;
+    if ((n < kBatch && backlog_.empty()) || round >= maxRounds) break;
   }
 }
 
 inline void UringReactor::quiesce() noexcept {
   if (inFlight_ == 0) return;
   quiescing_ = true;
-  io_uring_sqe* sqe = acquireSqe();
+  deferredCancels_.clear();  // the cancel below covers them
+  io_uring_sqe* sqe = tryAcquireSqe();
+  // Without a cancel the kernel may keep writing into operations that are
+  // about to be freed: as below, better to stop here.
+  if (!sqe) std::terminate();
   io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
   io_uring_sqe_set_data64(sqe, 0);
   for (;;) {

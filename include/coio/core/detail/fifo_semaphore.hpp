@@ -13,7 +13,12 @@
 // wants more tokens than are left (otherwise it would have been granted).
 //
 // Waiters are resumed after the lock is dropped, inline, on the thread that
-// released tokens (or cancelled a waiter).
+// released tokens (or cancelled a waiter). A waiter that releases in turn
+// resumes the next one inside its own release(), so a hand-over chain
+// nests one stack level per waiter: past kMaxInlineDepth nested
+// resumptions on a thread, waiters are queued instead and resumed by the
+// outermost resumption on that thread once the inner ones have returned
+// (a trampoline). Stack use stays bounded whatever the queue's length.
 #include <coio/core/detail/assert.hpp>
 
 #include <atomic>
@@ -129,12 +134,28 @@ class FifoSemaphore {
       if (w.state != WaitState::queued) return;
       granted = withdrawLocked(w);
     }
-    w.awaiting.resume();
-    resumeAll(granted);
+    w.next = granted;  // out of the queue: `next` is free to chain it first
+    resumeAll(&w);
   }
+
+  /// Nested resumptions (see the top of this file) a thread makes inline
+  /// before it defers to the outermost one.
+  static constexpr unsigned kMaxInlineDepth = 32;
 
  private:
   static constexpr std::uint64_t kQueued = 1;
+
+  // Per thread: how deep in resumeAll() we are, and the waiters deferred
+  // to the outermost call (linked through `next`).
+  struct Trampoline {
+    unsigned depth = 0;
+    Waiter* head = nullptr;
+    Waiter* tail = nullptr;
+  };
+  static Trampoline& trampoline() noexcept {
+    static thread_local Trampoline t;
+    return t;
+  }
 
   // Takes a queued waiter out of the queue (it gives up or its frame dies)
   // and grants whatever its leaving unblocks.
@@ -176,7 +197,28 @@ class FifoSemaphore {
     w.prev = w.next = nullptr;
   }
 
+  // Resumes the granted list `w` (linked through `next`), oldest first.
   static void resumeAll(Waiter* w) noexcept {
+    if (!w) return;
+    Trampoline& t = trampoline();
+    if (t.depth >= kMaxInlineDepth) {  // deep in a hand-over chain: the outermost call resumes them
+      (t.tail ? t.tail->next : t.head) = w;
+      while (w->next) w = w->next;
+      t.tail = w;
+      return;
+    }
+    ++t.depth;
+    resumeList(w);
+    if (t.depth == 1) {
+      while (Waiter* deferred = t.head) {
+        t.head = t.tail = nullptr;
+        resumeList(deferred);  // may defer more: loop until none is left
+      }
+    }
+    --t.depth;
+  }
+
+  static void resumeList(Waiter* w) noexcept {
     while (w) {
       Waiter* next = w->next;  // read first: the resumed frame may be gone
       w->awaiting.resume();

@@ -134,8 +134,8 @@ class ReactorRing final : public DiskRing {
   io_uring& ring() noexcept override { return reactor_.ring(); }
   // At once if the gate says so, else with the reactor's next enter.
   void submit(DiskOp& op, const DiskRequest& request) override {
-    op.state = DiskOp::State::inFlight;
     reactor_.submit(op, request);
+    op.state = DiskOp::State::inFlight;  // only once prepared: submit may throw before
     if (batches_ == 0 && reactor_.submitPolicy() == SubmitPolicy::batched && gate_.open(reactor_.inFlight())) {
       reactor_.flush();
       gate_.submitted(reactor_.ring(), op);
@@ -221,7 +221,14 @@ class DedicatedRing final : public DiskRing {
   void openBatch() override { ++batches_; }
   void closeBatch() override {
     --batches_;
-    commit();
+    try {
+      commit();
+    } catch (...) {
+      // The prepared SQEs stay queued, and no CQE may come to trigger the
+      // next enter: have the pump retry (and fail the reactor if it fails).
+      eventFd_.signal();
+      throw;
+    }
   }
   bool ownedByCaller() const noexcept override { return reactor_.ownedByCaller(); }
 
