@@ -52,11 +52,11 @@ constexpr std::size_t kTransmissionLimit = 3;
 
 struct TempDir {
   std::filesystem::path path;
-  TempDir() {
+  explicit TempDir(storage::ChunkStoreLayout layout) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "coio-storage-XXXXXX").string();
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
     path = tmpl;
-    REQUIRE(storage::createChunkStore(path, {kChunks, kChunkSize, 5}));
+    REQUIRE(storage::createChunkStore(path, layout));
   }
   ~TempDir() {
     std::error_code ignored;
@@ -70,8 +70,9 @@ struct TempDir {
 template <typename S>
 struct Fixture {
   using R = typename S::R;
-  explicit Fixture(storage::ServerOptions options = small(), std::size_t maxTransmissions = 64)
-      : arena(8u << 20), limiter(maxTransmissions) {
+  explicit Fixture(storage::ServerOptions options = small(), std::size_t maxTransmissions = 64,
+                   storage::ChunkStoreLayout layout = {kChunks, kChunkSize, 5})
+      : dir(layout), arena(8u << 20), limiter(maxTransmissions) {
     auto opened = storage::StorageServer<R>::open(reactor, dir.path, options);
     INFO(opened.error().message());
     REQUIRE(opened);
@@ -607,4 +608,27 @@ TEMPLATE_LIST_TEST_CASE("a client that stops reading is dropped after the send t
     CHECK(server.buffersInUse() == 0);
     co_await raw->close();
   });
+}
+
+TEMPLATE_LIST_TEST_CASE("every chunk size 3FS uses: whole chunks and parts across piece boundaries",
+                        "[storage][e2e]", Setups) {
+  for (const std::uint32_t chunkSize : {64u << 10, 1u << 20, 4u << 20}) {
+    INFO("chunk size " << chunkSize);
+    Fixture<TestType> f(Fixture<TestType>::small(), 64, {3, chunkSize, 2});
+    f.run([](Fixture<TestType>& fx) -> Task<void> {
+      const std::uint32_t size = fx.server->layout().chunkSize;
+      auto client = co_await fx.client();
+      const std::vector<ReadOp> whole = {{2, 0, size, {}}};  // chunk 2 opens the second data file
+      std::vector<ReadOutcome> w = co_await readAndCheck(fx, *client, whole);
+      CHECK(w[0].status == IoStatus::ok);
+      CHECK(w[0].bytes == size);
+      // Unaligned parts: the tail, one spanning a 16 KiB piece boundary, and a mixed batch.
+      const std::vector<ReadOp> parts = {
+          {0, size - 4097, 4097, {}}, {1, 16384 - 3, 7, {}}, {1, 5, size / 2, {}}, {0, size / 3, size / 4 + 1, {}}};
+      std::vector<ReadOutcome> p = co_await readAndCheck(fx, *client, parts);
+      for (const ReadOutcome& o : p) CHECK(o.status == IoStatus::ok);
+      co_await client->close();
+    });
+    CHECK(f.server->buffersInUse() == 0);
+  }
 }
