@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# The storage read server over TCP against its two ceilings, in one run:
+#   disk ceiling  fio randread, O_DIRECT, on the dataset's own data files
+#   TCP ceiling   iperf3 over loopback
+#   coio          coio-storage-bench --transport tcp against a coio-storage-server started here
+# for 4 KiB, 512 KiB and 4 MiB IOs, and prints coio's throughput as a ratio to
+# min(fio, iperf3). Goal: >= 0.7 at 4 KiB, >= 0.8 at 512 KiB and 4 MiB.
+#
+#   tests/bench/storage/run_storage_bench.sh [BUILD_DIR]        (default build-sbench)
+#
+# Environment (defaults in brackets):
+#   DURATION [5]     seconds per fio / iperf3 / coio run (an integer: the bench takes whole seconds)
+#   ROUNDS [1]       rounds of fio, iperf3, coio per IO size; every figure is the median of the rounds
+#   SIZES ["4K 512K 4M"]
+#   CHUNKS [384]     4 MiB chunks in the dataset (384 = 1.5 GiB, 6 data files of 64 chunks)
+#   REACTORS [1]     server reactor threads (2 vCPUs: one for the server, one for the bench)
+#   REACTOR [uring]  reactor of both the server and the bench
+#   VERIFY [0]       1: the measured bench runs use --verify (costs ~half the throughput at >= 512K,
+#                    the client checks every byte). Whatever VERIFY says, every size is first checked
+#                    with a VERIFY_SECONDS [1] --verify run, which must report 0 errors.
+#   TMPDIR [/var/tmp] where the dataset goes (must allow O_DIRECT; tmpfs does not)
+#
+# Workload per IO size ("outstanding" = IOs the bench keeps in flight):
+#   io size  batch  depth  connections  outstanding   fio iodepth   iperf3
+#   4K       8      16     2            128           128           -P 2 -l 4K
+#   512K     4      8      2            32            32            -P 2 -l 512K
+#   4M       1      8      2            8             8             -P 2 -l 1M (iperf3's largest)
+# Mapping: the bench's --depth is the number of batchReads in flight in total (spread round robin
+# over the connections, not per connection), so outstanding IOs = depth x batch, and fio gets
+# iodepth = depth x batch with bs = the IO size. Batches of 8 at 4K amortise the 4 frames per
+# batchRead (request, TransmitRequest, grant, response); depth 16 keeps a slow IO from idling the
+# queue. At 4M one IO already becomes 16 reads of 256 KiB (one ReadBatch; the block layer merges
+# them back into ~4 MiB requests), so batch 1.
+# fio: io_uring, direct=1, random offsets that are multiples of bs (blockalign=bs) in the 6 data
+# files, so every IO lies inside one chunk (4 MiB chunks, a multiple of every bs). The server's
+# read buffers are transparent huge pages (BufferPool's default); fio's are too, through glibc's
+# malloc tunable (glibc.malloc.hugetlb=1 -> MADV_HUGEPAGE): with 4 KiB-page buffers fio reads
+# 512K at 1.2 instead of 2.5 GiB/s and 4M at 1.7 instead of 2.9 on this virtio disk
+# (max_segments 254), a lower ceiling that would flatter us.
+# The bench picks unaligned offsets (random byte offset in the chunk), so the server widens each
+# read to 4 KiB alignment: a 4K IO is one 8 KiB disk read, a 512K IO one of 516 KiB.
+# iperf3: as many streams as the bench has connections, same duration, message size = the IO size
+# (capped at iperf3's 1 MiB). iperf3 3.12 runs all streams on one thread per side, as our server
+# (one reactor) and bench (one thread) do. Processes are not pinned.
+# Server: --reactors $REACTORS --pool 128M (per reactor; 4M x 8 outstanding needs 32 MiB of 256 KiB
+# pieces, 4K x 128 needs 128 pieces = 32 MiB).
+#
+# Output: a Markdown table (medians over ROUNDS; the ratio is the median of the per-round ratios,
+# each round running fio, iperf3 and coio back to back), then a details table: IOPS, the disk's
+# average queue depth during fio and during coio (time_in_queue of the dataset's block device),
+# coio's batch latency, CPU use (% of one core: fio's own figure, iperf3's host + remote, coio's
+# server and bench from /proc and the shell's child times) and CPU core-seconds per GiB moved.
+# Exits non-zero, printing no ratio, if any tool fails or reports an error.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+build_dir=${1:-build-sbench}
+duration=${DURATION:-5}
+rounds=${ROUNDS:-1}
+sizes=${SIZES:-4K 512K 4M}
+chunks=${CHUNKS:-384}
+reactors=${REACTORS:-1}
+reactor=${REACTOR:-uring}
+verify=${VERIFY:-0}
+verify_seconds=${VERIFY_SECONDS:-1}
+
+die() { echo "run_storage_bench.sh: $*" >&2; exit 1; }
+[[ $duration =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds, not '$duration'"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+for tool in fio iperf3 python3 ss cmake; do
+  command -v $tool >/dev/null || die "missing $tool (scripts/install-deps.sh installs it)"
+done
+
+# --- build ------------------------------------------------------------------
+echo "== building coio-storage-server and coio-storage-bench in $build_dir" >&2
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$build_dir" -j "$(nproc)" --target coio-storage-server coio-storage-bench >&2
+bin=$build_dir/examples/storage_server
+[[ -x $bin/coio-storage-server && -x $bin/coio-storage-bench ]] || die "the storage example was not built (needs liburing)"
+
+# --- dataset, cleanup ---------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-sbench-XXXXXX")
+server_pid="" iperf_pid=""
+stop_server() {  # TERM, then wait; returns the server's exit status
+  local pid=$server_pid status=0
+  server_pid=""
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" || status=$?
+  return $status
+}
+cleanup() {
+  if [[ -n $iperf_pid ]]; then kill "$iperf_pid" 2>/dev/null || true; wait "$iperf_pid" 2>/dev/null || true; fi
+  if [[ -n $server_pid ]]; then stop_server || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+data=$work/data
+echo "== creating the dataset: $chunks chunks of 4 MiB in $data" >&2
+"$bin/coio-storage-server" init --dir "$data" --chunks "$chunks" --chunk-size 4M --chunks-per-file 64 >&2
+files=$(python3 -c 'import sys; print(":".join(f"{sys.argv[1]}/data-{f}" for f in range((int(sys.argv[2]) + 63) // 64)))' \
+  "$data" "$chunks")
+[[ $data != *:* ]] || die "the dataset path must not contain ':' (fio's file separator)"
+
+echo "== starting coio-storage-server (tcp, $reactors $reactor reactor(s), --pool 128M)" >&2
+"$bin/coio-storage-server" serve --dir "$data" --listen 127.0.0.1:0 --transport tcp --reactors "$reactors" \
+  --reactor "$reactor" --pool 128M >"$work/server.log" 2>&1 &
+server_pid=$!
+address=""
+for _ in $(seq 100); do
+  address=$(sed -n 's/^listening on //p' "$work/server.log")
+  [[ -n $address ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+[[ -n $address ]] || { cat "$work/server.log" >&2; die "the server did not start"; }
+grep -qi "buffered" "$work/server.log" && { cat "$work/server.log" >&2; die "the server fell back to buffered reads (no O_DIRECT in $work)"; }
+sed 's/^/   server: /' "$work/server.log" >&2
+
+results=$work/results.jsonl
+# The block device under the dataset, for the disk's average queue depth during fio and coio runs.
+diskstat=/sys/class/block/$(basename "$(findmnt -n -o SOURCE --target "$data" 2>/dev/null || echo none)")/stat
+[[ -r $diskstat ]] || diskstat=/dev/null
+disk_queue() {  # stat-before stat-after seconds -> average requests in flight (time_in_queue / wall)
+  python3 -c 'import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print((int(b[10]) - int(a[10])) / 1000 / float(sys.argv[3]) if len(a) > 10 and len(b) > 10 else -1)' "$1" "$2" "$3"
+}
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- the three tools; each appends one JSON line to $results or fails -------------
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime of a process, in clock ticks
+# CPU seconds of the waited-for children of this shell (times must run here, not in a $(...) subshell).
+children_cpu() { python3 -c '
+import re, sys
+print(sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", open(sys.argv[1]).read().splitlines()[1])))' "$1"; }
+
+run_fio() {  # size iodepth round
+  local size=$1 depth=$2 round=$3 out=$work/fio.json d0 d1
+  d0=$(cat "$diskstat")
+  GLIBC_TUNABLES=glibc.malloc.hugetlb=1 fio --name=sbench --filename="$files" --file_service_type=random \
+    --rw=randread --bs="$size" --blockalign="$size" --iodepth="$depth" --direct=1 --ioengine=io_uring \
+    --runtime="$duration" --time_based --norandommap --randrepeat=0 --output-format=json >"$out" ||
+    die "fio failed (bs=$size iodepth=$depth)"
+  d1=$(cat "$diskstat")
+  python3 - "$out" "$size" "$round" "$(disk_queue "$d0" "$d1" "$duration")" >>"$results" <<'PY' || die "fio's output is unusable"
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+assert job["error"] == 0, job["error"]
+r = job["read"]
+assert r["io_bytes"] > 0 and r["runtime"] > 0
+print(json.dumps({"tool": "fio", "size": sys.argv[2], "round": int(sys.argv[3]), "gib": r["bw_bytes"] / 2**30,
+                  "iops": r["iops"], "cpu": job["usr_cpu"] + job["sys_cpu"], "queue": float(sys.argv[4])}))
+PY
+}
+
+port=$((20000 + RANDOM % 20000))
+wait_for_port() {
+  for _ in $(seq 100); do
+    [[ -n $(ss -ltnH "sport = :$1") ]] && return 0
+    kill -0 "$iperf_pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+run_iperf3() {  # size streams round
+  local size=$1 streams=$2 round=$3 len out=$work/iperf3.json
+  len=$(python3 -c 'import sys; print(min(int(sys.argv[1]), 1 << 20))' "$(numfmt --from=iec "$size")")
+  port=$((port + 1))
+  iperf3 -s -1 -p $port >"$work/iperf3-server.log" 2>&1 &
+  iperf_pid=$!
+  wait_for_port $port || { cat "$work/iperf3-server.log" >&2; die "the iperf3 server did not start on port $port"; }
+  iperf3 -c 127.0.0.1 -p $port -t "$duration" -P "$streams" -l "$len" -J >"$out" ||
+    { cat "$out" >&2; die "iperf3 failed (-P $streams -l $len)"; }
+  wait "$iperf_pid" || die "the iperf3 server failed"
+  iperf_pid=""
+  python3 - "$out" "$size" "$round" "$streams" "$len" >>"$results" <<'PY' || die "iperf3's output is unusable"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert "error" not in d, d.get("error")
+end = d["end"]
+assert end["sum_received"]["bytes"] > 0
+print(json.dumps({"tool": "iperf3", "size": sys.argv[2], "round": int(sys.argv[3]), "streams": int(sys.argv[4]),
+                  "len": int(sys.argv[5]), "gib": end["sum_received"]["bits_per_second"] / 8 / 2**30,
+                  "cpu": end["cpu_utilization_percent"]["host_total"] + end["cpu_utilization_percent"]["remote_total"],
+                  "cpu_per_gib": (end["cpu_utilization_percent"]["host_total"] + end["cpu_utilization_percent"]["remote_total"])
+                                 / 100 / (end["sum_received"]["bits_per_second"] / 8 / 2**30)}))
+PY
+}
+
+run_coio() {  # size batch depth connections seconds round verify(0|1) [label]
+  local size=$1 batch=$2 depth=$3 conns=$4 seconds=$5 round=$6 check=$7 label=${8:-coio}
+  local out=$work/coio.json s0 s1 c0 c1 t0 t1 d0 d1 flags=()
+  ((check)) && flags=(--verify)
+  kill -0 "$server_pid" 2>/dev/null || die "the server is gone"
+  times >"$work/times0"
+  s0=$(cpu_ticks "$server_pid") t0=$(date +%s.%N) d0=$(cat "$diskstat")
+  "$bin/coio-storage-bench" --address "$address" --dir "$data" --transport tcp --io-size "$size" --batch "$batch" \
+    --depth "$depth" --connections "$conns" --duration "$seconds" --reactor "$reactor" --json "${flags[@]}" \
+    >"$out" || { cat "$out" >&2; die "coio-storage-bench failed or reported errors ($size batch $batch depth $depth)"; }
+  t1=$(date +%s.%N) d1=$(cat "$diskstat")
+  times >"$work/times1"
+  c0=$(children_cpu "$work/times0") c1=$(children_cpu "$work/times1")
+  kill -0 "$server_pid" 2>/dev/null || die "the server died during the run"
+  s1=$(cpu_ticks "$server_pid")
+  python3 - "$out" "$size" "$round" "$label" "$(getconf CLK_TCK)" "$s0" "$s1" "$c0" "$c1" "$t0" "$t1" \
+    "$(disk_queue "$d0" "$d1" "$(python3 -c "print($t1 - $t0)")")" >>"$results" <<'PY' ||
+import json, sys
+out, size, rnd, label, hz, s0, s1, c0, c1, t0, t1, queue = sys.argv[1:]
+d = json.load(open(out))
+assert d["errors"]["total"] == 0 and d["ios"] > 0, d
+wall = float(t1) - float(t0)
+server_cpu, bench_cpu = (int(s1) - int(s0)) / int(hz), float(c1) - float(c0)  # seconds
+print(json.dumps({"cpu_per_gib": (server_cpu + bench_cpu) / (d["bytes"] / 2**30),
+                  "tool": label, "size": size, "round": int(rnd), "gib": d["gib_per_s"], "iops": d["iops"],
+                  "batch": d["batch"], "depth": d["depth"], "connections": d["connections"], "verify": d["verify"],
+                  "p50_ms": d["batch_latency_ms"]["p50"], "p99_ms": d["batch_latency_ms"]["p99"],
+                  "server_cpu": 100 * server_cpu / wall, "bench_cpu": 100 * bench_cpu / wall, "queue": float(queue)}))
+PY
+    { cat "$out" >&2; die "coio-storage-bench's output is unusable or reports errors"; }
+}
+
+# --- the runs -------------------------------------------------------------------
+declare -A batch_of=([4K]=8 [512K]=4 [4M]=1) depth_of=([4K]=16 [512K]=8 [4M]=8) conns_of=([4K]=2 [512K]=2 [4M]=2)
+for size in $sizes; do
+  [[ -n ${batch_of[$size]:-} ]] || die "no workload defined for size $size (known: ${!batch_of[*]})"
+  b=${batch_of[$size]} d=${depth_of[$size]} c=${conns_of[$size]}
+  echo "== $size: --verify check, $verify_seconds s" >&2
+  run_coio "$size" "$b" "$d" "$c" "$verify_seconds" 0 1 verify-check
+  for ((round = 1; round <= rounds; ++round)); do
+    echo "== $size round $round/$rounds: fio (iodepth $((b * d))), iperf3 (-P $c), coio (batch $b depth $d connections $c), $duration s each" >&2
+    run_fio "$size" $((b * d)) "$round"
+    run_iperf3 "$size" "$c" "$round"
+    run_coio "$size" "$b" "$d" "$c" "$duration" "$round" "$verify"
+  done
+done
+
+stop_server || die "the server exited with an error"
+tail -n +1 "$work/server.log" | grep -E "stopped|error" >&2 || true
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- the report -------------------------------------------------------------------
+python3 - "$results" "$duration" "$rounds" "$reactors" "$reactor" "$verify" "$chunks" "$load_before" "$load_after" <<'PY'
+import json, statistics, sys
+path, duration, rounds, reactors, reactor, verify, chunks, load0, load1 = sys.argv[1:]
+rows = [json.loads(line) for line in open(path)]
+goal = {"4K": 0.7, "512K": 0.8, "4M": 0.8}
+sizes = list(dict.fromkeys(r["size"] for r in rows))
+def med(size, tool, key="gib"):
+    return statistics.median(r[key] for r in rows if r["size"] == size and r["tool"] == tool)
+print(f"coio-storage-bench over TCP (loopback) vs min(fio, iperf3); {duration} s per run; GiB/s: medians of {rounds} round(s), "
+      f"ratio: median of the rounds' coio / min(fio, iperf3); "
+      f"server: {reactors} {reactor} reactor(s), O_DIRECT; bench --reactor {reactor}, verify {'on' if verify == '1' else 'off'}; "
+      f"dataset {chunks} x 4 MiB; load average {load0} before, {load1} after.")
+print()
+print("| io size | fio GiB/s | iperf3 GiB/s | coio GiB/s | ratio to min | goal | met? |")
+print("|---|---|---|---|---|---|---|")
+def per_round(size):  # [(fio, iperf3, coio)] by round: the three ran back to back, under the same conditions
+    by = lambda t: sorted((r for r in rows if r["size"] == size and r["tool"] == t), key=lambda r: r["round"])
+    return [(a["gib"], b["gib"], c["gib"]) for a, b, c in zip(by("fio"), by("iperf3"), by("coio"))]
+for s in sizes:
+    f, i, c = med(s, "fio"), med(s, "iperf3"), med(s, "coio")
+    # The ratio is the median of each round's coio / min(fio, iperf3) (not a ratio of medians).
+    ratios = [rc / min(rf, ri) for rf, ri, rc in per_round(s)]
+    ratio = statistics.median(ratios)
+    g = goal.get(s)
+    print(f"| {s} | {f:.3f} | {i:.3f} | {c:.3f} | {ratio:.2f} ({'fio' if f <= i else 'iperf3'}) | "
+          f"{'≥ %.1f' % g if g else '-'} | {('yes' if ratio >= g else 'NO') if g else '-'} |")
+print()
+print("| io size | batch × depth / conns | fio IOPS | coio IOPS | disk queue fio / coio | coio batch p50 / p99 ms | CPU % fio | CPU % iperf3 (both ends) | CPU % coio server / bench | CPU s per GiB: iperf3 / coio |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for s in sizes:
+    c = next(r for r in rows if r["size"] == s and r["tool"] == "coio")
+    q = lambda t: f"{med(s, t, 'queue'):.1f}" if med(s, t, 'queue') >= 0 else "-"
+    print(f"| {s} | {c['batch']} × {c['depth']} / {c['connections']} | {med(s, 'fio', 'iops'):.0f} | {med(s, 'coio', 'iops'):.0f} | "
+          f"{q('fio')} / {q('coio')} | "
+          f"{med(s, 'coio', 'p50_ms'):.2f} / {med(s, 'coio', 'p99_ms'):.2f} | {med(s, 'fio', 'cpu'):.0f} | "
+          f"{med(s, 'iperf3', 'cpu'):.0f} | {med(s, 'coio', 'server_cpu'):.0f} / {med(s, 'coio', 'bench_cpu'):.0f} | "
+          f"{med(s, 'iperf3', 'cpu_per_gib'):.2f} / {med(s, 'coio', 'cpu_per_gib'):.2f} |")
+if int(rounds) > 1:
+    print()
+    print("Per round, fio / iperf3 / coio GiB/s -> ratio: " + "; ".join(
+        f"{s}: " + ", ".join(f"{rf:.2f}/{ri:.2f}/{rc:.2f} -> {rc / min(rf, ri):.2f}" for rf, ri, rc in per_round(s))
+        for s in sizes))
+PY
