@@ -3901,6 +3901,8 @@ inline AlignedRange alignRange(std::uint64_t offset, std::size_t length, std::si
 #include <liburing.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -3933,6 +3935,27 @@ struct UringOperation {
 enum class SubmitPolicy {
   batched,  ///< once per loop iteration, with the wait for completions (one io_uring_enter)
   eager,    ///< as each operation is prepared (one io_uring_enter each; lower latency at low depth)
+};
+
+/// When the kernel runs the task work that turns finished operations (a
+/// socket became readable, a disk read ended) into CQEs.
+enum class TaskRun {
+  /// At once: the kernel interrupts the loop thread, even in user space
+  /// (no setup flag). Completions are never held back.
+  immediate,
+  /// When the loop thread next enters the kernel (IORING_SETUP_COOP_TASKRUN
+  /// and TASKRUN_FLAG): fewer interruptions, but a completion may wait for
+  /// the loop's next io_uring_enter. The default: on loopback TCP and on
+  /// 4 KiB O_DIRECT reads at depth 32, `immediate` measured the same within
+  /// noise (tests/bench/disk/RESULTS.md).
+  cooperative,
+  /// Only while the loop thread waits in io_uring_enter, batched
+  /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
+  /// kernels fall back to `cooperative`). Restriction: the ring is bound to
+  /// the first thread that runs the loop (set up disabled, enabled there).
+  /// From then on only that thread may run the loop, destroy the reactor
+  /// while operations are in flight, or register resources (Disk).
+  deferred,
 };
 
 class UringReactor;
@@ -4017,6 +4040,9 @@ inline std::string describeUringSetupError(int err) {
 ///   completions before timers and ready coroutines run again. A stop
 ///   callback or the wake-up path never throws: what it cannot submit (SQ
 ///   full and refused by the kernel) goes out before the loop's next wait.
+/// - Options::taskRun picks when the kernel posts completions (TaskRun):
+///   `cooperative` by default; `deferred` binds the ring to the thread that
+///   first runs the loop (see TaskRun::deferred for what that forbids).
 /// - Construction fails with std::system_error naming the cause if io_uring
 ///   is unusable here (disabled by sysctl or seccomp, old kernel, missing
 ///   operation). `probe()` tells without throwing; see reactor_kind.hpp for
@@ -4030,6 +4056,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     unsigned entries = 256;      ///< SQ size
     unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
     SubmitPolicy submitPolicy = SubmitPolicy::batched;
+    TaskRun taskRun = TaskRun::cooperative;
   };
 
   UringReactor() : UringReactor(Options{}) {}
@@ -4091,6 +4118,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
 
   /// Submits whatever is prepared now, whatever the policy.
   void flush() { (void)io_uring_submit(&ring_); }
+
+  /// The task-run mode the ring was set up with (after any fallback).
+  TaskRun taskRun() const noexcept { return taskRun_; }
 
   SubmitPolicy submitPolicy() const noexcept { return policy_; }
   void setSubmitPolicy(SubmitPolicy policy) noexcept { policy_ = policy; }
@@ -4199,8 +4229,14 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   // keep reap() going for ever.
   static constexpr std::size_t kReapRoundsPerPoll = 4;
 
+  // A ring set up disabled (TaskRun::deferred) is enabled by the first
+  // thread that polls or quiesces it, which becomes its only submitter.
+  void enableRing() noexcept;
+
   io_uring ring_{};
   SubmitPolicy policy_;
+  TaskRun taskRun_;
+  bool disabled_ = false;  // set up with IORING_SETUP_R_DISABLED, not enabled yet
   std::size_t inFlight_ = 0;
   bool quiescing_ = false;
   bool wakeArmed_ = false;
@@ -4261,14 +4297,33 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
+inline unsigned taskRunFlags(TaskRun mode) noexcept {
+  switch (mode) {
+    case TaskRun::immediate: return 0;
+    case TaskRun::cooperative: return IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    case TaskRun::deferred:
+      return IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+  }
+  return 0;
+}
+
 // Sets up a ring with what coio needs; 0 or an errno, and `why` on failure.
-inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, std::string& why) {
+// `mode` may fall back (deferred -> cooperative on kernels before 6.1).
+inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, TaskRun& mode, std::string& why) {
   io_uring_params params{};
-  params.cq_entries = std::max(cqEntries, 2 * entries);
-  // COOP_TASKRUN (5.19) doubles as the version check: ASYNC_CANCEL_ANY,
-  // which shutdown relies on, came with the same release.
-  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-  if (const int r = io_uring_queue_init_params(entries, &ring, &params); r < 0) {
+  int r;
+  for (;;) {
+    params = {};
+    params.cq_entries = std::max(cqEntries, 2 * entries);
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | taskRunFlags(mode);
+    r = io_uring_queue_init_params(entries, &ring, &params);
+    if (r == -EINVAL && mode == TaskRun::deferred) {
+      mode = TaskRun::cooperative;  // SINGLE_ISSUER / DEFER_TASKRUN unknown: before 6.1
+      continue;
+    }
+    break;
+  }
+  if (r < 0) {
     why = describeUringSetupError(-r);
     return -r;
   }
@@ -4284,7 +4339,10 @@ inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, std::
       for (const auto& [op, name] : {std::pair{IORING_OP_ACCEPT, "ACCEPT"}, std::pair{IORING_OP_CONNECT, "CONNECT"},
                                      std::pair{IORING_OP_RECV, "RECV"}, std::pair{IORING_OP_SEND, "SEND"},
                                      std::pair{IORING_OP_READ, "READ"}, std::pair{IORING_OP_POLL_ADD, "POLL_ADD"},
-                                     std::pair{IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"}}) {
+                                     std::pair{IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
+                                     // The version check (5.19): ASYNC_CANCEL_ANY, which
+                                     // shutdown relies on, came with the same release.
+                                     std::pair{IORING_OP_SOCKET, "SOCKET"}}) {
         if (!io_uring_opcode_supported(probe.get(), op)) missing = name;
       }
     }
@@ -4299,12 +4357,13 @@ inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, std::
 
 }  // namespace detail
 
-inline UringReactor::UringReactor(Options options) : policy_(options.submitPolicy) {
+inline UringReactor::UringReactor(Options options) : policy_(options.submitPolicy), taskRun_(options.taskRun) {
   deferredCancels_.reserve(16);  // before the ring: nothing to release if it throws
   std::string why;
-  if (const int err = detail::setUpRing(ring_, options.entries, options.cqEntries, why)) {
+  if (const int err = detail::setUpRing(ring_, options.entries, options.cqEntries, taskRun_, why)) {
     detail::throwSystemError(err, why);
   }
+  disabled_ = (ring_.flags & IORING_SETUP_R_DISABLED) != 0;
   if (!tryArmWake()) {
     const int err = submitError_;
     io_uring_queue_exit(&ring_);
@@ -4315,7 +4374,8 @@ inline UringReactor::UringReactor(Options options) : policy_(options.submitPolic
 inline Result<void> UringReactor::probe(std::string* why) {
   io_uring ring{};
   std::string reason;
-  if (const int err = detail::setUpRing(ring, 4, 8, reason)) {
+  TaskRun mode = TaskRun::immediate;
+  if (const int err = detail::setUpRing(ring, 4, 8, mode, reason)) {
     if (why) *why = reason;
     return systemError(err);
   }
@@ -4364,7 +4424,18 @@ inline void UringReactor::submitDeferred() {
   }
 }
 
+inline void UringReactor::enableRing() noexcept {
+  if (!disabled_) return;
+  disabled_ = false;
+  // Cannot fail on a ring we set up disabled ourselves (liburing 2.3 lacks
+  // io_uring_enable_rings: the raw register call).
+  [[maybe_unused]] const long r =
+      ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
+  COIO_ASSERT(r == 0, "io_uring: enabling the ring failed");
+}
+
 inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
+  enableRing();
   // What a noexcept path (a stop callback, onWake) could not submit.
   if (!wakeArmed_ || !deferredCancels_.empty()) submitDeferred();
   if (!backlog_.empty()) timeout = Clock::duration::zero();  // completions already wait
@@ -4406,6 +4477,7 @@ inline void UringReactor::reap(std::size_t maxRounds) {
 
 inline void UringReactor::quiesce() noexcept {
   if (inFlight_ == 0) return;
+  enableRing();  // never run: what was prepared was never submitted, but the wait below needs the ring
   quiescing_ = true;
   deferredCancels_.clear();  // the cancel below covers them
   io_uring_sqe* sqe = tryAcquireSqe();
@@ -4804,9 +4876,11 @@ class ReadBatch;
 /// and ReadBatch built on it submits to.
 ///
 /// Guarantees:
-/// - Under UringReactor the reactor's own ring is used; under EpollReactor a
-///   dedicated ring, whose completions an eventfd (io_uring_register_eventfd)
-///   signals to a pump task spawned on the reactor.
+/// - Under UringReactor the reactor's own ring is used (its completions are
+///   posted as UringReactor::Options::taskRun says: by default when the
+///   loop thread next enters the kernel);
+///   under EpollReactor a dedicated ring, whose completions an eventfd
+///   (io_uring_register_eventfd) signals to a pump task spawned on the reactor.
 /// - Every disk awaitable resumes its coroutine on the reactor's loop thread
 ///   and must be awaited there; a Disk is used from that thread only (or
 ///   while no loop runs).

@@ -1,6 +1,6 @@
 // What only UringReactor has: feature probing and fallback, the submission
 // policy and the operation API for other layers, CQ overflow, and buffer
-// ownership across cancellation.
+// ownership across cancellation, and the task-run modes (TaskRun).
 #include "test_reactors.hpp"
 
 #if COIO_TEST_URING
@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <stop_token>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -233,5 +234,61 @@ TEST_CASE("a stop that finds the SQ full and unflushable defers the cancel inste
     for (const auto& result : results) CHECK(result.error() == std::errc::operation_canceled);
   };
   reactor.runUntil(test());
+}
+
+TEST_CASE("every task-run mode serves TCP, timers and hand-over from other threads", "[uring][threads]") {
+  for (const coio::TaskRun mode : {coio::TaskRun::immediate, coio::TaskRun::cooperative, coio::TaskRun::deferred}) {
+    INFO("TaskRun " << static_cast<int>(mode));
+    // Built here, run on another thread: a deferred ring is bound to the
+    // thread that first runs the loop, not to the one that built it.
+    UringReactor reactor(UringReactor::Options{.taskRun = mode});
+    if (mode == coio::TaskRun::deferred) {  // falls back before Linux 6.1
+      CHECK((reactor.taskRun() == coio::TaskRun::deferred || reactor.taskRun() == coio::TaskRun::cooperative));
+    } else {
+      CHECK(reactor.taskRun() == mode);
+    }
+    coio::Result<coio::TcpListener<UringReactor>> listener =
+        coio::TcpListener<UringReactor>::bind(reactor, coio::SocketAddress::loopbackV4());
+    REQUIRE(listener.hasValue());
+    const coio::SocketAddress address = *listener->localAddress();
+    auto echo = [](coio::TcpListener<UringReactor>& l) -> Task<void> {
+      coio::Result<coio::TcpStream<UringReactor>> conn = co_await l.accept();
+      if (!conn) co_return;
+      std::byte buf[4];
+      coio::Result<void> got = co_await conn->readExact(buf);
+      if (got) (void)co_await conn->writeAll(buf);
+    };
+    bool handedOver = false;
+    std::string reply;
+    auto client = [&](UringReactor& r) -> Task<void> {
+      coio::Result<coio::TcpStream<UringReactor>> conn = co_await coio::TcpStream<UringReactor>::connect(r, address);
+      CHECK(conn.hasValue());
+      if (!conn) {
+        r.stop();
+        co_return;
+      }
+      coio::Result<void> sent = co_await conn->writeAll(std::as_bytes(std::span("ping", 4)));
+      CHECK(sent.hasValue());
+      char buf[4];
+      coio::Result<void> got = co_await conn->readExact(std::as_writable_bytes(std::span(buf)));
+      if (got) reply.assign(buf, 4);
+      co_await r.sleepFor(1ms);
+      std::thread other([&] {
+        r.spawn([](bool& flag) -> Task<void> {
+          flag = true;
+          co_return;
+        }(handedOver));
+      });
+      other.join();
+      while (!handedOver) co_await r.sleepFor(1ms);
+      r.stop();  // quiesces on the loop thread: the reactor may then be destroyed here
+    };
+    reactor.spawn(echo(*listener));
+    reactor.spawn(client(reactor));
+    std::thread loop([&] { reactor.run(); });
+    loop.join();
+    CHECK(reply == "ping");
+    CHECK(handedOver);
+  }
 }
 #endif

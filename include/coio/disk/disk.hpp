@@ -27,9 +27,11 @@ class ReadBatch;
 /// and ReadBatch built on it submits to.
 ///
 /// Guarantees:
-/// - Under UringReactor the reactor's own ring is used; under EpollReactor a
-///   dedicated ring, whose completions an eventfd (io_uring_register_eventfd)
-///   signals to a pump task spawned on the reactor.
+/// - Under UringReactor the reactor's own ring is used (its completions are
+///   posted as UringReactor::Options::taskRun says: by default when the
+///   loop thread next enters the kernel);
+///   under EpollReactor a dedicated ring, whose completions an eventfd
+///   (io_uring_register_eventfd) signals to a pump task spawned on the reactor.
 /// - Every disk awaitable resumes its coroutine on the reactor's loop thread
 ///   and must be awaited there; a Disk is used from that thread only (or
 ///   while no loop runs).

@@ -4,6 +4,7 @@
 //   disk_bench --engine=epoll|uring|raw --file=PATH [--bs=4096] [--depth=32]
 //              [--batch=1] [--direct=1] [--fixed=0] [--eager-below=64] [--latency=1]
 //              [--thp=1] [--seconds=5] [--warm=0] [--create-mib=N]
+//              [--taskrun=immediate|cooperative|deferred]  (uring: UringReactor::Options::taskRun)
 #include "disk_bench.hpp"
 
 #include <coio/core/task.hpp>
@@ -174,7 +175,18 @@ int main(int argc, char** argv) {
   if (config.engine == "raw") {
     outcome = runRaw(config);
   } else if (config.engine == "uring") {
-    coio::UringReactor reactor;
+    coio::UringReactor::Options options;
+    const std::string taskRun = get("taskrun", "cooperative");  // the reactor's default
+    if (taskRun == "immediate") {
+      options.taskRun = coio::TaskRun::immediate;
+    } else if (taskRun == "cooperative") {
+      options.taskRun = coio::TaskRun::cooperative;
+    } else if (taskRun == "deferred") {
+      options.taskRun = coio::TaskRun::deferred;
+    } else {
+      fail("--taskrun must be immediate, cooperative or deferred");
+    }
+    coio::UringReactor reactor(options);
     outcome = runCoio(reactor, config);
   } else if (config.engine == "epoll") {
     coio::EpollReactor reactor;

@@ -2,18 +2,23 @@
 # Runs disk_bench next to fio (and to a raw liburing loop) in one run and
 # prints coio's IOPS, bandwidth and p50/p99 latency as ratios to theirs.
 #   tests/bench/disk/run_disk_bench.sh [--bench PATH] [--dir DIR] [--seconds S] [--quick]
+#                                      [--cases "4k 32,4k 128"] [--no-hot]
+# --cases: the O_DIRECT cases (block size and depth) to run instead of all;
+# --no-hot: skip the page-cache-hot table.
 # Needs fio (scripts/install-deps.sh installs it). Leaves a 4 GiB and a
 # 1 GiB file in DIR (default /var/tmp/coio-disk-bench) for the next run.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
-bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0
+bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1
 while (($#)); do
   case "$1" in
     --bench) bench=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --quick) quick=1; shift ;;  # a few seconds in all: proves the script works
+    --cases) cases=$2; shift 2 ;;
+    --no-hot) hot_table=0; shift ;;
     *) echo "run_disk_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +68,7 @@ run_coio() {
 
 cold_cases=("4k 1" "4k 32" "4k 128" "512k 8" "512k 32" "4m 8" "4m 32")
 ((quick)) && cold_cases=("4k 32" "512k 8")
+[[ -n $cases ]] && IFS=, read -r -a cold_cases <<<"$cases"
 for c in "${cold_cases[@]}"; do
   read -r bs depth <<<"$c"
   bytes=$(numfmt --from=iec "${bs^^}")
@@ -79,6 +85,12 @@ for c in "${cold_cases[@]}"; do
       run_coio "coio-$engine-THP" --engine=$engine --file="$cold" --bs="$bytes" --depth="$depth" --direct=1 --fixed=1
     done
   fi
+  if [[ $bs == 4k ]]; then  # when the reactor's ring posts completions (UringReactor::Options::taskRun)
+    for taskrun in immediate deferred; do  # coio-uring itself: the default, cooperative
+      run_coio "coio-uring-$taskrun" --engine=uring --taskrun=$taskrun --file="$cold" --bs="$bytes" --depth="$depth" \
+        --direct=1 --fixed=1 --thp=0
+    done
+  fi
   if [[ $bs == 4k && $depth != 1 ]]; then  # the submission patterns, where they matter
     run_coio "coio-uring-never-eager" --engine=uring --file="$cold" --bs="$bytes" --depth="$depth" --direct=1 \
       --fixed=1 --thp=0 --eager-below=0
@@ -89,14 +101,16 @@ for c in "${cold_cases[@]}"; do
   fi
 done
 
-echo "page-cache-hot 4 KiB random reads, depth 32" >&2
-warm "$hot"; run_coio hot-raw --engine=raw --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
-for engine in epoll uring; do
-  warm "$hot"; run_coio "hot-coio-$engine" --engine=$engine --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
-  warm "$hot"; run_coio "hot-coio-$engine-ReadBatch32" --engine=$engine --file="$hot" --bs=4096 --depth=32 \
-    --batch=32 --direct=0 --latency=0
-done
-warm "$hot"; run_fio hot-fio "$hot" "$hotsize" 4K 32 0 --invalidate=0
+if ((hot_table)); then
+  echo "page-cache-hot 4 KiB random reads, depth 32" >&2
+  warm "$hot"; run_coio hot-raw --engine=raw --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
+  for engine in epoll uring; do
+    warm "$hot"; run_coio "hot-coio-$engine" --engine=$engine --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
+    warm "$hot"; run_coio "hot-coio-$engine-ReadBatch32" --engine=$engine --file="$hot" --bs=4096 --depth=32 \
+      --batch=32 --direct=0 --latency=0
+  done
+  warm "$hot"; run_fio hot-fio "$hot" "$hotsize" 4K 32 0 --invalidate=0
+fi
 
 python3 - "$results" <<'PY'
 import json, sys
@@ -119,6 +133,8 @@ for bs, depth in cases:
               f"{r['p99_us']:.0f} | {ratio(r['iops'], fio['iops'])} | {ratio(r['iops'], fixed['iops'])} | "
               f"{ratio(r['p50_us'], fio['p50_us'])} | {ratio(r['p99_us'], fio['p99_us'])} |")
 
+if not hot:
+    sys.exit(0)
 print("\n## Page-cache-hot 4 KiB random reads, 1 GiB file, depth 32 (CPU-bound), vs the raw liburing loop\n")
 print("| run | IOPS | IOPS / raw |")
 print("|---|---|---|")

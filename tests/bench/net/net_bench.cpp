@@ -3,6 +3,7 @@
 // client on the main thread; pin the process (taskset) to place both.
 //   net_bench --reactor epoll|uring --mode rr|stream [--connections N]
 //             [--size BYTES] [--seconds S] [--submit batched|eager]
+//             [--taskrun immediate|cooperative|deferred]
 // Prints one line: key=value pairs, the figure last.
 #include <coio/core/collect_all.hpp>
 #include <coio/net/tcp_listener.hpp>
@@ -33,12 +34,19 @@ struct Settings {
   std::size_t size = 64;
   double seconds = 3;
   coio::SubmitPolicy submit = coio::SubmitPolicy::batched;
+  coio::TaskRun taskRun = coio::TaskRun::cooperative;  // the reactor's default
 };
 
+// Reactors are built through this (the uring one with the options above).
 template <coio::Reactor R>
-void configure(R& reactor, const Settings& settings) {
-  if constexpr (std::is_same_v<R, coio::UringReactor>) reactor.setSubmitPolicy(settings.submit);
+R makeReactor(const Settings& settings) {
+  if constexpr (std::is_same_v<R, coio::UringReactor>) {
+    return R(coio::UringReactor::Options{.submitPolicy = settings.submit, .taskRun = settings.taskRun});
+  } else {
+    return R();
+  }
 }
+
 
 // Server side: echo what arrives (rr), or send `size`-byte messages until
 // the client goes away (stream).
@@ -129,8 +137,7 @@ coio::Task<double> measure(R& reactor, coio::SocketAddress server, Settings sett
 
 template <coio::Reactor R>
 int run(const Settings& settings) {
-  R serverReactor;
-  configure(serverReactor, settings);
+  R serverReactor = makeReactor<R>(settings);
   coio::Result<coio::TcpListener<R>> listener = coio::TcpListener<R>::bind(serverReactor, coio::SocketAddress::loopbackV4());
   if (!listener) {
     std::fprintf(stderr, "bind: %s\n", listener.error().message().c_str());
@@ -142,16 +149,18 @@ int run(const Settings& settings) {
 
   double rate;
   {
-    R clientReactor;
-    configure(clientReactor, settings);
+    R clientReactor = makeReactor<R>(settings);
     rate = clientReactor.runUntil(measure(clientReactor, address, settings));
   }  // client sockets close here: the server's connections end
   serverReactor.stop();
   serverThread.join();
 
-  std::printf("net_bench reactor=%s mode=%s connections=%zu size=%zu submit=%s ",
+  const char* taskRun = settings.taskRun == coio::TaskRun::immediate     ? "immediate"
+                        : settings.taskRun == coio::TaskRun::cooperative ? "cooperative"
+                                                                         : "deferred";
+  std::printf("net_bench reactor=%s mode=%s connections=%zu size=%zu submit=%s taskrun=%s ",
               std::string(coio::toString(settings.kind)).c_str(), settings.mode == Mode::rr ? "rr" : "stream",
-              settings.connections, settings.size, settings.submit == coio::SubmitPolicy::batched ? "batched" : "eager");
+              settings.connections, settings.size, settings.submit == coio::SubmitPolicy::batched ? "batched" : "eager", taskRun);
   if (settings.mode == Mode::rr) {
     std::printf("round_trips_per_s=%.0f\n", rate);
   } else {
@@ -162,7 +171,7 @@ int run(const Settings& settings) {
 
 int usage() {
   std::fputs("usage: net_bench --reactor epoll|uring --mode rr|stream [--connections N] [--size BYTES] "
-             "[--seconds S] [--submit batched|eager]\n",
+             "[--seconds S] [--submit batched|eager] [--taskrun immediate|cooperative|deferred]\n",
              stderr);
   return 2;
 }
@@ -183,6 +192,10 @@ int main(int argc, char** argv) {
       settings.mode = value == "rr" ? Mode::rr : Mode::stream;
     } else if (option == "--submit" && (value == "batched" || value == "eager")) {
       settings.submit = value == "batched" ? coio::SubmitPolicy::batched : coio::SubmitPolicy::eager;
+    } else if (option == "--taskrun" && (value == "immediate" || value == "cooperative" || value == "deferred")) {
+      settings.taskRun = value == "immediate" ? coio::TaskRun::immediate
+                         : value == "cooperative" ? coio::TaskRun::cooperative
+                                                  : coio::TaskRun::deferred;
     } else if (option == "--connections") {
       ok = std::from_chars(value.data(), value.data() + value.size(), settings.connections).ec == std::errc{} &&
            settings.connections > 0;

@@ -7,18 +7,22 @@
 # Each figure is the median of --rounds runs; a markdown table of figures
 # and ratios to the reference goes to stdout.
 #   run_net_bench.sh [--build-dir build] [--seconds 3] [--rounds 3]
-#                    [--placement pinned|unpinned]
+#                    [--placement pinned|unpinned] [--tests stream,rr1,rr64]
+# --tests: which rows to run (default all three; the references are run
+# only for the rows that need them). The rr1 row also measures the uring
+# reactor with TaskRun::deferred (net_bench --taskrun deferred).
 # pinned: both ends on CPU 0 (this VM charges ~35-40 us per cross-CPU wake-up).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
-build_dir=build seconds=3 rounds=3 placement=pinned
+build_dir=build seconds=3 rounds=3 placement=pinned tests=stream,rr1,rr64
 while (($#)); do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --placement) placement=$2; shift 2 ;;
+    --tests) tests=$2; shift 2 ;;
     *) echo "run_net_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -72,10 +76,12 @@ m = re.search(r"\[Valid Duration\] RunTime=([0-9.]+) sec;.*ReceivedMessages=([0-
 print("%.0f" % (int(m.group(2)) / float(m.group(1))))' <<<"$out")
 }
 
-coio_figure() {  # reactor mode connections size
-  result=$("${pin[@]}" "$bench" --reactor "$1" --mode "$2" --connections "$3" --size "$4" --seconds "$seconds" |
-    sed 's/.*=//')
+coio_figure() {  # reactor mode connections size [net_bench options]
+  local reactor=$1 mode=$2 connections=$3 size=$4; shift 4
+  result=$("${pin[@]}" "$bench" --reactor "$reactor" --mode "$mode" --connections "$connections" --size "$size" \
+    --seconds "$seconds" "$@" | sed 's/.*=//')
 }
+want() { [[ ,$tests, == *,$1,* ]]; }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
@@ -84,13 +90,14 @@ declare -A samples
 for ((round = 1; round <= rounds; ++round)); do
   echo "round $round/$rounds" >&2
   # The functions set $result (not echo it): they keep $port and $server here.
-  iperf3_gbps; samples[iperf3]+=" $result"
-  sockperf_rate; samples[sockperf]+=" $result"
+  if want stream; then iperf3_gbps; samples[iperf3]+=" $result"; fi
+  if want rr1 || want rr64; then sockperf_rate; samples[sockperf]+=" $result"; fi
   for reactor in epoll uring; do
-    coio_figure $reactor stream 1 1048576; samples[$reactor-stream]+=" $result"
-    coio_figure $reactor rr 1 64; samples[$reactor-rr1]+=" $result"
-    coio_figure $reactor rr 64 64; samples[$reactor-rr64]+=" $result"
+    if want stream; then coio_figure $reactor stream 1 1048576; samples[$reactor-stream]+=" $result"; fi
+    if want rr1; then coio_figure $reactor rr 1 64; samples[$reactor-rr1]+=" $result"; fi
+    if want rr64; then coio_figure $reactor rr 64 64; samples[$reactor-rr64]+=" $result"; fi
   done
+  if want rr1; then coio_figure uring rr 1 64 --taskrun deferred; samples[uring-deferred-rr1]+=" $result"; fi
 done
 
 declare -A m
@@ -103,6 +110,13 @@ echo "Placement: $placement; $seconds s per run; median of $rounds rounds; $(npr
 echo
 echo "| test | reference | coio epoll | ratio | coio uring | ratio |"
 echo "|---|---|---|---|---|---|"
-echo "| streaming 1 MiB messages, 1 connection (Gbit/s) | iperf3 ${m[iperf3]} | ${m[epoll-stream]} | $(ratio ${m[epoll-stream]} ${m[iperf3]}) | ${m[uring-stream]} | $(ratio ${m[uring-stream]} ${m[iperf3]}) |"
-echo "| request/response 64 B, 1 connection (round trips/s) | sockperf ${m[sockperf]} | ${m[epoll-rr1]} | $(ratio ${m[epoll-rr1]} ${m[sockperf]}) | ${m[uring-rr1]} | $(ratio ${m[uring-rr1]} ${m[sockperf]}) |"
-echo "| request/response 64 B, 64 connections (round trips/s) | sockperf (1 conn) ${m[sockperf]} | ${m[epoll-rr64]} | $(ratio ${m[epoll-rr64]} ${m[sockperf]}) | ${m[uring-rr64]} | $(ratio ${m[uring-rr64]} ${m[sockperf]}) |"
+if want stream; then
+  echo "| streaming 1 MiB messages, 1 connection (Gbit/s) | iperf3 ${m[iperf3]} | ${m[epoll-stream]} | $(ratio ${m[epoll-stream]} ${m[iperf3]}) | ${m[uring-stream]} | $(ratio ${m[uring-stream]} ${m[iperf3]}) |"
+fi
+if want rr1; then
+  echo "| request/response 64 B, 1 connection (round trips/s) | sockperf ${m[sockperf]} | ${m[epoll-rr1]} | $(ratio ${m[epoll-rr1]} ${m[sockperf]}) | ${m[uring-rr1]} | $(ratio ${m[uring-rr1]} ${m[sockperf]}) |"
+  echo "| same, uring with TaskRun::deferred | sockperf ${m[sockperf]} | - | - | ${m[uring-deferred-rr1]} | $(ratio ${m[uring-deferred-rr1]} ${m[sockperf]}) |"
+fi
+if want rr64; then
+  echo "| request/response 64 B, 64 connections (round trips/s) | sockperf (1 conn) ${m[sockperf]} | ${m[epoll-rr64]} | $(ratio ${m[epoll-rr64]} ${m[sockperf]}) | ${m[uring-rr64]} | $(ratio ${m[uring-rr64]} ${m[sockperf]}) |"
+fi
