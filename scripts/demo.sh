@@ -5,6 +5,7 @@
 # ~10 s, prints its report and stops the server.
 #   DURATION=10 BUILD_DIR=build-demo TRANSPORT=auto|tcp|rdma scripts/demo.sh
 set -euo pipefail
+source "$(dirname "$0")/lib/storage_server.sh"
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build-demo}
 duration=${DURATION:-10}
@@ -31,10 +32,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-demo-XXXXXX")
 server_pid=""
 cleanup() {
-  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  stop_storage_server
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -43,16 +41,8 @@ echo "== creating a dataset: 256 chunks of 1 MiB in $work/data"
 "$bin/coio-storage-server" init --dir "$work/data" --chunks 256 --chunk-size 1M --chunks-per-file 64
 
 echo "== starting the server on 127.0.0.1 ($transport, a free port)"
-"$bin/coio-storage-server" serve --dir "$work/data" --listen 127.0.0.1:0 --transport "$transport" --pool 64M \
-  >"$work/server.log" 2>&1 &
-server_pid=$!
-address=""
-for _ in $(seq 100); do
-  address=$(sed -n 's/^listening on //p' "$work/server.log")
-  [[ -n $address ]] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
+start_storage_server "$bin/coio-storage-server" "$work/server.log" 100 serve --dir "$work/data" \
+  --listen 127.0.0.1:0 --transport "$transport" --pool 64M
 cat "$work/server.log"
 if [[ -z $address ]]; then
   echo "demo: the server did not start" >&2

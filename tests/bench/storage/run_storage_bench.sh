@@ -52,6 +52,7 @@
 # server and bench from /proc and the shell's child times) and CPU core-seconds per GiB moved.
 # Exits non-zero, printing no ratio, if any tool fails or reports an error.
 set -euo pipefail
+source "$(dirname "$0")/../../../scripts/lib/storage_server.sh"
 cd "$(dirname "$0")/../../.."
 
 build_dir=${1:-build-sbench}
@@ -104,16 +105,8 @@ files=$(python3 -c 'import sys; print(":".join(f"{sys.argv[1]}/data-{f}" for f i
 [[ $data != *:* ]] || die "the dataset path must not contain ':' (fio's file separator)"
 
 echo "== starting coio-storage-server (tcp, $reactors $reactor reactor(s), --pool 128M)" >&2
-"$bin/coio-storage-server" serve --dir "$data" --listen 127.0.0.1:0 --transport tcp --reactors "$reactors" \
-  --reactor "$reactor" --pool 128M >"$work/server.log" 2>&1 &
-server_pid=$!
-address=""
-for _ in $(seq 100); do
-  address=$(sed -n 's/^listening on //p' "$work/server.log")
-  [[ -n $address ]] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
+start_storage_server "$bin/coio-storage-server" "$work/server.log" 100 serve --dir "$data" --listen 127.0.0.1:0 \
+  --transport tcp --reactors "$reactors" --reactor "$reactor" --pool 128M
 [[ -n $address ]] || { cat "$work/server.log" >&2; die "the server did not start"; }
 grep -qi "buffered" "$work/server.log" && { cat "$work/server.log" >&2; die "the server fell back to buffered reads (no O_DIRECT in $work)"; }
 sed 's/^/   server: /' "$work/server.log" >&2

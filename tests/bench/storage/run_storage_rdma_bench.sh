@@ -14,6 +14,7 @@
 # Environment: COIO_RDMA_DEVICE (default rxe0), COIO_RDMA_GID_INDEX for
 # perftest (default 1), DURATION seconds per run (default 5).
 set -euo pipefail
+source "$(dirname "$0")/../../../scripts/lib/storage_server.sh"
 build=${1:?usage: run_storage_rdma_bench.sh BUILD_DIR}
 bin=$build/examples/storage_server
 dev=${COIO_RDMA_DEVICE:-rxe0}
@@ -22,10 +23,7 @@ duration=${DURATION:-5}
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
-  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  stop_storage_server
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -33,16 +31,8 @@ trap cleanup EXIT
 # 64 chunks of 4 MiB. In the guest $work is tmpfs: the server falls back to
 # buffered reads (it says so), so the disk is not what is measured here.
 "$bin/coio-storage-server" init --dir "$work/data" --chunks 64 --chunk-size 4M --chunks-per-file 16 >/dev/null
-"$bin/coio-storage-server" serve --dir "$work/data" --listen 127.0.0.1:0 --transport rdma --rdma-device "$dev" \
-  --pool 64M >"$work/server.log" 2>&1 &
-server_pid=$!
-address=""
-for _ in $(seq 300); do
-  address=$(sed -n 's/^listening on //p' "$work/server.log")
-  [[ -n $address ]] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
+start_storage_server "$bin/coio-storage-server" "$work/server.log" 300 serve --dir "$work/data" \
+  --listen 127.0.0.1:0 --transport rdma --rdma-device "$dev" --pool 64M
 if [[ -z $address ]]; then
   cat "$work/server.log" >&2
   echo "storage rdma bench: the server did not start" >&2

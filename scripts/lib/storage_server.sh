@@ -1,0 +1,27 @@
+# Sourced by the scripts that run coio-storage-server in the background
+# (scripts/demo.sh, tests/bench/storage/*.sh).
+#   start_storage_server SERVER_BINARY LOG TRIES serve-arguments...
+# starts `SERVER_BINARY serve-arguments...` with its output in LOG and waits
+# (TRIES x 0.1 s at most) for its "listening on ADDR" line. Sets
+# $server_pid, and $address (empty if the server died or never listened).
+start_storage_server() {
+  local binary=$1 log=$2 tries=$3
+  shift 3
+  "$binary" "$@" >"$log" 2>&1 &
+  server_pid=$!
+  address=""
+  for _ in $(seq "$tries"); do
+    address=$(sed -n 's/^listening on //p' "$log")
+    [[ -n $address ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+
+# Stops the server started above (SIGTERM, then waits), if it still runs.
+stop_storage_server() {
+  if [[ -n ${server_pid:-} ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+}
