@@ -3700,6 +3700,17 @@ struct QueuePairConfig {
   std::uint32_t ackBatch = 8;             ///< the receiver returns credits every ackBatch messages consumed
   std::uint32_t signalBatch = 8;          ///< every signalBatch-th send is signalled
   std::uint32_t eventAckBatch = 128;      ///< completion events acknowledged per ibv_ack_cq_events
+  /// Adaptive polling: after completions were found, the completion watcher
+  /// yields to the loop (the coroutines it resumed run, the loop polls its
+  /// other I/O without waiting) and polls the CQ again, up to this many
+  /// times in a row without finding any, before it sleeps on the completion
+  /// channel. Saves the channel's wake-up path (event read, re-arm, the
+  /// loop's wait) under a steady stream of completions, at the price of
+  /// that many empty loop iterations after each burst; an idle queue pair
+  /// costs nothing. 0: always sleep. 16 measured +10-15 % message rate on
+  /// one reactor thread and +50 % with sender and receiver on two
+  /// (tests/bench/rdma/RESULTS.md); storage over RDMA unchanged.
+  std::uint32_t pollBeforeSleep = 16;
   // Transport (RTR/RTS attributes).
   std::uint8_t timeout = 14;    ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms) per retry
   std::uint8_t retryCount = 7;  ///< transport retries before IBV_WC_RETRY_EXC_ERR
@@ -4058,11 +4069,11 @@ class CompletionQueue {
   int fd() const noexcept { return channel_->fd; }
 
   /// Takes the pending event and calls `onCompletion(const ibv_wc&)` for
-  /// every completion (see the class comment for the order of steps).
-  /// An error only if the CQ is broken (overrun: impossible when sized as
-  /// QueuePairSizes says) or re-arming fails.
+  /// every completion (see the class comment for the order of steps): how
+  /// many. An error only if the CQ is broken (overrun: impossible when
+  /// sized as QueuePairSizes says) or re-arming fails.
   template <typename F>
-  Result<void> drain(F&& onCompletion) {
+  Result<std::size_t> drain(F&& onCompletion) {
     ibv_cq* eventCq = nullptr;
     void* eventContext = nullptr;
     // EAGAIN (no event: a spurious wake-up) is fine.
@@ -4070,24 +4081,33 @@ class CompletionQueue {
       ::ibv_ack_cq_events(cq_.get(), unacked_);
       unacked_ = 0;
     }
-    if (Result<void> r = pollAll(onCompletion); !r) return r;
+    Result<std::size_t> before = poll(onCompletion);
+    if (!before) return before.error();
     if (int rc = ::ibv_req_notify_cq(cq_.get(), 0); rc != 0) return systemError(rc);
-    return pollAll(onCompletion);
+    Result<std::size_t> after = poll(onCompletion);
+    if (!after) return after.error();
+    return *before + *after;
   }
 
- private:
-  CompletionQueue() = default;
-
+  /// Calls `onCompletion` for every completion there is now, without
+  /// touching the channel or the arming: how many. Polling between drains
+  /// (while armed) loses nothing: a completion that raised an event is just
+  /// not found by the drain that event causes.
   template <typename F>
-  Result<void> pollAll(F& onCompletion) {
+  Result<std::size_t> poll(F&& onCompletion) {
     ibv_wc wc[kPollBatch];
+    std::size_t total = 0;
     for (;;) {
       const int n = ::ibv_poll_cq(cq_.get(), kPollBatch, wc);
       if (n < 0) return systemError(EIO);
       for (int i = 0; i < n; ++i) onCompletion(static_cast<const ibv_wc&>(wc[i]));
-      if (n < kPollBatch) return {};
+      total += static_cast<std::size_t>(n);
+      if (n < kPollBatch) return total;
     }
   }
+
+ private:
+  CompletionQueue() = default;
 
   struct DestroyChannel {
     void operator()(ibv_comp_channel* c) const noexcept { ::ibv_destroy_comp_channel(c); }
@@ -4569,7 +4589,9 @@ struct FreeMemory {
 /// - Everything is called and awaited on the reactor's loop thread, and
 ///   every awaiting coroutine resumes there, inline from the drain of the
 ///   completion queue (driven by `reactor.readable(channel fd)`; no thread
-///   polls). Many coroutines may have operations in flight at once.
+///   busy-polls: after a burst the watcher polls on for at most
+///   config.pollBeforeSleep loop iterations, then sleeps). Many coroutines
+///   may have operations in flight at once.
 /// - Nothing can overflow: the send queue, receive queue and CQ are sized by
 ///   QueuePairSizes and every producer is bounded (RDMA: a BatchSemaphore of
 ///   maxRdmaWr work requests, returned only on the chain's completion;
@@ -5015,8 +5037,19 @@ class QueuePair {
         if (ready.error() != std::errc::operation_canceled) enterError(ready.error());
         break;
       }
-      Result<void> drained = cq_->drain([this](const ibv_wc& wc) { onCompletion(wc); });
-      if (!drained) enterError(drained.error());
+      auto handle = [this](const ibv_wc& wc) { onCompletion(wc); };
+      Result<std::size_t> found = cq_->drain(handle);
+      // After a drain that found work, poll once per loop iteration until
+      // config.pollBeforeSleep polls in a row found none (see there).
+      if (found && *found > 0) {
+        for (std::uint32_t empty = 0; found && empty < config_.pollBeforeSleep && !stopWatcher_.stop_requested();) {
+          if (pendingSignaled_ == 0) idle_.post();
+          co_await reactor_.schedule();
+          found = cq_->poll(handle);
+          empty = found && *found > 0 ? 0 : empty + 1;
+        }
+      }
+      if (!found) enterError(found.error());
       if (pendingSignaled_ == 0) idle_.post();
     }
     life.end();

@@ -188,6 +188,7 @@ TEMPLATE_LIST_TEST_CASE("messages wrap around the buffer rings under credit flow
   c.messageSize = 512;
   c.ackBatch = 2;
   c.signalBatch = 3;
+  c.pollBeforeSleep = GENERATE(0u, 8u);  // the watcher sleeps at once, or polls first
   R reactor;
   reactor.runUntil(withPair(
       reactor,
@@ -323,6 +324,7 @@ TEMPLATE_LIST_TEST_CASE("many coroutines share a queue pair", "[rdma]", Reactors
   QueuePairConfig c;
   c.maxRdmaWr = 16;
   c.maxRdmaWrPerPost = 4;
+  c.pollBeforeSleep = GENERATE(0u, 8u);
   runPair<R>(
       [](QueuePair<R>& a, QueuePair<R>& b) -> Task<void> {
         constexpr std::size_t kWorkers = 48;
@@ -430,6 +432,7 @@ TEMPLATE_LIST_TEST_CASE("close with operations in flight drains them and the pee
   QueuePairConfig c;
   c.maxRdmaWr = 8;
   c.maxRdmaWrPerPost = 2;
+  c.pollBeforeSleep = GENERATE(0u, 8u);  // closing while the watcher polls stops it too
   R reactor;
   reactor.runUntil(withPair(
       reactor,

@@ -57,11 +57,11 @@ class CompletionQueue {
   int fd() const noexcept { return channel_->fd; }
 
   /// Takes the pending event and calls `onCompletion(const ibv_wc&)` for
-  /// every completion (see the class comment for the order of steps).
-  /// An error only if the CQ is broken (overrun: impossible when sized as
-  /// QueuePairSizes says) or re-arming fails.
+  /// every completion (see the class comment for the order of steps): how
+  /// many. An error only if the CQ is broken (overrun: impossible when
+  /// sized as QueuePairSizes says) or re-arming fails.
   template <typename F>
-  Result<void> drain(F&& onCompletion) {
+  Result<std::size_t> drain(F&& onCompletion) {
     ibv_cq* eventCq = nullptr;
     void* eventContext = nullptr;
     // EAGAIN (no event: a spurious wake-up) is fine.
@@ -69,24 +69,33 @@ class CompletionQueue {
       ::ibv_ack_cq_events(cq_.get(), unacked_);
       unacked_ = 0;
     }
-    if (Result<void> r = pollAll(onCompletion); !r) return r;
+    Result<std::size_t> before = poll(onCompletion);
+    if (!before) return before.error();
     if (int rc = ::ibv_req_notify_cq(cq_.get(), 0); rc != 0) return systemError(rc);
-    return pollAll(onCompletion);
+    Result<std::size_t> after = poll(onCompletion);
+    if (!after) return after.error();
+    return *before + *after;
   }
 
- private:
-  CompletionQueue() = default;
-
+  /// Calls `onCompletion` for every completion there is now, without
+  /// touching the channel or the arming: how many. Polling between drains
+  /// (while armed) loses nothing: a completion that raised an event is just
+  /// not found by the drain that event causes.
   template <typename F>
-  Result<void> pollAll(F& onCompletion) {
+  Result<std::size_t> poll(F&& onCompletion) {
     ibv_wc wc[kPollBatch];
+    std::size_t total = 0;
     for (;;) {
       const int n = ::ibv_poll_cq(cq_.get(), kPollBatch, wc);
       if (n < 0) return systemError(EIO);
       for (int i = 0; i < n; ++i) onCompletion(static_cast<const ibv_wc&>(wc[i]));
-      if (n < kPollBatch) return {};
+      total += static_cast<std::size_t>(n);
+      if (n < kPollBatch) return total;
     }
   }
+
+ private:
+  CompletionQueue() = default;
 
   struct DestroyChannel {
     void operator()(ibv_comp_channel* c) const noexcept { ::ibv_destroy_comp_channel(c); }

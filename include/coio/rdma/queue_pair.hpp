@@ -67,7 +67,9 @@ struct FreeMemory {
 /// - Everything is called and awaited on the reactor's loop thread, and
 ///   every awaiting coroutine resumes there, inline from the drain of the
 ///   completion queue (driven by `reactor.readable(channel fd)`; no thread
-///   polls). Many coroutines may have operations in flight at once.
+///   busy-polls: after a burst the watcher polls on for at most
+///   config.pollBeforeSleep loop iterations, then sleeps). Many coroutines
+///   may have operations in flight at once.
 /// - Nothing can overflow: the send queue, receive queue and CQ are sized by
 ///   QueuePairSizes and every producer is bounded (RDMA: a BatchSemaphore of
 ///   maxRdmaWr work requests, returned only on the chain's completion;
@@ -513,8 +515,19 @@ class QueuePair {
         if (ready.error() != std::errc::operation_canceled) enterError(ready.error());
         break;
       }
-      Result<void> drained = cq_->drain([this](const ibv_wc& wc) { onCompletion(wc); });
-      if (!drained) enterError(drained.error());
+      auto handle = [this](const ibv_wc& wc) { onCompletion(wc); };
+      Result<std::size_t> found = cq_->drain(handle);
+      // After a drain that found work, poll once per loop iteration until
+      // config.pollBeforeSleep polls in a row found none (see there).
+      if (found && *found > 0) {
+        for (std::uint32_t empty = 0; found && empty < config_.pollBeforeSleep && !stopWatcher_.stop_requested();) {
+          if (pendingSignaled_ == 0) idle_.post();
+          co_await reactor_.schedule();
+          found = cq_->poll(handle);
+          empty = found && *found > 0 ? 0 : empty + 1;
+        }
+      }
+      if (!found) enterError(found.error());
       if (pendingSignaled_ == 0) idle_.post();
     }
     life.end();

@@ -2,15 +2,18 @@
 # Runs disk_bench next to fio (and to a raw liburing loop) in one run and
 # prints coio's IOPS, bandwidth and p50/p99 latency as ratios to theirs.
 #   tests/bench/disk/run_disk_bench.sh [--bench PATH] [--dir DIR] [--seconds S] [--quick]
-#                                      [--cases "4k 32,4k 128"] [--no-hot]
+#                                      [--cases "4k 32,4k 128"] [--no-hot] [--rounds N]
 # --cases: the O_DIRECT cases (block size and depth) to run instead of all;
-# --no-hot: skip the page-cache-hot table.
+# --no-hot: skip the page-cache-hot table; --rounds: run every row of a case
+# (and of the hot table) N times, alternating, and report medians with the
+# IOPS range: the virtual disk drifts by tens of per cent within minutes, so
+# one run per row mostly tells which row ran later.
 # Needs fio (scripts/install-deps.sh installs it). Leaves a 4 GiB and a
 # 1 GiB file in DIR (default /var/tmp/coio-disk-bench) for the next run.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
-bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1
+bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1 rounds=1
 while (($#)); do
   case "$1" in
     --bench) bench=$2; shift 2 ;;
@@ -19,6 +22,7 @@ while (($#)); do
     --quick) quick=1; shift ;;  # a few seconds in all: proves the script works
     --cases) cases=$2; shift 2 ;;
     --no-hot) hot_table=0; shift ;;
+    --rounds) rounds=$2; shift 2 ;;
     *) echo "run_disk_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -70,6 +74,7 @@ cold_cases=("4k 1" "4k 32" "4k 128" "512k 8" "512k 32" "4m 8" "4m 32")
 ((quick)) && cold_cases=("4k 32" "512k 8")
 [[ -n $cases ]] && IFS=, read -r -a cold_cases <<<"$cases"
 for c in "${cold_cases[@]}"; do
+ for round in $(seq "$rounds"); do
   read -r bs depth <<<"$c"
   bytes=$(numfmt --from=iec "${bs^^}")
   echo "O_DIRECT random reads, bs=$bs depth=$depth" >&2
@@ -99,9 +104,11 @@ for c in "${cold_cases[@]}"; do
     run_coio "coio-uring-ReadBatch$depth" --engine=uring --file="$cold" --bs="$bytes" --depth="$depth" \
       --batch="$depth" --direct=1 --fixed=1 --thp=0
   fi
+ done
 done
 
-if ((hot_table)); then
+for round in $(seq "$rounds"); do
+  ((hot_table)) || break
   echo "page-cache-hot 4 KiB random reads, depth 32" >&2
   warm "$hot"; run_coio hot-raw --engine=raw --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
   for engine in epoll uring; do
@@ -110,35 +117,48 @@ if ((hot_table)); then
       --batch=32 --direct=0 --latency=0
   done
   warm "$hot"; run_fio hot-fio "$hot" "$hotsize" 4K 32 0 --invalidate=0
-fi
+done
 
 python3 - "$results" <<'PY'
 import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
+from statistics import median
+runs = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    runs.setdefault((r["label"], r["bs"], r["depth"]), []).append(r)
+# One row per label and case: medians over the rounds, and the IOPS range.
+rows = []
+for group in runs.values():
+    row = dict(group[0])
+    for k in ("iops", "mibs", "p50_us", "p99_us"):
+        if k in row:
+            row[k] = median(g[k] for g in group)
+    row["range"] = f"{min(g['iops'] for g in group):.0f}–{max(g['iops'] for g in group):.0f}" if len(group) > 1 else "-"
+    rows.append(row)
 cold = [r for r in rows if not r["label"].startswith("hot-")]
 hot = [r for r in rows if r["label"].startswith("hot-")]
 def ratio(a, b): return f"{a / b:.2f}" if a and b else "-"
 def size(bs): return f"{bs // 2**20} MiB" if bs >= 2**20 else f"{bs // 1024} KiB"
 
 print("\n## O_DIRECT random reads, 4 GiB file: coio (registered buffers and file) vs fio (io_uring engine)\n")
-print("| bs | depth | run | IOPS | MiB/s | p50 µs | p99 µs | IOPS / fio | IOPS / fio-fixed | p50 / fio | p99 / fio |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| bs | depth | run | IOPS | IOPS range | MiB/s | p50 µs | p99 µs | IOPS / fio | IOPS / fio-fixed | p50 / fio | p99 / fio |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 cases = list(dict.fromkeys((r["bs"], r["depth"]) for r in cold))
 for bs, depth in cases:
     group = [r for r in cold if (r["bs"], r["depth"]) == (bs, depth)]
     fio = next(r for r in group if r["label"] == "fio")
     fixed = next(r for r in group if r["label"] == "fio-fixed")
     for r in group:
-        print(f"| {size(bs)} | {depth} | {r['label']} | {r['iops']:.0f} | {r['mibs']:.0f} | {r['p50_us']:.0f} | "
+        print(f"| {size(bs)} | {depth} | {r['label']} | {r['iops']:.0f} | {r['range']} | {r['mibs']:.0f} | {r['p50_us']:.0f} | "
               f"{r['p99_us']:.0f} | {ratio(r['iops'], fio['iops'])} | {ratio(r['iops'], fixed['iops'])} | "
               f"{ratio(r['p50_us'], fio['p50_us'])} | {ratio(r['p99_us'], fio['p99_us'])} |")
 
 if not hot:
     sys.exit(0)
 print("\n## Page-cache-hot 4 KiB random reads, 1 GiB file, depth 32 (CPU-bound), vs the raw liburing loop\n")
-print("| run | IOPS | IOPS / raw |")
-print("|---|---|---|")
+print("| run | IOPS | IOPS range | IOPS / raw |")
+print("|---|---|---|---|")
 raw = next(r for r in hot if r["label"] == "hot-raw")
 for r in hot:
-    print(f"| {r['label'][4:]} | {r['iops']:.0f} | {ratio(r['iops'], raw['iops'])} |")
+    print(f"| {r['label'][4:]} | {r['iops']:.0f} | {r['range']} | {ratio(r['iops'], raw['iops'])} |")
 PY
