@@ -4033,8 +4033,9 @@ inline std::string describeUringSetupError(int err) {
 ///   poll_add; disk and RDMA layers add their own through `submit`), found on
 ///   completion through user_data. One exception: `send` first tries a
 ///   non-blocking send(2) and completes without suspending when the socket
-///   takes the data (the usual case); only a full socket costs an SQE. SQEs are submitted per SubmitPolicy,
-///   decided in one place (`commit`): batched per loop iteration by default.
+///   takes the data (the usual case); only a full socket costs an SQE.
+///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
+///   batched per loop iteration by default.
 /// - Cancellation: a stop requested (on the loop thread) while an operation
 ///   is in flight submits an async cancel; the coroutine resumes only when
 ///   the operation's own completion arrives (std::errc::operation_canceled,
@@ -4592,6 +4593,10 @@ struct DiskOp : UringOperation {
 // depth on a real device that lowers latency and keeps it busier; but when
 // reads complete while being submitted (page-cache hits: CPU-bound), one
 // enter per read only costs, so after seeing that it batches for a while.
+// "Seeing that" takes a streak: a fast device occasionally finishes an
+// O_DIRECT read before the submitting enter returns (its task work runs on
+// the way out), and one such read must not switch a disk-bound loop to
+// batching (4 KiB O_DIRECT at depth 32: 0.83 of fio batched, 0.93 eager).
 class EagerGate {
  public:
   explicit EagerGate(unsigned eagerBelow) noexcept : eagerBelow_(eagerBelow) {}
@@ -4601,23 +4606,30 @@ class EagerGate {
     --closedFor_;
     return false;
   }
-  // After submitting `op` at once: if its CQE is already there, it
-  // completed inline.
-  void submitted(io_uring& ring, const UringOperation& op) noexcept {
+  // After an operation went to the kernel at once: whether its completion
+  // was already there when the enter returned.
+  void submitted(bool completedInline) noexcept {
+    inlineStreak_ = completedInline ? inlineStreak_ + 1 : 0;
+    if (inlineStreak_ < kInlineStreak) return;
+    inlineStreak_ = 0;
+    closedFor_ = kBatchFor;
+  }
+  static bool completedInline(io_uring& ring, const UringOperation& op) noexcept {
     io_uring_cqe* cqe;
     unsigned head;
     io_uring_for_each_cqe(&ring, head, cqe) {
-      if (cqe->user_data == reinterpret_cast<std::uintptr_t>(&op)) {
-        closedFor_ = kBatchFor;
-        return;
-      }
+      if (cqe->user_data == reinterpret_cast<std::uintptr_t>(&op)) return true;
     }
+    return false;
   }
 
+  static constexpr unsigned kInlineStreak = 8;  // inline completions in a row that close the gate
+  static constexpr unsigned kBatchFor = 4096;   // submissions it then stays closed for
+
  private:
-  static constexpr unsigned kBatchFor = 4096;  // submissions before trying again
   unsigned eagerBelow_;
   unsigned closedFor_ = 0;
+  unsigned inlineStreak_ = 0;
 };
 
 /// Where disk operations are submitted. Loop thread only.
@@ -4651,7 +4663,7 @@ class ReactorRing final : public DiskRing {
     op.state = DiskOp::State::inFlight;  // only once prepared: submit may throw before
     if (batches_ == 0 && reactor_.submitPolicy() == SubmitPolicy::batched && gate_.open(reactor_.inFlight())) {
       reactor_.flush();
-      gate_.submitted(reactor_.ring(), op);
+      gate_.submitted(EagerGate::completedInline(reactor_.ring(), op));
     }
   }
   void cancel(DiskOp& op) override { reactor_.cancel(op); }
@@ -4720,7 +4732,7 @@ class DedicatedRing final : public DiskRing {
       commit();
     } else if (gate_.open(inFlight_)) {
       submitNow();
-      gate_.submitted(ring_, op);
+      gate_.submitted(EagerGate::completedInline(ring_, op));
     }
   }
 

@@ -140,8 +140,9 @@ inline std::string describeUringSetupError(int err) {
 ///   poll_add; disk and RDMA layers add their own through `submit`), found on
 ///   completion through user_data. One exception: `send` first tries a
 ///   non-blocking send(2) and completes without suspending when the socket
-///   takes the data (the usual case); only a full socket costs an SQE. SQEs are submitted per SubmitPolicy,
-///   decided in one place (`commit`): batched per loop iteration by default.
+///   takes the data (the usual case); only a full socket costs an SQE.
+///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
+///   batched per loop iteration by default.
 /// - Cancellation: a stop requested (on the loop thread) while an operation
 ///   is in flight submits an async cancel; the coroutine resumes only when
 ///   the operation's own completion arrives (std::errc::operation_canceled,
