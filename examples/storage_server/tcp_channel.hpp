@@ -43,7 +43,7 @@ class TcpChannel final : public Channel<R> {
         if (piece.size() < kMergeBelow) mergedBytes += piece.size();
       }
     }
-    merged.reserve(mergedBytes);
+    merged.reserve(mergedBytes);  // exact: `parts` holds spans into it, so it must never reallocate
     std::size_t runStart = 0;  // where the run of small pieces being merged starts in `merged`
     const auto endRun = [&] {
       if (merged.size() > runStart) parts.push_back(std::span(merged).subspan(runStart));

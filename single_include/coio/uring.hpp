@@ -3918,6 +3918,7 @@ inline AlignedRange alignRange(std::uint64_t offset, std::size_t length, std::si
 #include <span>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -3957,6 +3958,23 @@ enum class TaskRun {
   /// while operations are in flight, or register resources (Disk).
   deferred,
 };
+
+inline std::string_view toString(TaskRun mode) noexcept {
+  switch (mode) {
+    case TaskRun::immediate: return "immediate";
+    case TaskRun::cooperative: return "cooperative";
+    case TaskRun::deferred: return "deferred";
+  }
+  return "?";
+}
+
+/// "immediate", "cooperative" or "deferred"; Errc::invalidArgument otherwise.
+inline Result<TaskRun> parseTaskRun(std::string_view text) {
+  for (const TaskRun mode : {TaskRun::immediate, TaskRun::cooperative, TaskRun::deferred}) {
+    if (text == toString(mode)) return mode;
+  }
+  return Errc::invalidArgument;
+}
 
 class UringReactor;
 

@@ -236,6 +236,13 @@ TEST_CASE("a stop that finds the SQ full and unflushable defers the cancel inste
   reactor.runUntil(test());
 }
 
+TEST_CASE("task-run modes parse from and print as their names", "[uring]") {
+  for (const coio::TaskRun mode : {coio::TaskRun::immediate, coio::TaskRun::cooperative, coio::TaskRun::deferred}) {
+    CHECK(coio::parseTaskRun(coio::toString(mode)).value() == mode);
+  }
+  CHECK(coio::parseTaskRun("lazy").error() == coio::Errc::invalidArgument);
+}
+
 TEST_CASE("every task-run mode serves TCP, timers and hand-over from other threads", "[uring][threads]") {
   for (const coio::TaskRun mode : {coio::TaskRun::immediate, coio::TaskRun::cooperative, coio::TaskRun::deferred}) {
     INFO("TaskRun " << static_cast<int>(mode));

@@ -176,16 +176,9 @@ int main(int argc, char** argv) {
     outcome = runRaw(config);
   } else if (config.engine == "uring") {
     coio::UringReactor::Options options;
-    const std::string taskRun = get("taskrun", "cooperative");  // the reactor's default
-    if (taskRun == "immediate") {
-      options.taskRun = coio::TaskRun::immediate;
-    } else if (taskRun == "cooperative") {
-      options.taskRun = coio::TaskRun::cooperative;
-    } else if (taskRun == "deferred") {
-      options.taskRun = coio::TaskRun::deferred;
-    } else {
-      fail("--taskrun must be immediate, cooperative or deferred");
-    }
+    const coio::Result<coio::TaskRun> taskRun = coio::parseTaskRun(get("taskrun", "cooperative"));  // the default
+    if (!taskRun) fail("--taskrun must be immediate, cooperative or deferred");
+    options.taskRun = *taskRun;
     coio::UringReactor reactor(options);
     outcome = runCoio(reactor, config);
   } else if (config.engine == "epoll") {

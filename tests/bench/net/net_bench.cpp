@@ -47,7 +47,6 @@ R makeReactor(const Settings& settings) {
   }
 }
 
-
 // Server side: echo what arrives (rr), or send `size`-byte messages until
 // the client goes away (stream).
 // Reads go to buffers of at least this size, as a server's would (sockperf's
@@ -155,12 +154,10 @@ int run(const Settings& settings) {
   serverReactor.stop();
   serverThread.join();
 
-  const char* taskRun = settings.taskRun == coio::TaskRun::immediate     ? "immediate"
-                        : settings.taskRun == coio::TaskRun::cooperative ? "cooperative"
-                                                                         : "deferred";
   std::printf("net_bench reactor=%s mode=%s connections=%zu size=%zu submit=%s taskrun=%s ",
               std::string(coio::toString(settings.kind)).c_str(), settings.mode == Mode::rr ? "rr" : "stream",
-              settings.connections, settings.size, settings.submit == coio::SubmitPolicy::batched ? "batched" : "eager", taskRun);
+              settings.connections, settings.size, settings.submit == coio::SubmitPolicy::batched ? "batched" : "eager",
+              std::string(coio::toString(settings.taskRun)).c_str());
   if (settings.mode == Mode::rr) {
     std::printf("round_trips_per_s=%.0f\n", rate);
   } else {
@@ -192,10 +189,10 @@ int main(int argc, char** argv) {
       settings.mode = value == "rr" ? Mode::rr : Mode::stream;
     } else if (option == "--submit" && (value == "batched" || value == "eager")) {
       settings.submit = value == "batched" ? coio::SubmitPolicy::batched : coio::SubmitPolicy::eager;
-    } else if (option == "--taskrun" && (value == "immediate" || value == "cooperative" || value == "deferred")) {
-      settings.taskRun = value == "immediate" ? coio::TaskRun::immediate
-                         : value == "cooperative" ? coio::TaskRun::cooperative
-                                                  : coio::TaskRun::deferred;
+    } else if (option == "--taskrun") {
+      auto mode = coio::parseTaskRun(value);
+      ok = mode.hasValue();
+      if (ok) settings.taskRun = *mode;
     } else if (option == "--connections") {
       ok = std::from_chars(value.data(), value.data() + value.size(), settings.connections).ec == std::errc{} &&
            settings.connections > 0;
