@@ -26,6 +26,7 @@
 #include <stop_token>
 #include <span>
 #include <string>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -297,5 +298,22 @@ TEST_CASE("every task-run mode serves TCP, timers and hand-over from other threa
     CHECK(reply == "ping");
     CHECK(handedOver);
   }
+}
+TEST_CASE("a deferred reactor that ran on one thread is destroyed on another", "[uring][threads]") {
+  // Its ring is bound to the loop thread, and only that thread may wait on
+  // it: destroying the reactor here must not wait for the wake-up poll it
+  // always has armed (before: io_uring_enter -EEXIST, std::terminate).
+  std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.taskRun = coio::TaskRun::deferred});
+  bool slept = false;
+  std::thread loop([&] {
+    reactor->runUntil([](UringReactor& r, bool& done) -> Task<void> {
+      co_await r.sleepFor(1ms);
+      done = true;
+    }(*reactor, slept));
+  });
+  loop.join();
+  CHECK(slept);
+  reactor.reset();
+  CHECK_FALSE(reactor.has_value());
 }
 #endif

@@ -17,6 +17,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -53,16 +54,20 @@ enum class TaskRun {
   immediate,
   /// When the loop thread next enters the kernel (IORING_SETUP_COOP_TASKRUN
   /// and TASKRUN_FLAG): fewer interruptions, but a completion may wait for
-  /// the loop's next io_uring_enter. The default: on loopback TCP and on
-  /// 4 KiB O_DIRECT reads at depth 32, `immediate` measured the same within
-  /// noise (tests/bench/disk/RESULTS.md).
+  /// the loop's next io_uring_enter. On loopback TCP and on 4 KiB O_DIRECT
+  /// reads at depth 32, `immediate` measured the same within noise.
   cooperative,
   /// Only while the loop thread waits in io_uring_enter, batched
   /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
-  /// kernels fall back to `cooperative`). Restriction: the ring is bound to
-  /// the first thread that runs the loop (set up disabled, enabled there).
-  /// From then on only that thread may run the loop, destroy the reactor
-  /// while operations are in flight, or register resources (Disk).
+  /// kernels fall back to `cooperative`). The default: +5-8 % request rate
+  /// on loopback TCP over `cooperative`, disk reads the same or better
+  /// (tests/bench/net/RESULTS.md, tests/bench/disk/RESULTS.md).
+  /// Restriction: the ring is bound to the first thread that runs the loop
+  /// (set up disabled, enabled there, or where the SQ first fills if that
+  /// comes earlier). From then on only that thread may run the loop,
+  /// destroy the reactor while operations other than its wake-up poll are
+  /// in flight (else: a message, then std::terminate), or register
+  /// resources (Disk).
   deferred,
 };
 
@@ -178,8 +183,9 @@ inline std::string describeUringSetupError(int err) {
 ///   callback or the wake-up path never throws: what it cannot submit (SQ
 ///   full and refused by the kernel) goes out before the loop's next wait.
 /// - Options::taskRun picks when the kernel posts completions (TaskRun):
-///   `cooperative` by default; `deferred` binds the ring to the thread that
-///   first runs the loop (see TaskRun::deferred for what that forbids).
+///   `deferred` by default, which binds the ring to the thread that first
+///   runs the loop (see TaskRun::deferred for what that forbids; pick
+///   `cooperative` to lift it).
 /// - Construction fails with std::system_error naming the cause if io_uring
 ///   is unusable here (disabled by sysctl or seccomp, old kernel, missing
 ///   operation). `probe()` tells without throwing; see reactor_kind.hpp for
@@ -193,7 +199,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     unsigned entries = 256;      ///< SQ size
     unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
     SubmitPolicy submitPolicy = SubmitPolicy::batched;
-    TaskRun taskRun = TaskRun::cooperative;
+    TaskRun taskRun = TaskRun::deferred;  ///< see TaskRun; falls back to cooperative before Linux 6.1
   };
 
   UringReactor() : UringReactor(Options{}) {}
@@ -253,8 +259,10 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     }
   }
 
-  /// Submits whatever is prepared now, whatever the policy.
-  void flush() { (void)io_uring_submit(&ring_); }
+  /// Submits whatever is prepared now, whatever the policy (a ring not
+  /// enabled yet, TaskRun::deferred before the loop first ran, keeps it for
+  /// the loop's first poll).
+  void flush() { submitIfEnabled(); }
 
   /// The task-run mode the ring was set up with (after any fallback).
   TaskRun taskRun() const noexcept { return taskRun_; }
@@ -277,7 +285,13 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
 
   // The single place where the submission policy applies.
   void commit() noexcept {
-    if (policy_ == SubmitPolicy::eager) (void)io_uring_submit(&ring_);
+    if (policy_ == SubmitPolicy::eager) submitIfEnabled();
+  }
+
+  // Submitting enables a disabled ring and binds it to the calling thread:
+  // only the loop's poll, or a full SQ (tryAcquireSqe), may do that.
+  void submitIfEnabled() noexcept {
+    if (!disabled_) (void)io_uring_submit(&ring_);
   }
 
   // An SQE, or null if none can be had without throwing (the kernel refuses
@@ -289,6 +303,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
       if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
       // SQ full: hand the kernel what is queued. It refuses while completions
       // are backed up (-EBUSY): set some aside to make room.
+      enableRing();
       const int r = io_uring_submit(&ring_);
       if (r == -EBUSY || r == -EAGAIN) {
         try {
@@ -367,7 +382,8 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   static constexpr std::size_t kReapRoundsPerPoll = 4;
 
   // A ring set up disabled (TaskRun::deferred) is enabled by the first
-  // thread that polls or quiesces it, which becomes its only submitter.
+  // thread that polls or quiesces it, or fills its SQ, which becomes its
+  // only submitter.
   void enableRing() noexcept;
 
   io_uring ring_{};
@@ -573,12 +589,10 @@ inline void UringReactor::submitDeferred() {
 
 inline void UringReactor::enableRing() noexcept {
   if (!disabled_) return;
-  disabled_ = false;
-  // Cannot fail on a ring we set up disabled ourselves (liburing 2.3 lacks
-  // io_uring_enable_rings: the raw register call).
-  [[maybe_unused]] const long r =
-      ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
-  COIO_ASSERT(r == 0, "io_uring: enabling the ring failed");
+  // liburing 2.3 lacks io_uring_enable_rings: the raw register call. It can
+  // only fail if ring_fd is no longer our ring; the ring then stays disabled
+  // and the submission that needed it fails (-EBADFD) and is reported.
+  disabled_ = ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0;
 }
 
 inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
@@ -623,7 +637,10 @@ inline void UringReactor::reap(std::size_t maxRounds) {
 }
 
 inline void UringReactor::quiesce() noexcept {
-  if (inFlight_ == 0) return;
+  // The wake-up poll alone holds no memory of anyone's, and closing the ring
+  // ends it: no wait, so that a thread other than the one that ran a
+  // deferred ring (only that one may wait on it) can destroy the reactor.
+  if (inFlight_ <= (wakeArmed_ ? 1u : 0u)) return;
   enableRing();  // never run: what was prepared was never submitted, but the wait below needs the ring
   quiescing_ = true;
   deferredCancels_.clear();  // the cancel below covers them
@@ -639,6 +656,10 @@ inline void UringReactor::quiesce() noexcept {
     const int r = io_uring_submit_and_wait(&ring_, 1);
     // Unable to wait, we could only free operations the kernel may still
     // write to: better to stop here.
+    if (r == -EEXIST) {
+      std::fputs("coio::UringReactor: destroyed with operations in flight off the thread that ran its "
+                 "TaskRun::deferred ring; only that thread can wait for them\n", stderr);
+    }
     if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) std::terminate();
   }
   quiescing_ = false;

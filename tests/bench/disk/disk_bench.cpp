@@ -175,10 +175,12 @@ int main(int argc, char** argv) {
   if (config.engine == "raw") {
     outcome = runRaw(config);
   } else if (config.engine == "uring") {
-    coio::UringReactor::Options options;
-    const coio::Result<coio::TaskRun> taskRun = coio::parseTaskRun(get("taskrun", "cooperative"));  // the default
-    if (!taskRun) fail("--taskrun must be immediate, cooperative or deferred");
-    options.taskRun = *taskRun;
+    coio::UringReactor::Options options;  // --taskrun not given: the reactor's default
+    if (const std::string name = get("taskrun", ""); !name.empty()) {
+      const coio::Result<coio::TaskRun> taskRun = coio::parseTaskRun(name);
+      if (!taskRun) fail("--taskrun must be immediate, cooperative or deferred");
+      options.taskRun = *taskRun;
+    }
     coio::UringReactor reactor(options);
     outcome = runCoio(reactor, config);
   } else if (config.engine == "epoll") {

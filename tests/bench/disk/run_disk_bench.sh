@@ -91,7 +91,7 @@ for c in "${cold_cases[@]}"; do
     done
   fi
   if [[ $bs == 4k ]]; then  # when the reactor's ring posts completions (UringReactor::Options::taskRun)
-    for taskrun in immediate deferred; do  # coio-uring itself: the default, cooperative
+    for taskrun in immediate cooperative; do  # coio-uring itself: the default, deferred
       run_coio "coio-uring-$taskrun" --engine=uring --taskrun=$taskrun --file="$cold" --bs="$bytes" --depth="$depth" \
         --direct=1 --fixed=1 --thp=0
     done

@@ -34,7 +34,7 @@ struct Settings {
   std::size_t size = 64;
   double seconds = 3;
   coio::SubmitPolicy submit = coio::SubmitPolicy::batched;
-  coio::TaskRun taskRun = coio::TaskRun::cooperative;  // the reactor's default
+  coio::TaskRun taskRun = coio::UringReactor::Options{}.taskRun;
 };
 
 // Reactors are built through this (the uring one with the options above).

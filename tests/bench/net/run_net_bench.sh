@@ -10,7 +10,9 @@
 #                    [--placement pinned|unpinned] [--tests stream,rr1,rr64]
 # --tests: which rows to run (default all three; the references are run
 # only for the rows that need them). The rr1 row also measures the uring
-# reactor with TaskRun::deferred (net_bench --taskrun deferred).
+# reactor with TaskRun::cooperative (the default before session 4), and
+# raw liburing doing the same (uring_rr: no coio; ring flags as the reactor's
+# default, then with a multishot recv): the floor under coio's uring figure.
 # pinned: both ends on CPU 0 (this VM charges ~35-40 us per cross-CPU wake-up).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -27,7 +29,10 @@ while (($#)); do
   esac
 done
 bench=$build_dir/tests/bench/net/net_bench
-[[ -x $bench ]] || { echo "build $bench first (cmake --build $build_dir --target net_bench)" >&2; exit 1; }
+raw=$build_dir/tests/bench/net/uring_rr
+for b in "$bench" "$raw"; do
+  [[ -x $b ]] || { echo "build $b first (cmake --build $build_dir --target net_bench uring_rr)" >&2; exit 1; }
+done
 for tool in iperf3 sockperf taskset python3 ss; do
   command -v $tool >/dev/null || { echo "missing $tool (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
@@ -81,6 +86,9 @@ coio_figure() {  # reactor mode connections size [net_bench options]
   result=$("${pin[@]}" "$bench" --reactor "$reactor" --mode "$mode" --connections "$connections" --size "$size" \
     --seconds "$seconds" "$@" | sed 's/.*=//')
 }
+raw_figure() {  # [uring_rr options]
+  result=$("${pin[@]}" "$raw" --seconds "$seconds" "$@" | sed 's/.*=//')
+}
 want() { [[ ,$tests, == *,$1,* ]]; }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -97,7 +105,11 @@ for ((round = 1; round <= rounds; ++round)); do
     if want rr1; then coio_figure $reactor rr 1 64; samples[$reactor-rr1]+=" $result"; fi
     if want rr64; then coio_figure $reactor rr 64 64; samples[$reactor-rr64]+=" $result"; fi
   done
-  if want rr1; then coio_figure uring rr 1 64 --taskrun deferred; samples[uring-deferred-rr1]+=" $result"; fi
+  if want rr1; then
+    coio_figure uring rr 1 64 --taskrun cooperative; samples[uring-cooperative-rr1]+=" $result"
+    raw_figure --size 64; samples[raw-rr1]+=" $result"
+    raw_figure --size 64 --multishot 1; samples[raw-multishot-rr1]+=" $result"
+  fi
 done
 
 declare -A m
@@ -115,8 +127,14 @@ if want stream; then
 fi
 if want rr1; then
   echo "| request/response 64 B, 1 connection (round trips/s) | sockperf ${m[sockperf]} | ${m[epoll-rr1]} | $(ratio ${m[epoll-rr1]} ${m[sockperf]}) | ${m[uring-rr1]} | $(ratio ${m[uring-rr1]} ${m[sockperf]}) |"
-  echo "| same, uring with TaskRun::deferred | sockperf ${m[sockperf]} | - | - | ${m[uring-deferred-rr1]} | $(ratio ${m[uring-deferred-rr1]} ${m[sockperf]}) |"
+  echo "| same, uring with TaskRun::cooperative | sockperf ${m[sockperf]} | - | - | ${m[uring-cooperative-rr1]} | $(ratio ${m[uring-cooperative-rr1]} ${m[sockperf]}) |"
+  echo "| same, raw liburing (uring_rr, no coio), default ring flags | sockperf ${m[sockperf]} | - | - | ${m[raw-rr1]} | $(ratio ${m[raw-rr1]} ${m[sockperf]}) |"
+  echo "| same, raw liburing, multishot recv + provided buffers | sockperf ${m[sockperf]} | - | - | ${m[raw-multishot-rr1]} | $(ratio ${m[raw-multishot-rr1]} ${m[sockperf]}) |"
 fi
 if want rr64; then
   echo "| request/response 64 B, 64 connections (round trips/s) | sockperf (1 conn) ${m[sockperf]} | ${m[epoll-rr64]} | $(ratio ${m[epoll-rr64]} ${m[sockperf]}) | ${m[uring-rr64]} | $(ratio ${m[uring-rr64]} ${m[sockperf]}) |"
+fi
+if want rr1; then
+  echo
+  echo "coio uring / raw liburing, request/response (same ring flags and pinning): $(ratio ${m[uring-rr1]} ${m[raw-rr1]})"
 fi
