@@ -8,7 +8,9 @@
 # Environment: COIO_RDMA_DEVICE (default: rxe0), COIO_RDMA_GID_INDEX for
 # perftest (default 1: Soft-RoCE's IPv4 RoCE v2 GID), COIO_BENCH_SERVER_IP
 # (default: $COIO_VM_IP or 127.0.0.1), COIO_BENCH_DEPTH (default 16),
-# COIO_BENCH_SCALE (multiplies the iteration counts; default 1).
+# COIO_BENCH_SCALE (multiplies the iteration counts; default 1),
+# COIO_BENCH_ROUNDS (default 3: each row alternates perftest and coio that
+# many times and reports the medians; adjacent runs here differ by ±8 %).
 set -euo pipefail
 build=${1:?usage: run_rdma_bench.sh BUILD_DIR}
 bench=$build/tests/bench/rdma/rdma_bench
@@ -17,6 +19,7 @@ gid=${COIO_RDMA_GID_INDEX:-1}
 ip=${COIO_BENCH_SERVER_IP:-${COIO_VM_IP:-127.0.0.1}}
 depth=${COIO_BENCH_DEPTH:-16}
 scale=${COIO_BENCH_SCALE:-1}
+rounds=${COIO_BENCH_ROUNDS:-3}
 export COIO_RDMA_DEVICE=$dev
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -48,16 +51,23 @@ ours() {  # op size iters [rdma_bench options]
   "$bench" "$op" --size "$size" --iters "$iters" --depth "$depth" "$@" | awk '$1 == "RESULT" { print $4, $5 }'
 }
 
-echo "| test | size | iterations | depth | perftest | coio | ratio |"
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+range() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo=$1} {hi=$1} END {print lo "-" hi}'; }
+
+echo "| test | size | iterations | depth | perftest (median; range) | coio (median; range) | ratio of medians |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 status=0
 row() {  # label tool op size iters metric(1=MiB/s,2=Mmsg/s) unit [rdma_bench options]
   local label=$1 tool=$2 op=$3 size=$4 iters=$(($5 * scale)) metric=$6 unit=$7; shift 7
-  local p c
-  p=$(perftest "$tool" "$size" "$iters" | cut -d' ' -f"$metric") || { echo "$tool failed" >&2; status=1; return; }
-  c=$(ours "$op" "$size" "$iters" "$@" | cut -d' ' -f"$metric") || { echo "rdma_bench $op failed" >&2; status=1; return; }
-  [[ -n $p && -n $c ]] || { echo "no result for $label" >&2; status=1; return; }
-  echo "| $label | $size | $iters | $depth | $p $unit | $c $unit | $(awk -v a="$c" -v b="$p" 'BEGIN { printf "%.2f", a / b }') |"
+  local p c ps=() cs=()
+  for ((round = 1; round <= rounds; ++round)); do
+    p=$(perftest "$tool" "$size" "$iters" | cut -d' ' -f"$metric") || { echo "$tool failed" >&2; status=1; return; }
+    c=$(ours "$op" "$size" "$iters" "$@" | cut -d' ' -f"$metric") || { echo "rdma_bench $op failed" >&2; status=1; return; }
+    [[ -n $p && -n $c ]] || { echo "no result for $label" >&2; status=1; return; }
+    ps+=("$p") cs+=("$c")
+  done
+  p=$(median "${ps[@]}") c=$(median "${cs[@]}")
+  echo "| $label | $size | $iters | $depth | $p $unit; $(range "${ps[@]}") | $c $unit; $(range "${cs[@]}") | $(awk -v a="$c" -v b="$p" 'BEGIN { printf "%.2f", a / b }') |"
 }
 row "RDMA WRITE bandwidth" ib_write_bw write 65536 1000 1 MiB/s
 row "RDMA WRITE bandwidth" ib_write_bw write 1048576 100 1 MiB/s
