@@ -3952,7 +3952,7 @@ enum class TaskRun {
   cooperative,
   /// Only while the loop thread waits in io_uring_enter, batched
   /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
-  /// kernels fall back to `cooperative`). The default: +5-8 % request rate
+  /// kernels fall back to `cooperative`). The default: +4-6 % request rate
   /// on loopback TCP over `cooperative`, disk reads the same or better
   /// (tests/bench/net/RESULTS.md, tests/bench/disk/RESULTS.md).
   /// Restriction: the ring is bound to the first thread that runs the loop
