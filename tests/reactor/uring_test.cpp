@@ -23,10 +23,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <stop_token>
 #include <span>
 #include <string>
-#include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -299,6 +299,7 @@ TEST_CASE("every task-run mode serves TCP, timers and hand-over from other threa
     CHECK(handedOver);
   }
 }
+
 TEST_CASE("a deferred reactor that ran on one thread is destroyed on another", "[uring][threads]") {
   // Its ring is bound to the loop thread, and only that thread may wait on
   // it: destroying the reactor here must not wait for the wake-up poll it
