@@ -91,7 +91,8 @@ raw_figure() {  # [uring_rr options]
 }
 want() { [[ ,$tests, == *,$1,* ]]; }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+# shellcheck source=../stats.sh
+source tests/bench/stats.sh
 ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
 
 declare -A samples

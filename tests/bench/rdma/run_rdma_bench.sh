@@ -51,8 +51,8 @@ ours() {  # op size iters [rdma_bench options]
   "$bench" "$op" --size "$size" --iters "$iters" --depth "$depth" "$@" | awk '$1 == "RESULT" { print $4, $5 }'
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-range() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo=$1} {hi=$1} END {print lo "-" hi}'; }
+# shellcheck source=../stats.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../stats.sh"
 
 echo "| test | size | iterations | depth | perftest (median; range) | coio (median; range) | ratio of medians |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
