@@ -2822,7 +2822,9 @@ class ReactorBase : public LoopCore {
     while (!done() && !stopRequested()) {
       inlineTurns_ = kInlineTurnsPerIteration;
       runReady();
-      timers_.fireDue(Clock::now());
+      // No clock read without timers: where the clock is not in the vDSO
+      // (e.g. a TCG guest's), each read is a system call.
+      if (timers_.size() != 0) timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
       derived().poll(pollTimeout());
     }
@@ -4482,7 +4484,8 @@ inline void UringReactor::submitDeferred() {
 
 inline void UringReactor::enableRing() noexcept {
   if (!disabled_) return;
-  // liburing 2.3 lacks io_uring_enable_rings: the raw register call. It can
+  // liburing 2.3 declares io_uring_enable_rings but does not export it:
+  // the raw register call. It can
   // only fail if ring_fd is no longer our ring; the ring then stays disabled
   // and the submission that needed it fails (-EBADFD) and is reported.
   disabled_ = ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0;
@@ -4679,8 +4682,9 @@ class DiskRing {
   /// Prepares `request` for `op` and submits it per the policy (or defers
   /// it while a batch is open).
   virtual void submit(DiskOp& op, const DiskRequest& request) = 0;
-  /// Asks the kernel to cancel `op`; its completion still arrives.
-  virtual void cancel(DiskOp& op) = 0;
+  /// Asks the kernel to cancel `op`; its completion still arrives. Never
+  /// throws (stop callbacks and destructors call it).
+  virtual void cancel(DiskOp& op) noexcept = 0;
   /// Between the two calls, submissions go to the kernel together, in one
   /// io_uring_enter at the latest when the last batch closes.
   virtual void openBatch() = 0;
@@ -4705,7 +4709,7 @@ class ReactorRing final : public DiskRing {
       gate_.submitted(EagerGate::completedInline(reactor_.ring(), op));
     }
   }
-  void cancel(DiskOp& op) override { reactor_.cancel(op); }
+  void cancel(DiskOp& op) noexcept override { reactor_.cancel(op); }
   // A batch goes in with the reactor's next enter; under the eager policy,
   // once, when it closes.
   void openBatch() override {
@@ -4775,11 +4779,18 @@ class DedicatedRing final : public DiskRing {
     }
   }
 
-  void cancel(DiskOp& op) override {
-    io_uring_sqe* sqe = acquireSqe();
+  // Best effort: a disk operation ends on its own, so a cancel the ring
+  // refuses only means the operation completes with its real result.
+  void cancel(DiskOp& op) noexcept override {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) return;
     io_uring_prep_cancel(sqe, static_cast<UringOperation*>(&op), 0);
     io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
-    commit();
+    try {
+      commit();
+    } catch (...) {
+      eventFd_.signal();  // as in closeBatch: the pump retries, and fails the reactor if it fails
+    }
   }
 
   void openBatch() override { ++batches_; }
@@ -4833,9 +4844,11 @@ class DedicatedRing final : public DiskRing {
     if (closed_) return;
     closed_ = true;
     if (inFlight_ > 0) {
-      io_uring_sqe* sqe = acquireSqe();
-      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-      io_uring_sqe_set_data64(sqe, 0);
+      // Without an SQE the operations are waited for uncancelled.
+      if (io_uring_sqe* sqe = tryAcquireSqe()) {
+        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+        io_uring_sqe_set_data64(sqe, 0);
+      }
       while (inFlight_ > 0) waitForCompletions();
     }
     for (auto* list : {&backlog_, &round_}) {
@@ -4873,6 +4886,15 @@ class DedicatedRing final : public DiskRing {
     for (;;) {
       if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
       submitNow();  // SQ full
+    }
+  }
+
+  // As acquireSqe, but null where that would throw.
+  io_uring_sqe* tryAcquireSqe() noexcept {
+    try {
+      return acquireSqe();
+    } catch (...) {
+      return nullptr;
     }
   }
 

@@ -188,7 +188,10 @@ TEMPLATE_LIST_TEST_CASE("messages wrap around the buffer rings under credit flow
   c.messageSize = 512;
   c.ackBatch = 2;
   c.signalBatch = 3;
-  c.pollBeforeSleep = GENERATE(0u, 8u);  // the watcher sleeps at once, or polls first
+  // The watcher sleeps at once; polls first, once per loop iteration; or
+  // polls first and spins on an empty CQ within each iteration.
+  std::tie(c.pollBeforeSleep, c.spinPolls) =
+      GENERATE(table<std::uint32_t, std::uint32_t>({{0u, 0u}, {8u, 0u}, {8u, 16u}}));
   R reactor;
   reactor.runUntil(withPair(
       reactor,

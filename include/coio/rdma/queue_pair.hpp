@@ -68,8 +68,9 @@ struct FreeMemory {
 ///   every awaiting coroutine resumes there, inline from the drain of the
 ///   completion queue (driven by `reactor.readable(channel fd)`; no thread
 ///   busy-polls: after a burst the watcher polls on for at most
-///   config.pollBeforeSleep loop iterations, then sleeps). Many coroutines
-///   may have operations in flight at once.
+///   config.pollBeforeSleep loop iterations of up to 1 + config.spinPolls
+///   CQ polls each, then sleeps). Many coroutines may have operations in
+///   flight at once.
 /// - Nothing can overflow: the send queue, receive queue and CQ are sized by
 ///   QueuePairSizes and every producer is bounded (RDMA: a BatchSemaphore of
 ///   maxRdmaWr work requests, returned only on the chain's completion;
@@ -517,13 +518,17 @@ class QueuePair {
       }
       auto handle = [this](const ibv_wc& wc) { onCompletion(wc); };
       Result<std::size_t> found = cq_->drain(handle);
-      // After a drain that found work, poll once per loop iteration until
-      // config.pollBeforeSleep polls in a row found none (see there).
+      // After a drain that found work, poll once per loop iteration (then
+      // up to config.spinPolls more times while the CQ is empty) until
+      // config.pollBeforeSleep iterations in a row found none (see there).
       if (found && *found > 0) {
         for (std::uint32_t empty = 0; found && empty < config_.pollBeforeSleep && !stopWatcher_.stop_requested();) {
           if (pendingSignaled_ == 0) idle_.post();
           co_await reactor_.schedule();
           found = cq_->poll(handle);
+          for (std::uint32_t spin = 0; found && *found == 0 && spin < config_.spinPolls; ++spin) {
+            found = cq_->poll(handle);
+          }
           empty = found && *found > 0 ? 0 : empty + 1;
         }
       }

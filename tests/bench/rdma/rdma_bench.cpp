@@ -5,6 +5,7 @@
 //
 //   rdma_bench write|read|send --size BYTES --iters N --depth D [--reactor epoll|uring]
 //              [--poll-before-sleep N]   (QueuePairConfig::pollBeforeSleep)
+//              [--spin-polls N]   (QueuePairConfig::spinPolls)
 //              [--split 1]     (send: the receiving queue pair on a reactor thread
 //                               of its own, as perftest runs its server apart)
 //              [--ack-batch N] (send: ackBatch = signalBatch; default buffers / 4)
@@ -43,13 +44,14 @@ struct Options {
   std::size_t depth = 16;
   ReactorKind reactor = ReactorKind::epoll;
   std::uint32_t pollBeforeSleep = QueuePairConfig{}.pollBeforeSleep;
+  std::uint32_t spinPolls = QueuePairConfig{}.spinPolls;
   bool split = false;
   std::uint32_t ackBatch = 0;  // send: 0 = a quarter of the buffers
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "rdma_bench: %s\nusage: rdma_bench write|read|send --size B --iters N --depth D "
-                       "[--reactor epoll|uring] [--poll-before-sleep N] [--split 0|1]\n", why);
+                       "[--reactor epoll|uring] [--poll-before-sleep N] [--spin-polls N] [--split 0|1] [--ack-batch N]\n", why);
   std::exit(2);
 }
 
@@ -68,6 +70,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--split") o.split = std::string_view(value) == "1";
     else if (key == "--ack-batch") o.ackBatch = static_cast<std::uint32_t>(std::strtoul(value, nullptr, 10));
     else if (key == "--poll-before-sleep") o.pollBeforeSleep = static_cast<std::uint32_t>(std::strtoul(value, nullptr, 10));
+    else if (key == "--spin-polls") o.spinPolls = static_cast<std::uint32_t>(std::strtoul(value, nullptr, 10));
     else usage("unknown option");
   }
   if (o.size == 0 || o.iters == 0 || o.depth == 0) usage("size, iters and depth must be positive");
@@ -209,6 +212,7 @@ Task<int> run(R& reactor, const Device& device, const Options& o) {
   config.maxRdmaWr = static_cast<std::uint32_t>(o.depth);
   config.maxRdmaWrPerPost = std::min<std::uint32_t>(config.maxRdmaWr, 32);
   config.pollBeforeSleep = o.pollBeforeSleep;
+  config.spinPolls = o.spinPolls;
   if (o.op == "send") {
     config.messageSize = static_cast<std::uint32_t>(o.size);
     config.messageBuffers = static_cast<std::uint32_t>(std::max<std::size_t>(o.depth, 2));

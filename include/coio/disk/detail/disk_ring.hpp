@@ -126,8 +126,9 @@ class DiskRing {
   /// Prepares `request` for `op` and submits it per the policy (or defers
   /// it while a batch is open).
   virtual void submit(DiskOp& op, const DiskRequest& request) = 0;
-  /// Asks the kernel to cancel `op`; its completion still arrives.
-  virtual void cancel(DiskOp& op) = 0;
+  /// Asks the kernel to cancel `op`; its completion still arrives. Never
+  /// throws (stop callbacks and destructors call it).
+  virtual void cancel(DiskOp& op) noexcept = 0;
   /// Between the two calls, submissions go to the kernel together, in one
   /// io_uring_enter at the latest when the last batch closes.
   virtual void openBatch() = 0;
@@ -152,7 +153,7 @@ class ReactorRing final : public DiskRing {
       gate_.submitted(EagerGate::completedInline(reactor_.ring(), op));
     }
   }
-  void cancel(DiskOp& op) override { reactor_.cancel(op); }
+  void cancel(DiskOp& op) noexcept override { reactor_.cancel(op); }
   // A batch goes in with the reactor's next enter; under the eager policy,
   // once, when it closes.
   void openBatch() override {
@@ -222,11 +223,18 @@ class DedicatedRing final : public DiskRing {
     }
   }
 
-  void cancel(DiskOp& op) override {
-    io_uring_sqe* sqe = acquireSqe();
+  // Best effort: a disk operation ends on its own, so a cancel the ring
+  // refuses only means the operation completes with its real result.
+  void cancel(DiskOp& op) noexcept override {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) return;
     io_uring_prep_cancel(sqe, static_cast<UringOperation*>(&op), 0);
     io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
-    commit();
+    try {
+      commit();
+    } catch (...) {
+      eventFd_.signal();  // as in closeBatch: the pump retries, and fails the reactor if it fails
+    }
   }
 
   void openBatch() override { ++batches_; }
@@ -280,9 +288,11 @@ class DedicatedRing final : public DiskRing {
     if (closed_) return;
     closed_ = true;
     if (inFlight_ > 0) {
-      io_uring_sqe* sqe = acquireSqe();
-      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-      io_uring_sqe_set_data64(sqe, 0);
+      // Without an SQE the operations are waited for uncancelled.
+      if (io_uring_sqe* sqe = tryAcquireSqe()) {
+        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+        io_uring_sqe_set_data64(sqe, 0);
+      }
       while (inFlight_ > 0) waitForCompletions();
     }
     for (auto* list : {&backlog_, &round_}) {
@@ -320,6 +330,15 @@ class DedicatedRing final : public DiskRing {
     for (;;) {
       if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
       submitNow();  // SQ full
+    }
+  }
+
+  // As acquireSqe, but null where that would throw.
+  io_uring_sqe* tryAcquireSqe() noexcept {
+    try {
+      return acquireSqe();
+    } catch (...) {
+      return nullptr;
     }
   }
 
