@@ -4687,7 +4687,10 @@ class QueuePair {
   // --- messages --------------------------------------------------------------
 
   /// Copies `message` (at most config().messageSize bytes) into a send
-  /// buffer and posts it; completes once posted, not once delivered. Waits
+  /// buffer and posts it; completes once posted, not once delivered (when
+  /// called from a coroutine the completion watcher resumed, the post goes
+  /// out with the others of that reaping, right after it; a failure to post
+  /// moves the queue pair to `error`, as a failed delivery does). Waits
   /// for a receive credit (a buffer free at the peer) and a free send
   /// buffer; messages arrive in send order. Errors: RdmaErrc::
   /// messageTooLarge, the state's error (Errc::closed after close(),
@@ -4803,6 +4806,8 @@ class QueuePair {
         rdmaTokens_(config.maxRdmaWr), credits_(0), sendBuffers_(config.messageBuffers), received_(0) {}
 
   Result<void> init() {
+    // What one reaping of the CQ can collect (postSend), so that collecting never allocates.
+    collectedSends_.reserve(std::size_t{config_.messageBuffers} + sizes_.ackSlots + 1);
     Result<CompletionQueue> cq =
         CompletionQueue::create(device_, static_cast<int>(sizes_.cqe), config_.eventAckBatch);
     if (!cq) return cq.error();
@@ -4984,6 +4989,7 @@ class QueuePair {
       wr.wr.rdma.rkey = wrs[i].rkey;
       wr.next = last ? nullptr : &list[i + 1];
     }
+    postCollectedSends();  // messages posted before this chain go first
     ibv_send_wr* bad = nullptr;
     if (int rc = ::ibv_post_send(qp_.get(), list.data(), &bad); rc != 0) {
       if (bad == list.data()) {
@@ -5002,14 +5008,55 @@ class QueuePair {
     co_return Result<void>{};
   }
 
+  // A message-path work request (SEND, ACK, CLOSE; at most one SGE). While
+  // the watcher reaps the CQ it is collected, and goes out with the others
+  // the resumed coroutines post, in one ibv_post_send (one doorbell: a
+  // system call on rxe) when the reaping ends.
   Result<void> postSend(ibv_send_wr& wr, bool signalled) {
+    COIO_ASSERT(wr.num_sge <= 1 && wr.next == nullptr, "message work requests are single, with at most one SGE");
+    if (signalled) ++pendingSignaled_;
+    if (collectingSends_) {
+      // No allocation: bounded by send buffers, ACK slots and one CLOSE (see init()).
+      collectedSends_.push_back({wr, wr.num_sge > 0 ? *wr.sg_list : ibv_sge{}});
+      return {};
+    }
     ibv_send_wr* bad = nullptr;
     if (int rc = ::ibv_post_send(qp_.get(), &wr, &bad); rc != 0) {
+      if (signalled) --pendingSignaled_;
       enterError(systemError(rc));
       return systemError(rc);
     }
-    if (signalled) ++pendingSignaled_;
     return {};
+  }
+
+  // Posts the collected message work requests, in order, as one chain.
+  void postCollectedSends() noexcept {
+    if (collectedSends_.empty()) return;
+    for (std::size_t i = 0; i < collectedSends_.size(); ++i) {
+      CollectedSend& c = collectedSends_[i];
+      c.wr.sg_list = c.wr.num_sge > 0 ? &c.sge : nullptr;
+      c.wr.next = i + 1 < collectedSends_.size() ? &collectedSends_[i + 1].wr : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ::ibv_post_send(qp_.get(), &collectedSends_.front().wr, &bad); rc != 0) {
+      // From `bad` on nothing was posted, so nothing will complete.
+      for (ibv_send_wr* w = bad ? bad : &collectedSends_.front().wr; w != nullptr; w = w->next) {
+        if (w->send_flags & IBV_SEND_SIGNALED) --pendingSignaled_;
+      }
+      enterError(systemError(rc));
+    }
+    collectedSends_.clear();
+  }
+
+  // Reaps the CQ with `reap` (drain or poll), collecting the sends it
+  // triggers, and posts them.
+  template <typename Reap>
+  Result<std::size_t> reapCollectingSends(Reap reap) {
+    collectingSends_ = true;
+    Result<std::size_t> found = reap();
+    collectingSends_ = false;
+    postCollectedSends();
+    return found;
   }
 
   Result<void> postRecv(std::uint32_t index) {
@@ -5049,7 +5096,7 @@ class QueuePair {
         break;
       }
       auto handle = [this](const ibv_wc& wc) { onCompletion(wc); };
-      Result<std::size_t> found = cq_->drain(handle);
+      Result<std::size_t> found = reapCollectingSends([&] { return cq_->drain(handle); });
       // After a drain that found work, poll once per loop iteration (then
       // up to config.spinPolls more times while the CQ is empty) until
       // config.pollBeforeSleep iterations in a row found none (see there).
@@ -5057,9 +5104,9 @@ class QueuePair {
         for (std::uint32_t empty = 0; found && empty < config_.pollBeforeSleep && !stopWatcher_.stop_requested();) {
           if (pendingSignaled_ == 0) idle_.post();
           co_await reactor_.schedule();
-          found = cq_->poll(handle);
+          found = reapCollectingSends([&] { return cq_->poll(handle); });
           for (std::uint32_t spin = 0; found && *found == 0 && spin < config_.spinPolls; ++spin) {
-            found = cq_->poll(handle);
+            found = reapCollectingSends([&] { return cq_->poll(handle); });
           }
           empty = found && *found > 0 ? 0 : empty + 1;
         }
@@ -5255,7 +5302,13 @@ class QueuePair {
   std::uint32_t unsignaled_ = 0;
   std::uint32_t ackOwed_ = 0;
   std::uint64_t acksInFlight_ = 0;
-  std::uint64_t pendingSignaled_ = 0;  // signalled work requests not completed yet
+  std::uint64_t pendingSignaled_ = 0;  // signalled work requests not completed yet (or collected)
+  struct CollectedSend {
+    ibv_send_wr wr;
+    ibv_sge sge;  // wr's, if any; linked when posted
+  };
+  std::vector<CollectedSend> collectedSends_;
+  bool collectingSends_ = false;  // the watcher is reaping: postSend collects
 
   Baton idle_;
   std::stop_source stopWatcher_;
