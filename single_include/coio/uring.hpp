@@ -4485,9 +4485,9 @@ inline void UringReactor::submitDeferred() {
 inline void UringReactor::enableRing() noexcept {
   if (!disabled_) return;
   // liburing 2.3 declares io_uring_enable_rings but does not export it:
-  // the raw register call. It can
-  // only fail if ring_fd is no longer our ring; the ring then stays disabled
-  // and the submission that needed it fails (-EBADFD) and is reported.
+  // the raw register call. It can only fail if ring_fd is no longer our
+  // ring; the ring then stays disabled and the submission that needed it
+  // fails (-EBADFD) and is reported.
   disabled_ = ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0;
 }
 

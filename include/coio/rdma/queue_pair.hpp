@@ -572,10 +572,10 @@ class QueuePair {
         for (std::uint32_t empty = 0; found && empty < config_.pollBeforeSleep && !stopWatcher_.stop_requested();) {
           if (pendingSignaled_ == 0) idle_.post();
           co_await reactor_.schedule();
-          found = reapCollectingSends([&] { return cq_->poll(handle); });
-          for (std::uint32_t spin = 0; found && *found == 0 && spin < config_.spinPolls; ++spin) {
+          std::uint32_t spin = 0;
+          do {
             found = reapCollectingSends([&] { return cq_->poll(handle); });
-          }
+          } while (found && *found == 0 && spin++ < config_.spinPolls);
           empty = found && *found > 0 ? 0 : empty + 1;
         }
       }

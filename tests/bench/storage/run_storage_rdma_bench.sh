@@ -68,19 +68,21 @@ ours() {
 
 echo "| IO size | IOs in flight (batch x depth) | ib_write_bw | coio storage over rdma | ratio |"
 echo "| --- | --- | --- | --- | --- |"
+positive() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }  # an empty string is not
+
 status=0
 for run in "4096 16 4" "524288 2 4" "4194304 2 4"; do
   read -r size batch depth <<<"$run"
   inflight=$((batch * depth))
   p=$(perftest "$size" "$inflight") || { echo "ib_write_bw failed for $size" >&2; status=1; continue; }
   # ib_write_bw -D now and then reports an average of 0.00 (seen once at 4 MiB): run it again.
-  if awk -v p="$p" 'BEGIN { exit !(p + 0 == 0) }'; then
+  if ! positive "$p"; then
     echo "ib_write_bw reported ${p:-nothing} for $size: running it again" >&2
     p=$(perftest "$size" "$inflight") || { echo "ib_write_bw failed for $size" >&2; status=1; continue; }
   fi
   c=$(ours "$size" "$batch" "$depth" "$duration") ||
     { echo "coio-storage-bench failed for $size" >&2; cat "$work/ours.json" >&2 || true; status=1; continue; }
-  [[ -n $p && -n $c ]] && awk -v p="$p" 'BEGIN { exit !(p + 0 > 0) }' ||
+  [[ -n $c ]] && positive "$p" ||
     { echo "no result for $size (ib_write_bw: ${p:-nothing})" >&2; status=1; continue; }
   echo "| $size | $inflight ($batch x $depth) | $p MiB/s | $c MiB/s | $(awk -v a="$c" -v b="$p" 'BEGIN { printf "%.2f", a / b }') |"
 done
