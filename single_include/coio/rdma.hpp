@@ -2066,7 +2066,9 @@ class TcpStream {
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
   /// another one: `TcpStream(other, stream.release())`. No operation may be
-  /// pending.
+  /// pending. On a UringReactor with multishot recvs, release a socket
+  /// before its first read (data its recv took and nobody read would be
+  /// dropped; see UringReactor::Options::multishotRecv).
   detail::FileDescriptor release() noexcept {
     if (fd_.valid()) reactor_->forget(fd_.get());
     return std::move(fd_);
@@ -2176,6 +2178,7 @@ class TcpListener {
 // both reactors map results to `Result<T>` the same way.
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <system_error>
@@ -2203,6 +2206,16 @@ Result<T> toResult(long raw) {
   } else {
     return static_cast<T>(raw);
   }
+}
+
+/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
+/// a timespec-shaped struct (timespec, __kernel_timespec).
+template <typename Timespec>
+Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
+  Timespec ts{};
+  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
+  return ts;
 }
 
 /// For failures that leave an object unusable at construction (no epoll fd,
@@ -2843,6 +2856,8 @@ class ReactorBase : public LoopCore {
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -2964,6 +2979,9 @@ class EpollOperation;
 /// - stop() (any thread) makes run() return after the current iteration;
 ///   spawned tasks that never started are destroyed then, the others with
 ///   the reactor, deregistering their waits.
+/// - Timers wake the loop through one timerfd, set only when the earliest
+///   deadline changes (a wait with a timeout of its own costs the kernel an
+///   hrtimer per wait).
 /// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
@@ -2971,7 +2989,8 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
 
-  /// Throws std::system_error if epoll or the wake-up eventfd cannot be created.
+  /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
+  /// cannot be created.
   EpollReactor();
   ~EpollReactor() { closeLoop(); }
 
@@ -3004,6 +3023,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   friend class detail::EpollOperation;
 
   static constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
+  static constexpr std::uint64_t kTimerKey = kWakeKey - 1;
   static std::uint64_t key(int fd, std::uint32_t generation) noexcept {
     return (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(fd);
   }
@@ -3040,10 +3060,27 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   void poll(std::optional<Clock::duration> timeout);
   void quiesce() noexcept {}  // epoll holds no reference to an operation
 
+  // Makes sure the loop wakes by `deadline`; false if the timerfd could not
+  // be set (then the wait needs a timeout of its own).
+  bool armDeadline(Clock::time_point deadline) noexcept {
+    if (armedDeadline_ == deadline) return true;
+    itimerspec spec{};
+    spec.it_value = detail::toTimespec<timespec>(deadline.time_since_epoch());
+    if (::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) return false;
+    armedDeadline_ = deadline;
+    return true;
+  }
+
   void dispatch(const epoll_event& ev) noexcept {
     if (ev.data.u64 == kWakeKey) {
       wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
       resumeRemote();
+      return;
+    }
+    if (ev.data.u64 == kTimerKey) {  // the loop fires its due timers next
+      std::uint64_t expirations;
+      (void)::read(timer_.get(), &expirations, sizeof expirations);  // level-triggered: drain it
+      armedDeadline_.reset();
       return;
     }
     const auto fd = static_cast<std::size_t>(ev.data.u64 & 0xffffffffu);
@@ -3063,6 +3100,8 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   }
 
   detail::FileDescriptor epoll_;
+  detail::FileDescriptor timer_;                // CLOCK_MONOTONIC = steady_clock
+  std::optional<Clock::time_point> armedDeadline_;  // what timer_ is set for, until it fires
   std::deque<detail::EpollFdState> fds_;
   std::vector<epoll_event> events_ = std::vector<epoll_event>(256);
 };
@@ -3178,13 +3217,20 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
 
 }  // namespace detail
 
-inline EpollReactor::EpollReactor() : epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+inline EpollReactor::EpollReactor()
+    : epoll_(::epoll_create1(EPOLL_CLOEXEC)), timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   if (!epoll_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: epoll_create1");
+  if (!timer_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: timerfd_create");
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLET;
   ev.data.u64 = kWakeKey;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake().fd(), &ev) != 0) {
     detail::throwSystemError(errno, "coio::EpollReactor: registering the wake-up eventfd");
+  }
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTimerKey;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, timer_.get(), &ev) != 0) {
+    detail::throwSystemError(errno, "coio::EpollReactor: registering the timerfd");
   }
 }
 
@@ -3225,12 +3271,13 @@ inline void EpollReactor::forget(int fd) noexcept {
 }
 
 inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
-  timespec ts{};
-  if (timeout) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*timeout).count();
-    ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  // A timed wait is for a timer: the timerfd wakes the loop instead.
+  if (const auto next = timers_.nextDeadline();
+      timeout && *timeout != Clock::duration::zero() && next && armDeadline(*next)) {
+    timeout.reset();
   }
+  timespec ts{};
+  if (timeout) ts = detail::toTimespec<timespec>(*timeout);
   const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
                                timeout ? &ts : nullptr, nullptr);
   if (n < 0) {

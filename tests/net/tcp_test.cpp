@@ -20,7 +20,7 @@
 using coio::Result;
 using coio::SocketAddress;
 using coio::Task;
-using coio::testing::TestReactors;
+using coio::testing::TcpTestReactors;
 
 namespace {
 
@@ -75,7 +75,7 @@ Task<std::string> echoOnce(R& reactor, SocketAddress server, std::string message
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("TCP echo round trip over IPv4 and IPv6", "[net][tcp]", TestReactors) {
+TEMPLATE_LIST_TEST_CASE("TCP echo round trip over IPv4 and IPv6", "[net][tcp]", TcpTestReactors) {
   TestType reactor;
   for (const SocketAddress& any : {SocketAddress::loopbackV4(), SocketAddress::loopbackV6()}) {
     Listener<TestType> listener = listen(reactor, any);
@@ -103,7 +103,7 @@ TEMPLATE_LIST_TEST_CASE("TCP echo round trip over IPv4 and IPv6", "[net][tcp]", 
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("1000 concurrent connections on one reactor", "[net][tcp]", TestReactors) {
+TEMPLATE_LIST_TEST_CASE("1000 concurrent connections on one reactor", "[net][tcp]", TcpTestReactors) {
   coio::testing::raiseFdLimit();
   const std::size_t fdsBefore = coio::testing::openFdCount();
   {
@@ -122,7 +122,7 @@ TEMPLATE_LIST_TEST_CASE("1000 concurrent connections on one reactor", "[net][tcp
   CHECK(coio::testing::openFdCount() == fdsBefore);
 }
 
-TEMPLATE_LIST_TEST_CASE("large transfers survive partial reads and writes", "[net][tcp]", TestReactors) {
+TEMPLATE_LIST_TEST_CASE("large transfers survive partial reads and writes", "[net][tcp]", TcpTestReactors) {
   TestType reactor;
   Listener<TestType> listener = listen(reactor, SocketAddress::loopbackV4());
   const SocketAddress server = *listener.localAddress();
@@ -160,7 +160,7 @@ TEMPLATE_LIST_TEST_CASE("large transfers survive partial reads and writes", "[ne
   CHECK(received == payload);
 }
 
-TEMPLATE_LIST_TEST_CASE("connect to a closed port is refused", "[net][tcp]", TestReactors) {
+TEMPLATE_LIST_TEST_CASE("connect to a closed port is refused", "[net][tcp]", TcpTestReactors) {
   TestType reactor;
   SocketAddress closedPort;
   {
@@ -174,7 +174,7 @@ TEMPLATE_LIST_TEST_CASE("connect to a closed port is refused", "[net][tcp]", Tes
   CHECK(reactor.runUntil(test(reactor)) == std::errc::connection_refused);
 }
 
-TEMPLATE_LIST_TEST_CASE("orderly close reads as eof, a reset as connection_reset", "[net][tcp]", TestReactors) {
+TEMPLATE_LIST_TEST_CASE("orderly close reads as eof, a reset as connection_reset", "[net][tcp]", TcpTestReactors) {
   TestType reactor;
   Listener<TestType> listener = listen(reactor, SocketAddress::loopbackV4());
   const SocketAddress server = *listener.localAddress();
@@ -216,7 +216,7 @@ TEMPLATE_LIST_TEST_CASE("orderly close reads as eof, a reset as connection_reset
 }
 
 TEMPLATE_LIST_TEST_CASE("stop with TCP operations pending destroys every frame and leaks no fd", "[net][tcp]",
-                        TestReactors) {
+                        TcpTestReactors) {
   const std::size_t fdsBefore = coio::testing::openFdCount();
   {
     TestType reactor;
@@ -245,7 +245,7 @@ TEMPLATE_LIST_TEST_CASE("stop with TCP operations pending destroys every frame a
 }
 
 TEMPLATE_LIST_TEST_CASE("an echo server on a ReactorPool: accept on one reactor, serve on all", "[net][tcp][threads]",
-                        TestReactors) {
+                        TcpTestReactors) {
   coio::ReactorPool<TestType> pool(2);
   TestType& acceptor = pool.reactor(0);
   Result<Listener<TestType>> bound = Listener<TestType>::bind(acceptor, SocketAddress::loopbackV4());

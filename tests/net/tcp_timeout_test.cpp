@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 using coio::Result;
 using coio::SocketAddress;
 using coio::Task;
-using coio::testing::TestReactors;
+using coio::testing::TcpTestReactors;
 
 namespace {
 
@@ -43,7 +43,7 @@ Task<Connected<R>> connectPair(R& reactor) {
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("accept with a timeout that fires, and one that does not", "[net][timeout]",
-                        TestReactors) {
+                        TcpTestReactors) {
   TestType reactor;
   Result<coio::TcpListener<TestType>> listener = coio::TcpListener<TestType>::bind(reactor, SocketAddress::loopbackV4());
   REQUIRE(listener.hasValue());
@@ -68,7 +68,7 @@ TEMPLATE_LIST_TEST_CASE("accept with a timeout that fires, and one that does not
 }
 
 TEMPLATE_LIST_TEST_CASE("a read that times out consumes nothing: the socket is reused", "[net][timeout]",
-                        TestReactors) {
+                        TcpTestReactors) {
   TestType reactor;
   auto test = [](TestType& r) -> Task<void> {
     Connected<TestType> c = co_await connectPair(r);
@@ -89,7 +89,7 @@ TEMPLATE_LIST_TEST_CASE("a read that times out consumes nothing: the socket is r
 }
 
 TEMPLATE_LIST_TEST_CASE("a write blocked on a full socket times out, and the rest can still be written",
-                        "[net][timeout]", TestReactors) {
+                        "[net][timeout]", TcpTestReactors) {
   TestType reactor;
   auto test = [](TestType& r) -> Task<void> {
     Connected<TestType> c = co_await connectPair(r);
@@ -116,7 +116,7 @@ TEMPLATE_LIST_TEST_CASE("a write blocked on a full socket times out, and the res
 }
 
 TEMPLATE_LIST_TEST_CASE("a connect cancelled before it starts yields operation_canceled", "[net][timeout]",
-                        TestReactors) {
+                        TcpTestReactors) {
   TestType reactor;
   auto test = [](TestType& r) -> Task<std::error_code> {
     std::stop_source source;

@@ -16,8 +16,17 @@ namespace coio::testing {
 
 #if COIO_TEST_URING
 using TestReactors = std::tuple<EpollReactor, UringReactor>;
+
+/// UringReactor whose recvs are served by multishot receivers
+/// (Options::multishotRecv): the TCP tests run on it as a third reactor.
+class MultishotUringReactor : public UringReactor {
+ public:
+  MultishotUringReactor() : UringReactor(Options{.multishotRecv = true}) {}
+};
+using TcpTestReactors = std::tuple<EpollReactor, UringReactor, MultishotUringReactor>;
 #else
 using TestReactors = std::tuple<EpollReactor>;
+using TcpTestReactors = TestReactors;
 #endif
 
 /// Open file descriptors of this process (entries of /proc/self/fd).

@@ -1,10 +1,12 @@
 // What only UringReactor has: feature probing and fallback, the submission
 // policy and the operation API for other layers, CQ overflow, and buffer
-// ownership across cancellation, and the task-run modes (TaskRun).
+// ownership across cancellation, the task-run modes (TaskRun), the timer's
+// timeout op, and multishot recvs (the TCP suite also runs on those).
 #include "test_reactors.hpp"
 
 #if COIO_TEST_URING
 #include <coio/core/async_scope.hpp>
+#include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
@@ -24,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <span>
 #include <string>
@@ -316,5 +319,160 @@ TEST_CASE("a deferred reactor that ran on one thread is destroyed on another", "
   CHECK(slept);
   reactor.reset();
   CHECK_FALSE(reactor.has_value());
+}
+
+TEST_CASE("a deferred reactor left with a timer pending is destroyed on another thread", "[uring][threads]") {
+  // The loop ends while its timer's timeout op is armed in the kernel (the
+  // task finished on a readable fd, an hour-long sleep still pending): like
+  // the wake-up poll, that op holds nothing of anyone's, so destruction off
+  // the loop thread must not wait for it.
+  std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.taskRun = coio::TaskRun::deferred});
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
+  FileDescriptor readEnd(fds[0]), writeEnd(fds[1]);
+  bool done = false;
+  std::thread loop([&] {
+    reactor->runUntil([](UringReactor& r, int fd, bool& flag) -> Task<void> {
+      r.spawn([](UringReactor& rr) -> Task<void> { co_await rr.sleepFor(1h); }(r));
+      coio::Result<void> ready = co_await r.readable(fd);
+      CHECK(ready.hasValue());
+      flag = true;
+    }(*reactor, readEnd.get(), done));
+  });
+  std::this_thread::sleep_for(20ms);  // the loop waits, its hour-long deadline armed
+  REQUIRE(::write(writeEnd.get(), "x", 1) == 1);
+  loop.join();
+  CHECK(done);
+  reactor.reset();
+  CHECK_FALSE(reactor.has_value());
+}
+
+TEST_CASE("a timer set earlier than the armed deadline wakes the loop on time", "[uring][threads][timer]") {
+  // The loop sleeps towards an hour-long deadline (one timeout op in the
+  // kernel); a task handed over from another thread sets a 20 ms timer,
+  // which must move that op, not wait behind it. A watchdog ends a hang.
+  UringReactor reactor;
+  reactor.spawn([](UringReactor& r) -> Task<void> { co_await r.sleepFor(1h); }(reactor));
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::duration> woke;
+  std::thread other([&] {
+    std::this_thread::sleep_for(20ms);
+    reactor.spawn([](UringReactor& r, auto& at, auto t0) -> Task<void> {
+      co_await r.sleepFor(20ms);
+      at = std::chrono::steady_clock::now() - t0;
+      r.stop();
+    }(reactor, woke, start));
+  });
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(5s);
+    reactor.stop();
+  });
+  reactor.run();
+  other.join();
+  watchdog.join();
+  REQUIRE(woke.has_value());
+  CHECK(*woke >= 40ms);
+  CHECK(*woke < 2s);
+}
+
+namespace {
+
+// A connected pair on `r`: the accepted (server) end and the client end.
+struct StreamPair {
+  coio::TcpStream<UringReactor> server;
+  coio::TcpStream<UringReactor> client;
+};
+Task<StreamPair> connectPair(UringReactor& r) {
+  auto listener = coio::TcpListener<UringReactor>::bind(r, coio::SocketAddress::loopbackV4());
+  REQUIRE(listener.hasValue());
+  auto client = co_await coio::TcpStream<UringReactor>::connect(r, *listener->localAddress());
+  REQUIRE(client.hasValue());
+  auto server = co_await listener->accept();
+  REQUIRE(server.hasValue());
+  co_return StreamPair{std::move(*server), std::move(*client)};
+}
+
+std::byte patternByte(std::size_t i) { return static_cast<std::byte>((i * 131 + i / 251) & 0xff); }
+
+}  // namespace
+
+TEST_CASE("multishot recv: a reader that falls behind stops the socket draining, and loses nothing",
+          "[uring][multishot]") {
+  UringReactor reactor(UringReactor::Options{.multishotRecv = true});
+  REQUIRE(reactor.multishotRecv());  // Linux 6.0+: CI's kernels have it
+  auto test = [](UringReactor& r) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    std::byte first[1];
+    // The first read arms the multishot recv; it stays armed from then on.
+    REQUIRE(::send(pair.client.fd(), "\x00", 1, 0) == 1);
+    coio::Result<std::size_t> n = co_await pair.server.read(first);
+    REQUIRE(n.hasValue());
+    // Nobody reads now. The armed recv takes data off the socket until it
+    // holds kRecvBacklogLimit, then lets go: the socket fills and the
+    // writer is held back (without the limit it would take everything).
+    constexpr std::size_t kMax = 64 << 20;
+    std::vector<std::byte> chunk(64 * 1024);
+    std::size_t sent = 0;
+    for (int stalls = 0; sent < kMax && stalls < 50;) {
+      for (std::size_t k = 0; k < chunk.size(); ++k) chunk[k] = patternByte(sent + k);
+      const ssize_t w = ::send(pair.client.fd(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+      if (w > 0) {
+        sent += static_cast<std::size_t>(w);
+        stalls = 0;
+      } else {
+        REQUIRE(errno == EAGAIN);
+        ++stalls;
+        co_await r.sleepFor(1ms);  // the loop reaps whatever the recv took meanwhile
+      }
+    }
+    CHECK(sent < kMax);
+    // Everything arrives, in order, once the reader reads again.
+    std::vector<std::byte> got(sent);
+    coio::Result<void> all = co_await pair.server.readExact(got);
+    REQUIRE(all.hasValue());
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < sent; ++i) wrong += got[i] != patternByte(i);
+    CHECK(wrong == 0);
+  };
+  reactor.runUntil(test(reactor));
+}
+
+TEST_CASE("multishot recv: connections sharing too few provided buffers (ENOBUFS) still get every byte",
+          "[uring][multishot]") {
+  // One 64-byte buffer for all sockets: their recvs keep running out
+  // (ENOBUFS ends a multishot recv) and are re-armed when a reader waits.
+  UringReactor reactor(UringReactor::Options{.multishotRecv = true, .recvBuffers = 1, .recvBufferSize = 64});
+  REQUIRE(reactor.multishotRecv());
+  auto oneConnection = [](UringReactor& r, std::size_t bytes) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    std::vector<std::byte> data(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) data[i] = patternByte(i);
+    auto writer = [](coio::TcpStream<UringReactor>& s, std::span<const std::byte> d) -> Task<void> {
+      coio::Result<void> written = co_await s.writeAll(d);
+      CHECK(written.hasValue());
+    };
+    auto reader = [](coio::TcpStream<UringReactor>& s, std::size_t size) -> Task<std::vector<std::byte>> {
+      std::vector<std::byte> out(size);
+      coio::Result<void> got = co_await s.readExact(out);
+      CHECK(got.hasValue());
+      co_return out;
+    };
+    auto [unit, received] = co_await coio::collectAll(writer(pair.client, data), reader(pair.server, bytes));
+    (void)unit;
+    CHECK(received == data);
+  };
+  auto test = [&](UringReactor& r) -> Task<void> {
+    std::vector<Task<void>> connections;
+    for (int i = 0; i < 4; ++i) connections.push_back(oneConnection(r, 256 * 1024));
+    co_await coio::collectAllRange(std::move(connections));
+  };
+  reactor.runUntil(test(reactor));
+}
+
+TEST_CASE("multishot recv: invalid buffer options are a programming error", "[uring][multishot]") {
+  using Options = UringReactor::Options;
+  CHECK_THROWS_AS(UringReactor(Options{.multishotRecv = true, .recvBuffers = 3}), std::invalid_argument);
+  CHECK_THROWS_AS(UringReactor(Options{.multishotRecv = true, .recvBufferSize = 0}), std::invalid_argument);
+  CHECK_NOTHROW(UringReactor(Options{.recvBuffers = 3}));  // ignored while multishot recvs are off
 }
 #endif

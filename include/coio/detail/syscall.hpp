@@ -5,6 +5,7 @@
 #include <coio/core/result.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <system_error>
@@ -32,6 +33,16 @@ Result<T> toResult(long raw) {
   } else {
     return static_cast<T>(raw);
   }
+}
+
+/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
+/// a timespec-shaped struct (timespec, __kernel_timespec).
+template <typename Timespec>
+Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
+  Timespec ts{};
+  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
+  return ts;
 }
 
 /// For failures that leave an object unusable at construction (no epoll fd,

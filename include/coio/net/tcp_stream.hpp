@@ -149,7 +149,9 @@ class TcpStream {
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
   /// another one: `TcpStream(other, stream.release())`. No operation may be
-  /// pending.
+  /// pending. On a UringReactor with multishot recvs, release a socket
+  /// before its first read (data its recv took and nobody read would be
+  /// dropped; see UringReactor::Options::multishotRecv).
   detail::FileDescriptor release() noexcept {
     if (fd_.valid()) reactor_->forget(fd_.get());
     return std::move(fd_);

@@ -9,10 +9,12 @@
 #   run_net_bench.sh [--build-dir build] [--seconds 3] [--rounds 3]
 #                    [--placement pinned|unpinned] [--tests stream,rr1,rr64]
 # --tests: which rows to run (default all three; the references are run
-# only for the rows that need them). The rr1 row also measures the uring
-# reactor with TaskRun::cooperative (the default before session 4), and
-# raw liburing doing the same (uring_rr: no coio; ring flags as the reactor's
-# default, then with a multishot recv): the floor under coio's uring figure.
+# only for the rows that need them). Each row also measures the uring
+# reactor with Options::multishotRecv (net_bench --multishot 1). The rr1 row
+# also measures it with TaskRun::cooperative (the default before session 4),
+# and raw liburing doing the same (uring_rr: no coio; ring flags as the
+# reactor's default, then with a multishot recv): the floor under coio's
+# uring figures.
 # pinned: both ends on CPU 0 (this VM charges ~35-40 us per cross-CPU wake-up).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -106,6 +108,9 @@ for ((round = 1; round <= rounds; ++round)); do
     if want rr1; then coio_figure $reactor rr 1 64; samples[$reactor-rr1]+=" $result"; fi
     if want rr64; then coio_figure $reactor rr 64 64; samples[$reactor-rr64]+=" $result"; fi
   done
+  if want stream; then coio_figure uring stream 1 1048576 --multishot 1; samples[multishot-stream]+=" $result"; fi
+  if want rr1; then coio_figure uring rr 1 64 --multishot 1; samples[multishot-rr1]+=" $result"; fi
+  if want rr64; then coio_figure uring rr 64 64 --multishot 1; samples[multishot-rr64]+=" $result"; fi
   if want rr1; then
     coio_figure uring rr 1 64 --taskrun cooperative; samples[uring-cooperative-rr1]+=" $result"
     raw_figure --size 64; samples[raw-rr1]+=" $result"
@@ -125,17 +130,21 @@ echo "| test | reference | coio epoll | ratio | coio uring | ratio |"
 echo "|---|---|---|---|---|---|"
 if want stream; then
   echo "| streaming 1 MiB messages, 1 connection (Gbit/s) | iperf3 ${m[iperf3]} | ${m[epoll-stream]} | $(ratio ${m[epoll-stream]} ${m[iperf3]}) | ${m[uring-stream]} | $(ratio ${m[uring-stream]} ${m[iperf3]}) |"
+  echo "| same, uring with multishotRecv (not meant for streams) | iperf3 ${m[iperf3]} | - | - | ${m[multishot-stream]} | $(ratio ${m[multishot-stream]} ${m[iperf3]}) |"
 fi
 if want rr1; then
   echo "| request/response 64 B, 1 connection (round trips/s) | sockperf ${m[sockperf]} | ${m[epoll-rr1]} | $(ratio ${m[epoll-rr1]} ${m[sockperf]}) | ${m[uring-rr1]} | $(ratio ${m[uring-rr1]} ${m[sockperf]}) |"
+  echo "| same, uring with multishotRecv | sockperf ${m[sockperf]} | - | - | ${m[multishot-rr1]} | $(ratio ${m[multishot-rr1]} ${m[sockperf]}) |"
   echo "| same, uring with TaskRun::cooperative | sockperf ${m[sockperf]} | - | - | ${m[uring-cooperative-rr1]} | $(ratio ${m[uring-cooperative-rr1]} ${m[sockperf]}) |"
   echo "| same, raw liburing (uring_rr, no coio), default ring flags | sockperf ${m[sockperf]} | - | - | ${m[raw-rr1]} | $(ratio ${m[raw-rr1]} ${m[sockperf]}) |"
   echo "| same, raw liburing, multishot recv + provided buffers | sockperf ${m[sockperf]} | - | - | ${m[raw-multishot-rr1]} | $(ratio ${m[raw-multishot-rr1]} ${m[sockperf]}) |"
 fi
 if want rr64; then
   echo "| request/response 64 B, 64 connections (round trips/s) | sockperf (1 conn) ${m[sockperf]} | ${m[epoll-rr64]} | $(ratio ${m[epoll-rr64]} ${m[sockperf]}) | ${m[uring-rr64]} | $(ratio ${m[uring-rr64]} ${m[sockperf]}) |"
+  echo "| same, uring with multishotRecv | sockperf (1 conn) ${m[sockperf]} | - | - | ${m[multishot-rr64]} | $(ratio ${m[multishot-rr64]} ${m[sockperf]}) |"
 fi
 if want rr1; then
   echo
-  echo "coio uring / raw liburing, request/response (same ring flags and pinning): $(ratio ${m[uring-rr1]} ${m[raw-rr1]})"
+  echo "coio uring / raw liburing, request/response (same ring flags and pinning): $(ratio ${m[uring-rr1]} ${m[raw-rr1]});" \
+    "both with a multishot recv: $(ratio ${m[multishot-rr1]} ${m[raw-multishot-rr1]})"
 fi
