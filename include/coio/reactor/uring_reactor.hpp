@@ -215,7 +215,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     /// and is copied into the buffer of the read that waits for it, or kept
     /// for the next read (up to kRecvBacklogLimit per socket, then the recv
     /// is disarmed until the reader catches up). Saves the kernel a failed
-    /// recv attempt and a poll arm/disarm per message (+4-6 % loopback
+    /// recv attempt and a poll arm/disarm per message (+3-4 % loopback
     /// request rate), but costs a copy and 4 KiB pieces: not for bulk
     /// streams. Falls back to plain recvs before Linux 6.0 (see
     /// multishotRecv()). While on, data already taken from a socket lives in
