@@ -2373,6 +2373,14 @@ class EventFd {
 
 class LoopCore;
 
+/// A coroutine queued to resume in a later loop iteration without
+/// allocating (LoopCore::post): the awaiter that queues it owns the node,
+/// so that noexcept paths such as stop callbacks can queue.
+struct PostedResume {
+  PostedResume* next = nullptr;
+  std::coroutine_handle<> handle;
+};
+
 // The coroutine that owns a spawned task. It lives in the reactor's list of
 // roots until it finishes (then it unlinks and frees itself), until the loop
 // stops before it started (then the loop destroys it), or until the reactor
@@ -2558,7 +2566,7 @@ class LoopCore {
         COIO_ASSERT(self->core_.isInLoopThread(), "stop requested off the reactor's thread");
         if (!self->queued()) return;
         self->core_.timers_.remove(*self);
-        self->core_.post(self->handle_);
+        self->core_.post(self->posted_, self->handle_);
       }
     };
     static void onFire(TimerNode* n) noexcept {
@@ -2570,6 +2578,7 @@ class LoopCore {
     LoopCore& core_;
     std::stop_token stop_;
     std::coroutine_handle<> handle_;
+    PostedResume posted_;
     bool fired_ = false;
     std::optional<std::stop_callback<OnStop>> onStop_;
   };
@@ -2589,7 +2598,14 @@ class LoopCore {
   }
 
   /// Loop thread: resume `h` in a later iteration (after I/O is polled).
-  void post(std::coroutine_handle<> h) { ready_.push_back(h); }
+  /// Never allocates: `node`, which must live until then (a member of the
+  /// awaiter `h` is suspended in), carries it.
+  void post(PostedResume& node, std::coroutine_handle<> h) noexcept {
+    node.handle = h;
+    node.next = nullptr;
+    (postedTail_ ? postedTail_->next : postedHead_) = &node;
+    postedTail_ = &node;
+  }
 
   /// How many operations per loop iteration may complete inline (without
   /// suspending) when their fd is ready. Past that, they complete but
@@ -2640,7 +2656,7 @@ class LoopCore {
       closed_ = true;
       remote_.clear();
     }
-    ready_.clear();
+    clearReady();
     for (;;) {
       RootPromise* p;
       {
@@ -2651,7 +2667,7 @@ class LoopCore {
       }
       std::coroutine_handle<RootPromise>::from_promise(*p).destroy();
     }
-    ready_.clear();  // whatever the destructors scheduled: those frames are gone
+    clearReady();  // whatever the destructors scheduled: those frames are gone
   }
 
   /// Loop thread, once it saw the stop: destroys the spawned tasks that never
@@ -2674,24 +2690,36 @@ class LoopCore {
         p = next;
       }
     }
-    ready_.clear();
+    clearReady();
     while (unstarted) {
       RootPromise* next = unstarted->next;
       std::coroutine_handle<RootPromise>::from_promise(*unstarted).destroy();
       unstarted = next;
     }
-    ready_.clear();
+    clearReady();
   }
 
  protected:
   void runReady() {
     std::swap(ready_, running_);
+    PostedResume* posted = std::exchange(postedHead_, nullptr);
+    postedTail_ = nullptr;
     for (std::coroutine_handle<> h : running_) h.resume();
     running_.clear();
+    while (posted) {
+      PostedResume* next = posted->next;  // the node may be gone once its coroutine resumed
+      posted->handle.resume();
+      posted = next;
+    }
+  }
+
+  void clearReady() noexcept {
+    ready_.clear();
+    postedHead_ = postedTail_ = nullptr;
   }
 
   std::optional<Clock::duration> pollTimeout() const noexcept {
-    if (!ready_.empty()) return Clock::duration::zero();
+    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
     const auto next = timers_.nextDeadline();
     if (!next) return std::nullopt;
     return std::max(*next - Clock::now(), Clock::duration::zero());
@@ -2707,6 +2735,8 @@ class LoopCore {
 
   // Loop thread only.
   std::vector<std::coroutine_handle<>> ready_;
+  PostedResume* postedHead_ = nullptr;  // post(): resumed after ready_, in order
+  PostedResume* postedTail_ = nullptr;
   TimerQueue timers_;
   unsigned inlineTurns_ = kInlineTurnsPerIteration;  // see takeInlineTurn()
   std::atomic<std::thread::id> loopThread_{};
@@ -3140,7 +3170,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     handle_ = h;
     if constexpr (!Rearm) {
       if (!tried_ && tryNow()) {
-        reactor_.post(h);  // done, but the loop's other work goes first
+        reactor_.post(posted_, h);  // done, but the loop's other work goes first
         return true;
       }
     }
@@ -3165,7 +3195,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
       if (!self->waiting_) return;
       self->finish(-ECANCELED);
-      self->reactor_.post(self->handle_);
+      self->reactor_.post(self->posted_, self->handle_);
     }
   };
 
@@ -3207,6 +3237,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   std::stop_token stop_;
   long result_ = 0;
   std::coroutine_handle<> handle_;
+  PostedResume posted_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
 

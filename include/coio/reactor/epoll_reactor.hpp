@@ -296,7 +296,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     handle_ = h;
     if constexpr (!Rearm) {
       if (!tried_ && tryNow()) {
-        reactor_.post(h);  // done, but the loop's other work goes first
+        reactor_.post(posted_, h);  // done, but the loop's other work goes first
         return true;
       }
     }
@@ -321,7 +321,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
       if (!self->waiting_) return;
       self->finish(-ECANCELED);
-      self->reactor_.post(self->handle_);
+      self->reactor_.post(self->posted_, self->handle_);
     }
   };
 
@@ -363,6 +363,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   std::stop_token stop_;
   long result_ = 0;
   std::coroutine_handle<> handle_;
+  PostedResume posted_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
 

@@ -666,7 +666,7 @@ class [[nodiscard]] MultishotRead {
       COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
       self->receiver_->abandon(self);
       self->result_ = -ECANCELED;
-      self->reactor_.post(self->handle_);
+      self->reactor_.post(self->posted_, self->handle_);
     }
   };
 
@@ -677,6 +677,7 @@ class [[nodiscard]] MultishotRead {
   UringReceiver* receiver_ = nullptr;
   int result_ = 0;
   std::coroutine_handle<> handle_;
+  PostedResume posted_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
