@@ -302,22 +302,7 @@ int main(int argc, char** argv) {
   }
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
-  if (transport == "rdma") {
-#if COIO_STORAGE_RDMA
-    std::string why;
-    coio::Result<std::unique_ptr<coio::rdma::Device>> device = coio::rdma::Device::open({.name = rdmaDevice}, &why);
-    if (!device) {
-      std::fprintf(stderr, "coio-storage-bench: cannot use RDMA: %s%s%s\n  run over TCP instead: --transport tcp\n",
-                   device.error().message().c_str(), why.empty() ? "" : ": ", why.c_str());
-      return 1;
-    }
-    settings.device = std::move(*device);
-#else
-    std::fputs("coio-storage-bench: this build has no RDMA support (libibverbs was not found when it was built); "
-               "use --transport tcp\n", stderr);
-    return 1;
-#endif
-  }
+  if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-bench", rdmaDevice, settings)) return 1;
   if (!dir.empty()) {
     coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(dir);
     if (!index) {

@@ -1,8 +1,14 @@
 #pragma once
 // Command-line helpers shared by coio-storage-server and coio-storage-bench.
+#if COIO_STORAGE_RDMA
+#include "rdma_channel.hpp"
+#endif
+
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -33,6 +39,30 @@ inline std::optional<std::uint64_t> parseCount(std::string_view text) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
   return value;
+}
+
+/// --transport rdma: opens the RDMA device `name` (the first one if empty)
+/// into `settings.device`. Without one, or in a build without libibverbs,
+/// tells the user why and to use TCP instead, and returns false.
+template <typename Settings>
+bool openRdmaDevice(const char* program, const std::string& name, Settings& settings) {
+#if COIO_STORAGE_RDMA
+  std::string why;
+  coio::Result<std::unique_ptr<coio::rdma::Device>> device = coio::rdma::Device::open({.name = name}, &why);
+  if (device) {
+    settings.device = std::move(*device);
+    return true;
+  }
+  // `why` is the whole story when the device layer gave one.
+  if (why.empty()) why = device.error().message();
+  std::fprintf(stderr, "%s: cannot use RDMA: %s\n  use TCP instead: --transport tcp\n", program, why.c_str());
+#else
+  (void)name;
+  (void)settings;
+  std::fprintf(stderr, "%s: this build has no RDMA support (libibverbs was not found when it was built); "
+               "use --transport tcp\n", program);
+#endif
+  return false;
 }
 
 }  // namespace storage::cli

@@ -280,22 +280,10 @@ int serve(const std::map<std::string, std::string>& options) {
                  "--dir %s --chunks N --chunk-size S)\n", settings.dir.c_str(), settings.dir.c_str());
     return 1;
   }
-  std::string why;
-  if (transport == "rdma") {
-#if COIO_STORAGE_RDMA
-    coio::Result<std::unique_ptr<coio::rdma::Device>> device = coio::rdma::Device::open({.name = settings.rdmaDevice}, &why);
-    if (!device) {
-      std::fprintf(stderr, "coio-storage-server: cannot serve over RDMA: %s%s%s\n  serve over TCP instead: --transport tcp\n",
-                   device.error().message().c_str(), why.empty() ? "" : ": ", why.c_str());
-      return 1;
-    }
-    settings.device = std::move(*device);
-#else
-    std::fputs("coio-storage-server: this build has no RDMA support (libibverbs was not found when it was built); "
-               "serve over TCP: --transport tcp\n", stderr);
+  if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-server", settings.rdmaDevice, settings)) {
     return 1;
-#endif
   }
+  std::string why;
   if (const coio::ReactorKind usable = coio::usableReactorKind(settings.kind, &why); usable != settings.kind) {
     std::fprintf(stderr, "coio-storage-server: %s; using epoll\n", why.c_str());
     settings.kind = usable;
