@@ -99,6 +99,12 @@ class Channel {
   /// After a protocol error (best effort, within `grace`): sends an Error
   /// frame and lets the peer read it before the connection goes.
   virtual coio::Task<void> sendError(const ReadFailure& failure, std::chrono::steady_clock::duration grace) = 0;
+  /// Server, beside the reader: watches for a peer gone without a word on
+  /// the channel (RDMA: the client's bootstrap TCP stream ended, e.g. its
+  /// process died; an idle queue pair alone never notices) and then
+  /// aborts the channel, which fails the pending readFrame. Ends there, when
+  /// `stop` is requested, or at once where readFrame sees the end itself (TCP).
+  virtual coio::Task<void> watchPeer(std::stop_token stop) = 0;
   virtual coio::Task<void> close() = 0;
 };
 

@@ -48,7 +48,9 @@ class RdmaChannel final : public Channel<R> {
   /// Creates a queue pair on `device` and connects it over `stream` (whose
   /// peer does the same); gives up after `timeout` or when `stop` is
   /// requested. Errors: the queue pair's (RdmaErrc::deviceTooSmall, the
-  /// handshake's), std::errc::timed_out. The stream is closed either way.
+  /// handshake's), std::errc::timed_out. On success the channel keeps the
+  /// stream open, silent, for its whole life: its end tells the peer that
+  /// this side is gone (watchPeer); on failure it is closed.
   static coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> connect(
       R& reactor, const coio::rdma::Device& device, coio::TcpStream<R> stream, std::stop_token stop,
       std::chrono::steady_clock::duration timeout, const coio::rdma::MemoryRegion* local = nullptr,
@@ -61,12 +63,12 @@ class RdmaChannel final : public Channel<R> {
     auto [connected, unit] = co_await coio::collectAll(connectThenStop(**qp, stream, done),
                                                        shutdownWhenDue(reactor, stream, stop, done, timeout, expired));
     (void)unit;
-    stream.close();
     if (!connected) {
+      stream.close();
       (void)co_await (*qp)->close();
       co_return expired ? std::make_error_code(std::errc::timed_out) : connected.error();
     }
-    co_return std::unique_ptr<Channel<R>>(new RdmaChannel(std::move(*qp), local, budget));
+    co_return std::unique_ptr<Channel<R>>(new RdmaChannel(std::move(*qp), std::move(stream), local, budget));
   }
 
   std::string_view name() const noexcept override { return "rdma"; }
@@ -174,11 +176,24 @@ class RdmaChannel final : public Channel<R> {
     (void)co_await coio::withTimeout(qp_->reactor(), sendFrame, grace);
   }
 
+  coio::Task<void> watchPeer(std::stop_token stop) override {
+    // Nothing is ever written to the bootstrap stream after the handshake:
+    // its end (EOF, a reset) or a stray byte means the peer is gone.
+    std::byte byte[1];
+    coio::Result<std::size_t> n = co_await bootstrap_.read(byte, std::move(stop));
+    if (!n && n.error() == std::errc::operation_canceled) co_return;
+    abort();
+  }
+
+  // The queue pair first (its CLOSE reaches the peer), then the stream with
+  // the channel.
   coio::Task<void> close() override { (void)co_await qp_->close(); }
 
  private:
-  RdmaChannel(std::unique_ptr<QueuePair> qp, const coio::rdma::MemoryRegion* local, RdmaWriteBudget* budget)
-      : qp_(std::move(qp)), local_(local), budget_(budget), inbox_(qp_->config().messageSize) {}
+  RdmaChannel(std::unique_ptr<QueuePair> qp, coio::TcpStream<R> bootstrap, const coio::rdma::MemoryRegion* local,
+              RdmaWriteBudget* budget)
+      : qp_(std::move(qp)), bootstrap_(std::move(bootstrap)), local_(local), budget_(budget),
+        inbox_(qp_->config().messageSize) {}
 
   static coio::Task<coio::Result<void>> connectThenStop(QueuePair& qp, coio::TcpStream<R>& stream,
                                                         std::stop_source& done) {
@@ -199,6 +214,7 @@ class RdmaChannel final : public Channel<R> {
   }
 
   std::unique_ptr<QueuePair> qp_;
+  coio::TcpStream<R> bootstrap_;  // the handshake's stream, open while the channel lives
   const coio::rdma::MemoryRegion* local_;
   RdmaWriteBudget* budget_;
   std::vector<coio::rdma::MemoryRegion> regions_;  // client: where IOs may land

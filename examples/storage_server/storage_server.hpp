@@ -306,8 +306,9 @@ class StorageServer {
     Connection conn(std::move(*channel));
     connections_.insert(&conn);
     ++stats_.connections;
-    ReadFailure failure = co_await readRequests(conn);
-    conn.stop.request_stop();
+    auto [failure, unit] = co_await coio::collectAll(readRequestsThenStop(conn),
+                                                     conn.channel->watchPeer(conn.stop.get_token()));
+    (void)unit;
     co_await conn.requests.join();
     if (failure.isProtocolError()) {
       ++stats_.protocolErrors;
@@ -316,6 +317,14 @@ class StorageServer {
     co_await conn.channel->close();
     --stats_.connections;
     connections_.erase(&conn);
+  }
+
+  // The reader; its end (or the watch's abort, which ends it) ends
+  // everything else on the connection.
+  coio::Task<ReadFailure> readRequestsThenStop(Connection& conn) {
+    ReadFailure failure = co_await readRequests(conn);
+    conn.stop.request_stop();
+    co_return failure;
   }
 
   // The connection's reader: decodes frames and starts a task per request.

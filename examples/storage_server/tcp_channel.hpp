@@ -72,6 +72,9 @@ class TcpChannel final : public Channel<R> {
   coio::Task<void> sendError(const ReadFailure& failure, std::chrono::steady_clock::duration grace) override {
     return sendErrorAndDrain(stream_, writer_, failure, grace);
   }
+  // readFrame sees the stream end itself.
+  coio::Task<void> watchPeer(std::stop_token) override { co_return; }
+
   coio::Task<void> close() override {
     stream_.close();
     co_return;

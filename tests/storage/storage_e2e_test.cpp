@@ -15,6 +15,8 @@
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -394,6 +396,63 @@ TEMPLATE_LIST_TEST_CASE("a client that disconnects mid-request gets every buffer
     const bool closed = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });
     CHECK(closed);
     CHECK(server.buffersInUse() == 0);
+  });
+}
+
+// In a forked child, with its own reactor (and device): connects a channel
+// of the setup's transport to `address`, writes a byte to `ready`, then
+// waits to be killed. Never returns; no Catch2 here (exit codes instead).
+template <typename S>
+[[noreturn]] void runDoomedClient(coio::SocketAddress address, int ready) {
+  using R = typename S::R;
+#if COIO_E2E_RDMA
+  auto device = coio::rdma::Device::open({.name = Fixture<S>::deviceName()});
+  if (!device) ::_exit(2);
+#endif
+  R reactor;
+  auto connectThenWait = [&](R& r) -> Task<void> {
+    Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(r, address);
+    if (!stream) ::_exit(3);
+#if COIO_E2E_RDMA
+    Result<std::unique_ptr<storage::Channel<R>>> channel =
+        co_await storage::RdmaChannel<R>::connect(r, **device, std::move(*stream), {}, 10s);
+    if (!channel) ::_exit(4);
+#endif
+    const char byte = 1;
+    if (::write(ready, &byte, 1) != 1) ::_exit(5);
+    for (;;) ::pause();  // connected, silent, until SIGKILL
+  };
+  reactor.runUntil(connectThenWait(reactor));
+  ::_exit(6);
+}
+
+TEMPLATE_LIST_TEST_CASE("a client process killed while connected is dropped at once", "[storage][e2e]", Setups) {
+  // Over RDMA an idle queue pair never learns that its peer died: the
+  // server watches the bootstrap TCP stream, which the kernel closes.
+  Fixture<TestType> f;
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    int pipeFds[2];
+    REQUIRE(::pipe2(pipeFds, O_CLOEXEC | O_NONBLOCK) == 0);
+    coio::detail::FileDescriptor readyRead(pipeFds[0]), readyWrite(pipeFds[1]);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) runDoomedClient<TestType>(fx.address, readyWrite.get());
+    readyWrite.reset();
+    // The server (this loop) serves the child's handshake meanwhile.
+    const Result<void> readable = co_await fx.reactor.readable(readyRead.get());
+    char byte = 0;
+    const bool connected = readable && ::read(readyRead.get(), &byte, 1) == 1;
+    fx.reactor.forget(readyRead.get());
+    auto& server = *fx.server;
+    const std::uint64_t whileAlive = server.stats().connections;
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(connected);  // else the child exited early: its exit code says where
+    CHECK(whileAlive == 1);
+    CHECK(WIFSIGNALED(status));
+    const bool dropped = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });
+    CHECK(dropped);
   });
 }
 
