@@ -4633,13 +4633,7 @@ class UringReceiver : UringOperation {
   }
   /// The socket is being forgotten: true if the receiver can be freed now,
   /// false if it frees itself at its recv's last completion.
-  bool release() noexcept {
-    released_ = true;
-    waiter_ = nullptr;
-    if (!armed_) return true;
-    cancel();
-    return false;
-  }
+  bool release() noexcept;
   /// After the reactor quiesced: the kernel holds no recv any more.
   void disarm() noexcept { armed_ = cancelling_ = false; }
 
@@ -4720,7 +4714,7 @@ class [[nodiscard]] MultishotRead {
     MultishotRead* self;
     void operator()() const noexcept {
       COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      self->receiver_->abandon(self);
+      if (self->receiver_) self->receiver_->abandon(self);
       self->result_ = -ECANCELED;
       self->reactor_.post(self->posted_, self->handle_);
     }
@@ -4736,6 +4730,16 @@ class [[nodiscard]] MultishotRead {
   PostedResume posted_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
+
+inline bool UringReceiver::release() noexcept {
+  released_ = true;
+  // A read still pending (only after stop(): its frame is destroyed later,
+  // maybe after this receiver) must not reach back into it.
+  if (waiter_) std::exchange(waiter_, nullptr)->receiver_ = nullptr;
+  if (!armed_) return true;
+  cancel();
+  return false;
+}
 
 inline bool UringReceiver::wait(MultishotRead& read) noexcept {
   COIO_ASSERT(waiter_ == nullptr, "two reads pending on one socket");

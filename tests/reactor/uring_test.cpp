@@ -469,6 +469,35 @@ TEST_CASE("multishot recv: connections sharing too few provided buffers (ENOBUFS
   reactor.runUntil(test(reactor));
 }
 
+TEST_CASE("multishot recv: a read left pending by stop() is destroyed after its socket, safely",
+          "[uring][multishot]") {
+  // Roots are destroyed newest first: the task owning the socket goes
+  // before the reader suspended on it, whose receiver is freed with the
+  // socket (ASan would see the reader's frame touch it afterwards).
+  std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.multishotRecv = true});
+  std::optional<coio::TcpStream<UringReactor>> slot;
+  bool readerStarted = false;
+  auto test = [&](UringReactor& r) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    slot.emplace(std::move(pair.server));
+    r.spawn([](coio::TcpStream<UringReactor>& s, bool& started) -> Task<void> {
+      started = true;
+      std::byte byte[1];
+      (void)co_await s.read(byte);  // never completes: nothing is sent
+    }(*slot, readerStarted));
+    r.spawn([](UringReactor& rr, std::optional<coio::TcpStream<UringReactor>>& from) -> Task<void> {
+      coio::TcpStream<UringReactor> owned = std::move(*from);  // the pending read keeps only the fd
+      co_await rr.sleepFor(1h);
+    }(r, slot));
+    co_await r.sleepFor(20ms);
+    r.stop();
+  };
+  reactor->runUntil(test(*reactor));
+  CHECK(readerStarted);
+  reactor.reset();  // destroys the owner, then the reader
+  CHECK_FALSE(reactor.has_value());
+}
+
 TEST_CASE("multishot recv: invalid buffer options are a programming error", "[uring][multishot]") {
   using Options = UringReactor::Options;
   CHECK_THROWS_AS(UringReactor(Options{.multishotRecv = true, .recvBuffers = 3}), std::invalid_argument);
