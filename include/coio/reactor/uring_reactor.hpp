@@ -191,6 +191,9 @@ inline std::string describeUringSetupError(int err) {
 ///   completions before timers and ready coroutines run again. A stop
 ///   callback or the wake-up path never throws: what it cannot submit (SQ
 ///   full and refused by the kernel) goes out before the loop's next wait.
+/// - Timers wake the loop through one IORING_OP_TIMEOUT for the earliest
+///   deadline, moved only when that deadline changes (a wait with a timeout
+///   of its own costs the kernel an hrtimer per wait).
 /// - Options::taskRun picks when the kernel posts completions (TaskRun):
 ///   `deferred` by default, which binds the ring to the thread that first
 ///   runs the loop (see TaskRun::deferred for what that forbids; pick
@@ -218,10 +221,13 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     /// recv attempt and a poll arm/disarm per message (+3-4 % loopback
     /// request rate), but costs a copy and 4 KiB pieces: not for bulk
     /// streams. Falls back to plain recvs before Linux 6.0 (see
-    /// multishotRecv()). While on, data already taken from a socket lives in
-    /// the reactor: forget(fd) (TcpStream::close / release) drops what no
-    /// read took, so hand sockets to another reactor before reading them,
-    /// and read a socket through `recv` only (not readable() + read(2)).
+    /// multishotRecv()). While on, receivers are found by fd, so a socket
+    /// read through `recv` must be forgotten before it is closed (as under
+    /// EpollReactor; TcpStream does it), and data already taken from a
+    /// socket lives in the reactor: forget(fd) (TcpStream::close / release)
+    /// drops what no read took, so hand sockets to another reactor before
+    /// reading them, and read a socket through `recv` only (not readable()
+    /// + read(2)).
     bool multishotRecv = false;
     unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishotRecv)
     unsigned recvBufferSize = 4096;  ///< bytes each (multishotRecv)
