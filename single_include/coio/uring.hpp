@@ -2167,9 +2167,10 @@ class TcpListener {
 // the loop (run / runUntil / stop), tasks owned by the reactor (spawn),
 // hand-over from other threads (schedule, through an eventfd), and timers.
 // Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
-// `resumeRemote()` when the wake-up eventfd fired) and `quiesce()` (make
-// sure the kernel holds no reference to any operation, without resuming
-// anything).
+// `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
+// the loop at time t without a timeout on each wait; false if it cannot)
+// and `quiesce()` (make sure the kernel holds no reference to any
+// operation, without resuming anything).
 // begin <coio/detail/syscall.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
@@ -2869,7 +2870,7 @@ class ReactorBase : public LoopCore {
       // (e.g. a TCG guest's), each read is a system call.
       if (timers_.size() != 0) timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
-      derived().poll(pollTimeout());
+      derived().poll(waitTimeout());
     }
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
@@ -2877,6 +2878,20 @@ class ReactorBase : public LoopCore {
       destroyUnstartedRoots();
     }
     if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  }
+
+  // How long Derived::poll may wait: not at all with coroutines ready, else
+  // until I/O (nullopt) once the next timer's deadline is armed in the
+  // reactor (Derived::armDeadline, re-armed only when that deadline changes:
+  // a wait with a timeout of its own costs the kernel an hrtimer per wait),
+  // or, if that could not be armed, until the deadline.
+  std::optional<Clock::duration> waitTimeout() {
+    const std::optional<Clock::duration> timeout = pollTimeout();
+    // A timed wait is for a timer: there is a next deadline.
+    if (timeout && *timeout != Clock::duration::zero() && derived().armDeadline(*timers_.nextDeadline())) {
+      return std::nullopt;
+    }
+    return timeout;
   }
 };
 
@@ -3090,8 +3105,8 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   void poll(std::optional<Clock::duration> timeout);
   void quiesce() noexcept {}  // epoll holds no reference to an operation
 
-  // Makes sure the loop wakes by `deadline`; false if the timerfd could not
-  // be set (then the wait needs a timeout of its own).
+  // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
+  // false if the timerfd could not be set.
   bool armDeadline(Clock::time_point deadline) noexcept {
     if (armedDeadline_ == deadline) return true;
     itimerspec spec{};
@@ -3302,11 +3317,6 @@ inline void EpollReactor::forget(int fd) noexcept {
 }
 
 inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
-  // A timed wait is for a timer: the timerfd wakes the loop instead.
-  if (const auto next = timers_.nextDeadline();
-      timeout && *timeout != Clock::duration::zero() && next && armDeadline(*next)) {
-    timeout.reset();
-  }
   timespec ts{};
   if (timeout) ts = detail::toTimespec<timespec>(*timeout);
   const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
@@ -4491,16 +4501,14 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   }
   static void onWake(UringOperation* op, int, unsigned) noexcept;
 
-  // The loop's next timer deadline, as one IORING_OP_TIMEOUT (absolute,
-  // CLOCK_MONOTONIC = steady_clock) re-armed only when the deadline
-  // changes: a wait with a timeout of its own costs the kernel an hrtimer
-  // set-up per wait (-2 % loopback request rate while any timer is set).
+  // The loop's next timer deadline (ReactorBase::waitTimeout), as one
+  // IORING_OP_TIMEOUT (absolute, CLOCK_MONOTONIC = steady_clock): -2 %
+  // loopback request rate with a timeout per wait while any timer is set.
   struct DeadlineOperation : UringOperation {
     UringReactor* reactor;
     __kernel_timespec when;  // read by the kernel when it takes the SQE
   };
-  // Makes sure the loop wakes by `deadline`; false if no SQE could be had
-  // (then the wait needs a timeout of its own).
+  // Makes sure the loop wakes by `deadline`; false if no SQE could be had.
   bool armDeadline(Clock::time_point deadline) noexcept;
   static void onDeadline(UringOperation* op, int, unsigned) noexcept {
     static_cast<DeadlineOperation*>(op)->reactor->deadlineArmed_ = false;
@@ -5078,8 +5086,6 @@ inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
   if (timeout && *timeout == Clock::duration::zero()) {
     r = io_uring_submit_and_get_events(&ring_);
   } else {
-    // A timed wait is for a timer: the deadline op wakes the loop instead.
-    if (const auto next = timers_.nextDeadline(); timeout && next && armDeadline(*next)) timeout.reset();
     __kernel_timespec ts{};
     if (timeout) ts = detail::toTimespec<__kernel_timespec>(*timeout);
     io_uring_cqe* cqe = nullptr;

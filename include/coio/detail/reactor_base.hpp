@@ -3,9 +3,10 @@
 // the loop (run / runUntil / stop), tasks owned by the reactor (spawn),
 // hand-over from other threads (schedule, through an eventfd), and timers.
 // Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
-// `resumeRemote()` when the wake-up eventfd fired) and `quiesce()` (make
-// sure the kernel holds no reference to any operation, without resuming
-// anything).
+// `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
+// the loop at time t without a timeout on each wait; false if it cannot)
+// and `quiesce()` (make sure the kernel holds no reference to any
+// operation, without resuming anything).
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
 #include <coio/core/detail/outcome.hpp>
@@ -548,7 +549,7 @@ class ReactorBase : public LoopCore {
       // (e.g. a TCG guest's), each read is a system call.
       if (timers_.size() != 0) timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
-      derived().poll(pollTimeout());
+      derived().poll(waitTimeout());
     }
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
@@ -556,6 +557,20 @@ class ReactorBase : public LoopCore {
       destroyUnstartedRoots();
     }
     if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  }
+
+  // How long Derived::poll may wait: not at all with coroutines ready, else
+  // until I/O (nullopt) once the next timer's deadline is armed in the
+  // reactor (Derived::armDeadline, re-armed only when that deadline changes:
+  // a wait with a timeout of its own costs the kernel an hrtimer per wait),
+  // or, if that could not be armed, until the deadline.
+  std::optional<Clock::duration> waitTimeout() {
+    const std::optional<Clock::duration> timeout = pollTimeout();
+    // A timed wait is for a timer: there is a next deadline.
+    if (timeout && *timeout != Clock::duration::zero() && derived().armDeadline(*timers_.nextDeadline())) {
+      return std::nullopt;
+    }
+    return timeout;
   }
 };
 

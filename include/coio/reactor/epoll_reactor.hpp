@@ -211,8 +211,8 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   void poll(std::optional<Clock::duration> timeout);
   void quiesce() noexcept {}  // epoll holds no reference to an operation
 
-  // Makes sure the loop wakes by `deadline`; false if the timerfd could not
-  // be set (then the wait needs a timeout of its own).
+  // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
+  // false if the timerfd could not be set.
   bool armDeadline(Clock::time_point deadline) noexcept {
     if (armedDeadline_ == deadline) return true;
     itimerspec spec{};
@@ -423,11 +423,6 @@ inline void EpollReactor::forget(int fd) noexcept {
 }
 
 inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
-  // A timed wait is for a timer: the timerfd wakes the loop instead.
-  if (const auto next = timers_.nextDeadline();
-      timeout && *timeout != Clock::duration::zero() && next && armDeadline(*next)) {
-    timeout.reset();
-  }
   timespec ts{};
   if (timeout) ts = detail::toTimespec<timespec>(*timeout);
   const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),

@@ -435,16 +435,14 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   }
   static void onWake(UringOperation* op, int, unsigned) noexcept;
 
-  // The loop's next timer deadline, as one IORING_OP_TIMEOUT (absolute,
-  // CLOCK_MONOTONIC = steady_clock) re-armed only when the deadline
-  // changes: a wait with a timeout of its own costs the kernel an hrtimer
-  // set-up per wait (-2 % loopback request rate while any timer is set).
+  // The loop's next timer deadline (ReactorBase::waitTimeout), as one
+  // IORING_OP_TIMEOUT (absolute, CLOCK_MONOTONIC = steady_clock): -2 %
+  // loopback request rate with a timeout per wait while any timer is set.
   struct DeadlineOperation : UringOperation {
     UringReactor* reactor;
     __kernel_timespec when;  // read by the kernel when it takes the SQE
   };
-  // Makes sure the loop wakes by `deadline`; false if no SQE could be had
-  // (then the wait needs a timeout of its own).
+  // Makes sure the loop wakes by `deadline`; false if no SQE could be had.
   bool armDeadline(Clock::time_point deadline) noexcept;
   static void onDeadline(UringOperation* op, int, unsigned) noexcept {
     static_cast<DeadlineOperation*>(op)->reactor->deadlineArmed_ = false;
@@ -1022,8 +1020,6 @@ inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
   if (timeout && *timeout == Clock::duration::zero()) {
     r = io_uring_submit_and_get_events(&ring_);
   } else {
-    // A timed wait is for a timer: the deadline op wakes the loop instead.
-    if (const auto next = timers_.nextDeadline(); timeout && next && armDeadline(*next)) timeout.reset();
     __kernel_timespec ts{};
     if (timeout) ts = detail::toTimespec<__kernel_timespec>(*timeout);
     io_uring_cqe* cqe = nullptr;
