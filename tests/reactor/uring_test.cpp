@@ -151,29 +151,45 @@ TEST_CASE("completions beyond the CQ size and submissions beyond the SQ size are
   CHECK(completed == kPipes);
 }
 
+namespace {
+
+// A connected pair on `r`: the accepted (server) end and the client end.
+struct StreamPair {
+  coio::TcpStream<UringReactor> server;
+  coio::TcpStream<UringReactor> client;
+};
+Task<StreamPair> connectPair(UringReactor& r) {
+  auto listener = coio::TcpListener<UringReactor>::bind(r, coio::SocketAddress::loopbackV4());
+  REQUIRE(listener.hasValue());
+  auto client = co_await coio::TcpStream<UringReactor>::connect(r, *listener->localAddress());
+  REQUIRE(client.hasValue());
+  auto server = co_await listener->accept();
+  REQUIRE(server.hasValue());
+  co_return StreamPair{std::move(*server), std::move(*client)};
+}
+
+std::byte patternByte(std::size_t i) { return static_cast<std::byte>((i * 131 + i / 251) & 0xff); }
+
+}  // namespace
+
 TEST_CASE("a timed-out recv resumes only after its completion: the buffer is free when withTimeout returns",
           "[uring]") {
   UringReactor reactor;
   auto test = [](UringReactor& r) -> Task<void> {
-    auto listener = coio::TcpListener<UringReactor>::bind(r, coio::SocketAddress::loopbackV4());
-    REQUIRE(listener.hasValue());
-    auto client = co_await coio::TcpStream<UringReactor>::connect(r, *listener->localAddress());
-    REQUIRE(client.hasValue());
-    auto server = co_await listener->accept();
-    REQUIRE(server.hasValue());
+    StreamPair pair = co_await connectPair(r);
     const std::size_t baseline = r.inFlight();
     for (int i = 0; i < 20; ++i) {
       auto buffer = std::make_unique<std::byte[]>(64);
-      auto read = [&](std::stop_token stop) { return client->read(std::span(buffer.get(), 64), std::move(stop)); };
+      auto read = [&](std::stop_token stop) { return pair.client.read(std::span(buffer.get(), 64), std::move(stop)); };
       coio::Result<std::size_t> n = co_await coio::withTimeout(r, read, 1ms);
       CHECK(n.error() == std::errc::timed_out);
       CHECK(r.inFlight() == baseline);  // the kernel has let go of the buffer
       buffer.reset();                   // ASan would catch a late kernel write into it
     }
     const char byte = 'z';
-    REQUIRE(::write(server->fd(), &byte, 1) == 1);
+    REQUIRE(::write(pair.server.fd(), &byte, 1) == 1);
     std::byte got[1];
-    coio::Result<std::size_t> n = co_await client->read(got);
+    coio::Result<std::size_t> n = co_await pair.client.read(got);
     REQUIRE(n.hasValue());
     CHECK(got[0] == std::byte{'z'});
   };
@@ -374,27 +390,6 @@ TEST_CASE("a timer set earlier than the armed deadline wakes the loop on time", 
   CHECK(*woke >= 40ms);
   CHECK(*woke < 2s);
 }
-
-namespace {
-
-// A connected pair on `r`: the accepted (server) end and the client end.
-struct StreamPair {
-  coio::TcpStream<UringReactor> server;
-  coio::TcpStream<UringReactor> client;
-};
-Task<StreamPair> connectPair(UringReactor& r) {
-  auto listener = coio::TcpListener<UringReactor>::bind(r, coio::SocketAddress::loopbackV4());
-  REQUIRE(listener.hasValue());
-  auto client = co_await coio::TcpStream<UringReactor>::connect(r, *listener->localAddress());
-  REQUIRE(client.hasValue());
-  auto server = co_await listener->accept();
-  REQUIRE(server.hasValue());
-  co_return StreamPair{std::move(*server), std::move(*client)};
-}
-
-std::byte patternByte(std::size_t i) { return static_cast<std::byte>((i * 131 + i / 251) & 0xff); }
-
-}  // namespace
 
 TEST_CASE("multishot recv: a reader that falls behind stops the socket draining, and loses nothing",
           "[uring][multishot]") {

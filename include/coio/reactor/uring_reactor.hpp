@@ -306,11 +306,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// flushed right now, the cancel goes out before the loop's next wait
   /// (where a ring that still refuses it makes run() throw).
   void cancel(UringOperation& op) noexcept {
-    if (io_uring_sqe* sqe = tryAcquireSqe()) {
-      prepareCancel(sqe, op);
-      commit();
-      return;
-    }
+    if (trySubmitCancel(op)) return;
     try {
       deferredCancels_.push_back(&op);
     } catch (...) {
@@ -378,12 +374,6 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     }
   }
 
-  io_uring_sqe* acquireSqe() {
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) detail::throwSystemError(submitError_, "coio::UringReactor: io_uring_submit");
-    return sqe;
-  }
-
   // Multishot receivers (Options::multishotRecv), found by fd; each is also
   // in the reactor's list until freed, including after its socket was
   // forgotten while its recv was still armed.
@@ -392,9 +382,20 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   detail::UringReceiver* receiverFor(int fd) noexcept;  // null: no memory
   void destroyReceiver(detail::UringReceiver* receiver) noexcept;
 
-  static void prepareCancel(io_uring_sqe* sqe, UringOperation& op) noexcept {
-    io_uring_prep_cancel(sqe, &op, 0);
-    io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
+  bool trySubmitCancel(UringOperation& op) noexcept {
+    return trySubmitUntracked([&](io_uring_sqe* sqe) { io_uring_prep_cancel(sqe, &op, 0); });
+  }
+  // An SQE acting on another operation (a cancel, a timeout update), whose
+  // own completion is ignored: false (errno in submitError_) if none could
+  // be had.
+  template <typename Prep>
+  bool trySubmitUntracked(Prep&& prep) noexcept {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) return false;
+    std::forward<Prep>(prep)(sqe);
+    io_uring_sqe_set_data64(sqe, 0);
+    commit();
+    return true;
   }
 
   // Copies the available CQEs out and frees their slots; returns how many.
@@ -971,7 +972,9 @@ inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
 
 inline void UringReactor::submitDeferred() {
   while (!deferredCancels_.empty()) {
-    prepareCancel(acquireSqe(), *deferredCancels_.back());
+    if (!trySubmitCancel(*deferredCancels_.back())) {
+      detail::throwSystemError(submitError_, "coio::UringReactor: io_uring_submit");
+    }
     deferredCancels_.pop_back();
   }
   if (!wakeArmed_ && !tryArmWake()) {
@@ -990,13 +993,12 @@ inline bool UringReactor::armDeadline(Clock::time_point deadline) noexcept {
   } else {
     // Moved in place. If it fired meanwhile, the update finds nothing, and
     // the completion already on its way wakes the loop, which re-arms.
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) return false;
-    io_uring_prep_timeout_update(sqe, &deadlineOperation_.when,
-                                 reinterpret_cast<std::uint64_t>(static_cast<UringOperation*>(&deadlineOperation_)),
-                                 IORING_TIMEOUT_ABS);
-    io_uring_sqe_set_data64(sqe, 0);  // its own completion is ignored
-    commit();
+    const bool updated = trySubmitUntracked([this](io_uring_sqe* sqe) {
+      io_uring_prep_timeout_update(
+          sqe, &deadlineOperation_.when,
+          reinterpret_cast<std::uint64_t>(static_cast<UringOperation*>(&deadlineOperation_)), IORING_TIMEOUT_ABS);
+    });
+    if (!updated) return false;
   }
   armedDeadline_ = deadline;
   return true;
@@ -1057,12 +1059,11 @@ inline void UringReactor::quiesce() noexcept {
   enableRing();  // never run: what was prepared was never submitted, but the wait below needs the ring
   quiescing_ = true;
   deferredCancels_.clear();  // the cancel below covers them
-  io_uring_sqe* sqe = tryAcquireSqe();
   // Without a cancel the kernel may keep writing into operations that are
   // about to be freed: as below, better to stop here.
-  if (!sqe) std::terminate();
-  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-  io_uring_sqe_set_data64(sqe, 0);
+  if (!trySubmitUntracked([](io_uring_sqe* sqe) { io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY); })) {
+    std::terminate();
+  }
   for (;;) {
     reap();  // first the backlog: its completions will not come again
     if (inFlight_ == 0) break;
