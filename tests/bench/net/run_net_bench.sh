@@ -5,7 +5,8 @@
 #   request/response, 64 B, 64 connections   vs  the same sockperf figure
 #     (sockperf cannot ping-pong over many connections at once)
 # Each figure is the median of --rounds runs; a markdown table of figures
-# and ratios to the reference goes to stdout.
+# and ratios to the reference goes to stdout, then the median and range of
+# the ratios taken within each round.
 #   run_net_bench.sh [--build-dir build] [--seconds 3] [--rounds 3]
 #                    [--placement pinned|unpinned] [--tests stream,rr1,rr64]
 # --tests: which rows to run (default all three; the references are run
@@ -147,4 +148,27 @@ if want rr1; then
   echo
   echo "coio uring / raw liburing, request/response (same ring flags and pinning): $(ratio ${m[uring-rr1]} ${m[raw-rr1]});" \
     "both with a multishot recv: $(ratio ${m[multishot-rr1]} ${m[raw-multishot-rr1]})"
+fi
+
+# Each round runs the reference and coio minutes apart at most: the ratio
+# within a round cancels the drift between rounds. Median and range of those.
+round_ratios() {  # key reference-key
+  # shellcheck disable=SC2086
+  python3 - ${samples[$1]} -- ${samples[$2]} <<'PY'
+import statistics, sys
+args = sys.argv[1:]
+cut = args.index("--")
+ratios = sorted(float(a) / float(b) for a, b in zip(args[:cut], args[cut + 1:]))
+print("%.2f (%.2f-%.2f)" % (statistics.median(ratios), ratios[0], ratios[-1]))
+PY
+}
+echo
+echo "Per-round ratios, median (range):"
+if want stream; then
+  echo "- streaming vs iperf3: epoll $(round_ratios epoll-stream iperf3), uring $(round_ratios uring-stream iperf3)"
+fi
+if want rr1; then
+  echo "- request/response, 1 connection, vs sockperf: epoll $(round_ratios epoll-rr1 sockperf)," \
+    "uring $(round_ratios uring-rr1 sockperf), uring multishotRecv $(round_ratios multishot-rr1 sockperf)," \
+    "raw liburing $(round_ratios raw-rr1 sockperf)"
 fi
