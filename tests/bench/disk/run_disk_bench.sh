@@ -5,7 +5,7 @@
 #                                      [--cases "4k 32,4k 128"] [--no-hot] [--rounds N]
 # --cases: the O_DIRECT cases (block size and depth) to run instead of all;
 # --no-hot: skip the page-cache-hot table; --rounds: run every row of a case
-# (and of the hot table) N times, alternating, and report medians with the
+# (and of the hot table) N times, in reverse order on even rounds, and report medians with the
 # IOPS range: the virtual disk drifts by tens of per cent within minutes, so
 # one run per row mostly tells which row ran later.
 # Needs fio (scripts/install-deps.sh installs it). Leaves a 4 GiB and a
@@ -70,53 +70,77 @@ run_coio() {
       "$label" >>"$results"
 }
 
+# Rows run in this order on odd rounds and in reverse on even ones, so that
+# no row always runs first (the disk drifts within minutes).
+in_round_order() {  # round rows...
+  local round=$1; shift
+  if ((round % 2)); then printf '%s\n' "$@"; else printf '%s\n' "$@" | tac; fi
+}
+
+# The rows of one O_DIRECT case.
+cold_rows() {  # bs depth
+  local bs=$1 depth=$2
+  echo fio fio-fixed coio-epoll coio-uring
+  # Like fio's, coio's buffers are on 4 KiB pages (--thp=0); the pool's
+  # default, transparent huge pages, is shown apart where it matters.
+  if [[ $bs != 4k ]]; then echo coio-epoll-THP coio-uring-THP; fi
+  # When the reactor's ring posts completions (UringReactor::Options::taskRun;
+  # coio-uring itself is the default, deferred).
+  if [[ $bs == 4k ]]; then echo coio-uring-immediate coio-uring-cooperative; fi
+  # The submission patterns, where they matter.
+  if [[ $bs == 4k && $depth != 1 ]]; then echo coio-uring-never-eager coio-uring-always-eager "coio-uring-ReadBatch$depth"; fi
+}
+
+run_cold_row() {  # label bs depth
+  local label=$1 bs=$2 depth=$3
+  local common=(--file="$cold" --bs="$(numfmt --from=iec "${bs^^}")" --depth="$depth" --direct=1 --fixed=1)
+  case $label in
+    fio) run_fio fio "$cold" "$size" "${bs^^}" "$depth" 1 ;;
+    fio-fixed) run_fio fio-fixed "$cold" "$size" "${bs^^}" "$depth" 1 --fixedbufs=1 --registerfiles=1 ;;
+    coio-epoll | coio-uring) run_coio "$label" --engine="${label#coio-}" "${common[@]}" --thp=0 ;;
+    coio-epoll-THP | coio-uring-THP) run_coio "$label" --engine="${label:5:5}" "${common[@]}" ;;
+    coio-uring-immediate | coio-uring-cooperative)
+      run_coio "$label" --engine=uring --taskrun="${label#coio-uring-}" "${common[@]}" --thp=0 ;;
+    coio-uring-never-eager) run_coio "$label" --engine=uring "${common[@]}" --thp=0 --eager-below=0 ;;
+    coio-uring-always-eager) run_coio "$label" --engine=uring "${common[@]}" --thp=0 --eager-below=100000 ;;
+    coio-uring-ReadBatch*) run_coio "$label" --engine=uring "${common[@]}" --thp=0 --batch="$depth" ;;
+    *) echo "run_disk_bench.sh: no row $label" >&2; exit 2 ;;
+  esac
+}
+
 cold_cases=("4k 1" "4k 32" "4k 128" "512k 8" "512k 32" "4m 8" "4m 32")
 ((quick)) && cold_cases=("4k 32" "512k 8")
 [[ -n $cases ]] && IFS=, read -r -a cold_cases <<<"$cases"
 for c in "${cold_cases[@]}"; do
- for round in $(seq "$rounds"); do
   read -r bs depth <<<"$c"
-  bytes=$(numfmt --from=iec "${bs^^}")
-  echo "O_DIRECT random reads, bs=$bs depth=$depth" >&2
-  run_fio fio "$cold" "$size" "${bs^^}" "$depth" 1
-  run_fio fio-fixed "$cold" "$size" "${bs^^}" "$depth" 1 --fixedbufs=1 --registerfiles=1
-  # Like fio's, the buffers are on 4 KiB pages (--thp=0); the pool's default,
-  # transparent huge pages, is shown apart where it matters (large reads).
-  for engine in epoll uring; do
-    run_coio "coio-$engine" --engine=$engine --file="$cold" --bs="$bytes" --depth="$depth" --direct=1 --fixed=1 --thp=0
+  for round in $(seq "$rounds"); do
+    echo "O_DIRECT random reads, bs=$bs depth=$depth, round $round" >&2
+    # shellcheck disable=SC2046  # one word per row
+    for row in $(in_round_order "$round" $(cold_rows "$bs" "$depth")); do
+      run_cold_row "$row" "$bs" "$depth"
+    done
   done
-  if [[ $bs != 4k ]]; then
-    for engine in epoll uring; do
-      run_coio "coio-$engine-THP" --engine=$engine --file="$cold" --bs="$bytes" --depth="$depth" --direct=1 --fixed=1
-    done
-  fi
-  if [[ $bs == 4k ]]; then  # when the reactor's ring posts completions (UringReactor::Options::taskRun)
-    for taskrun in immediate cooperative; do  # coio-uring itself: the default, deferred
-      run_coio "coio-uring-$taskrun" --engine=uring --taskrun=$taskrun --file="$cold" --bs="$bytes" --depth="$depth" \
-        --direct=1 --fixed=1 --thp=0
-    done
-  fi
-  if [[ $bs == 4k && $depth != 1 ]]; then  # the submission patterns, where they matter
-    run_coio "coio-uring-never-eager" --engine=uring --file="$cold" --bs="$bytes" --depth="$depth" --direct=1 \
-      --fixed=1 --thp=0 --eager-below=0
-    run_coio "coio-uring-always-eager" --engine=uring --file="$cold" --bs="$bytes" --depth="$depth" --direct=1 \
-      --fixed=1 --thp=0 --eager-below=100000
-    run_coio "coio-uring-ReadBatch$depth" --engine=uring --file="$cold" --bs="$bytes" --depth="$depth" \
-      --batch="$depth" --direct=1 --fixed=1 --thp=0
-  fi
- done
 done
+
+run_hot_row() {  # label
+  local common=(--file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0)
+  warm "$hot"
+  case $1 in
+    hot-raw) run_coio hot-raw --engine=raw "${common[@]}" ;;
+    hot-coio-epoll | hot-coio-uring) run_coio "$1" --engine="${1#hot-coio-}" "${common[@]}" ;;
+    hot-coio-*-ReadBatch32) run_coio "$1" --engine="${1:9:5}" "${common[@]}" --batch=32 ;;
+    hot-fio) run_fio hot-fio "$hot" "$hotsize" 4K 32 0 --invalidate=0 ;;
+    *) echo "run_disk_bench.sh: no row $1" >&2; exit 2 ;;
+  esac
+}
 
 for round in $(seq "$rounds"); do
   ((hot_table)) || break
-  echo "page-cache-hot 4 KiB random reads, depth 32" >&2
-  warm "$hot"; run_coio hot-raw --engine=raw --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
-  for engine in epoll uring; do
-    warm "$hot"; run_coio "hot-coio-$engine" --engine=$engine --file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0
-    warm "$hot"; run_coio "hot-coio-$engine-ReadBatch32" --engine=$engine --file="$hot" --bs=4096 --depth=32 \
-      --batch=32 --direct=0 --latency=0
+  echo "page-cache-hot 4 KiB random reads, depth 32, round $round" >&2
+  for row in $(in_round_order "$round" hot-raw hot-coio-epoll hot-coio-epoll-ReadBatch32 hot-coio-uring \
+    hot-coio-uring-ReadBatch32 hot-fio); do
+    run_hot_row "$row"
   done
-  warm "$hot"; run_fio hot-fio "$hot" "$hotsize" 4K 32 0 --invalidate=0
 done
 
 python3 - "$results" <<'PY'
