@@ -16,7 +16,11 @@
 
 #include "connected_pair.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -494,6 +498,30 @@ TEST_CASE("a device smaller than the requested capacities is a clear error", "[r
   qp = QueuePair<EpollReactor>::create(reactor, device(), c, &why);
   CHECK(qp.error() == RdmaErrc::deviceTooSmall);
   CHECK(why.find("max_qp_wr") != std::string::npos);
+}
+
+TEST_CASE("a queue pair destroyed without close() before its watcher first ran is caught", "[rdma]") {
+  // The check is on in the test build (COIO_ENABLE_ASSERTS=1). The watcher
+  // is spawned, not started, by create(): before, it escaped the check and
+  // would have run later on the freed QueuePair.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // no Catch2 here; a device of its own (not the parent's context)
+    ::close(STDERR_FILENO);  // keep the expected assertion message out of the log
+    const char* name = std::getenv("COIO_RDMA_DEVICE");
+    Result<std::unique_ptr<Device>> dev = Device::open({name ? name : ""});
+    if (!dev) ::_exit(3);
+    EpollReactor reactor;
+    Result<Qp<EpollReactor>> qp = QueuePair<EpollReactor>::create(reactor, **dev);
+    if (!qp) ::_exit(4);
+    qp->reset();  // never closed, watcher never ran: must abort here
+    ::_exit(5);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << " (3: no device, 4: create failed)");
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
 }
 
 TEST_CASE("a queue pair closed before connecting, and a foreign handshake", "[rdma]") {

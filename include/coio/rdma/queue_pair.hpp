@@ -100,7 +100,7 @@ class QueuePair {
       if (why) *why = "creating the queue pair: " + ok.error().message();
       return ok.error();
     }
-    reactor.spawn(qp->watchCompletions());
+    reactor.spawn(qp->watchCompletions(WatcherLife(*qp)));
     return qp;
   }
 
@@ -555,8 +555,25 @@ class QueuePair {
 
   // --- completions ---------------------------------------------------------------
 
-  Task<void> watchCompletions() {
-    WatcherLife life(*this);
+  // Tracks whether the watcher's frame exists: the reactor may destroy it
+  // unfinished (when the reactor itself goes), and then nobody waits for it.
+  // A parameter of the watcher, so that it lives from the spawn on: a
+  // QueuePair destroyed before its watcher first ran is caught too.
+  class WatcherLife {
+   public:
+    explicit WatcherLife(QueuePair& qp) noexcept : qp_(&qp) { qp.watcherAlive_ = true; }
+    WatcherLife(WatcherLife&& other) noexcept : qp_(std::exchange(other.qp_, nullptr)) {}
+    WatcherLife& operator=(WatcherLife&&) = delete;
+    ~WatcherLife() { end(); }
+    void end() noexcept {
+      if (qp_) std::exchange(qp_, nullptr)->watcherAlive_ = false;
+    }
+
+   private:
+    QueuePair* qp_;
+  };
+
+  Task<void> watchCompletions(WatcherLife life) {
     for (;;) {
       Result<void> ready = co_await reactor_.readable(cq_->fd(), stopWatcher_.get_token());
       if (!ready) {
@@ -717,22 +734,6 @@ class QueuePair {
       idle_.post();
     }
   }
-
-  // Tracks whether the watcher's frame exists: the reactor may destroy it
-  // unfinished (when the reactor itself goes), and then nobody waits for it.
-  class WatcherLife {
-   public:
-    explicit WatcherLife(QueuePair& qp) noexcept : qp_(&qp) { qp.watcherAlive_ = true; }
-    WatcherLife(const WatcherLife&) = delete;
-    WatcherLife& operator=(const WatcherLife&) = delete;
-    ~WatcherLife() { end(); }
-    void end() noexcept {
-      if (qp_) std::exchange(qp_, nullptr)->watcherAlive_ = false;
-    }
-
-   private:
-    QueuePair* qp_;
-  };
 
   struct DestroyQp {
     void operator()(ibv_qp* q) const noexcept { ::ibv_destroy_qp(q); }
