@@ -12,9 +12,11 @@
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <span>
 #include <stop_token>
@@ -23,13 +25,45 @@
 
 namespace storage {
 
-/// Reads one frame. A header that fails validation is a protocol error
-/// before any payload byte is read, so an absurd length never allocates.
+/// Reads a TcpStream through a read-ahead buffer, so that a batch's frames
+/// and small data pieces come out of a few receives instead of one each.
+/// A read that finds the buffer empty and is at least as large as it goes
+/// straight into the caller's memory (no copy for large data). Every read
+/// of the stream must go through it: it may hold bytes past the current
+/// frame. Awaited on the stream's loop thread, one read at a time.
 template <coio::Reactor R>
-coio::Task<coio::Result<IncomingFrame>> readFrame(coio::TcpStream<R>& stream, ReadFailure& failure,
-                                                  std::stop_token stop) {
+class BufferedReader {
+ public:
+  BufferedReader(coio::TcpStream<R>& stream, std::size_t capacity) : stream_(stream), buffer_(capacity) {}
+
+  coio::Task<coio::Result<void>> readExact(std::span<std::byte> into, std::stop_token stop) {
+    for (;;) {
+      const std::size_t n = std::min(into.size(), end_ - begin_);
+      if (n > 0) std::memcpy(into.data(), buffer_.data() + begin_, n);
+      begin_ += n;
+      into = into.subspan(n);
+      if (into.empty()) co_return coio::Result<void>{};
+      begin_ = end_ = 0;  // drained
+      if (into.size() >= buffer_.size()) co_return co_await stream_.readExact(into, std::move(stop));
+      coio::Result<std::size_t> got = co_await stream_.read(buffer_, stop);
+      if (!got) co_return got.error();
+      end_ = *got;
+    }
+  }
+
+ private:
+  coio::TcpStream<R>& stream_;
+  std::vector<std::byte> buffer_;
+  std::size_t begin_ = 0, end_ = 0;  // unread bytes: [begin_, end_)
+};
+
+/// Reads one frame from `source` (a TcpStream or a BufferedReader). A
+/// header that fails validation is a protocol error before any payload
+/// byte is read, so an absurd length never allocates.
+template <typename Source>
+coio::Task<coio::Result<IncomingFrame>> readFrame(Source& source, ReadFailure& failure, std::stop_token stop) {
   std::byte raw[proto::kHeaderSize];
-  coio::Result<void> got = co_await stream.readExact(raw, stop);
+  coio::Result<void> got = co_await source.readExact(raw, stop);
   if (!got) {
     failure = {got.error(), 0};
     co_return got.error();
@@ -40,7 +74,7 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(coio::TcpStream<R>& stream, Re
     co_return header.error();
   }
   IncomingFrame frame{*header, std::vector<std::byte>(header->payloadLength)};
-  got = co_await stream.readExact(frame.payload, stop);
+  got = co_await source.readExact(frame.payload, stop);
   if (!got) {
     failure = {got.error(), header->requestId};
     co_return got.error();

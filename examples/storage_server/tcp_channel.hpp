@@ -17,7 +17,8 @@ namespace storage {
 template <coio::Reactor R>
 class TcpChannel final : public Channel<R> {
  public:
-  explicit TcpChannel(coio::TcpStream<R> stream) : stream_(std::move(stream)), writer_(stream_) {}
+  explicit TcpChannel(coio::TcpStream<R> stream)
+      : stream_(std::move(stream)), reader_(stream_, kReadAhead), writer_(stream_) {}
 
   std::string_view name() const noexcept override { return "tcp"; }
   R& reactor() const noexcept override { return stream_.reactor(); }
@@ -26,7 +27,7 @@ class TcpChannel final : public Channel<R> {
   bool broken() const noexcept override { return writer_.broken(); }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
-    return storage::readFrame(stream_, failure, std::move(stop));
+    return storage::readFrame(reader_, failure, std::move(stop));
   }
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) override {
     return writer_.send(frame, std::move(stop));
@@ -64,7 +65,7 @@ class TcpChannel final : public Channel<R> {
     co_return co_await writer_.send(parts, std::move(stop));
   }
   coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) override {
-    return stream_.readExact(into, std::move(stop));
+    return reader_.readExact(into, std::move(stop));
   }
   coio::Result<proto::RemoteBuffer> remoteBuffer(std::span<std::byte>) const override { return proto::RemoteBuffer{}; }
   coio::Result<void> registerMemory(std::span<std::byte>) override { return {}; }
@@ -82,8 +83,11 @@ class TcpChannel final : public Channel<R> {
 
  private:
   static constexpr std::size_t kMergeBelow = 16 * 1024;
+  // Frames and several small IOs' data per receive; larger reads bypass it.
+  static constexpr std::size_t kReadAhead = 32 * 1024;
 
   coio::TcpStream<R> stream_;
+  BufferedReader<R> reader_;
   FrameWriter<R> writer_;
 };
 

@@ -691,3 +691,57 @@ TEMPLATE_LIST_TEST_CASE("every chunk size 3FS uses: whole chunks and parts acros
     CHECK(f.server->buffersInUse() == 0);
   }
 }
+
+#if !COIO_E2E_RDMA
+TEMPLATE_LIST_TEST_CASE("the TCP channel's read-ahead: reads of every size across fills come out intact",
+                        "[storage][tcp]", Setups) {
+  using R = typename TestType::R;
+  R reactor;
+  reactor.runUntil([](R& r) -> Task<void> {
+    auto listener = coio::TcpListener<R>::bind(r, coio::SocketAddress::loopbackV4());
+    REQUIRE(listener);
+    auto connected = co_await coio::TcpStream<R>::connect(r, *listener->localAddress());
+    REQUIRE(connected);
+    auto accepted = co_await listener->accept();
+    REQUIRE(accepted);
+    constexpr std::size_t kTotal = 1 << 20;
+    const auto byteAt = [](std::size_t i) { return static_cast<std::byte>((i * 131 + i / 257) & 0xff); };
+    // The writer sends in uneven pieces; the reader (a 1 KiB read-ahead)
+    // asks for small, buffer-sized and larger-than-buffer spans.
+    auto writer = [&](coio::TcpStream<R>& out) -> Task<Result<void>> {
+      std::vector<std::byte> data(kTotal);
+      for (std::size_t i = 0; i < kTotal; ++i) data[i] = byteAt(i);
+      std::mt19937 rng(7);
+      for (std::size_t at = 0; at < kTotal;) {
+        const std::size_t n = std::min<std::size_t>(kTotal - at, 1 + rng() % 9000);
+        Result<void> w = co_await out.writeAll(std::span(data).subspan(at, n));
+        if (!w) co_return w;
+        at += n;
+      }
+      out.close();
+      co_return Result<void>{};
+    };
+    auto reader = [&](storage::BufferedReader<R>& in) -> Task<std::size_t> {
+      std::vector<std::byte> got(kTotal);
+      std::mt19937 rng(11);
+      const std::size_t sizes[] = {1, 7, 100, 1023, 1024, 1025, 4096, 70000};
+      std::size_t at = 0;
+      while (at < kTotal) {
+        const std::size_t n = std::min(kTotal - at, sizes[rng() % std::size(sizes)]);
+        Result<void> r = co_await in.readExact(std::span(got).subspan(at, n), {});
+        if (!r) break;
+        at += n;
+      }
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < at; ++i) wrong += got[i] != byteAt(i);
+      std::byte more[1];
+      Result<void> end = co_await in.readExact(more, {});  // the writer closed: the end, not stale bytes
+      co_return at == kTotal && wrong == 0 && !end && end.error() == coio::Errc::eof ? 0 : 1 + wrong;
+    };
+    storage::BufferedReader<R> in(*accepted, 1024);
+    auto [written, failures] = co_await coio::collectAll(writer(*connected), reader(in));
+    CHECK(written);
+    CHECK(failures == 0);
+  }(reactor));
+}
+#endif
