@@ -283,11 +283,16 @@ class StorageServer {
       }
       (void)stream->setNoDelay(true);
       StorageServer* shard = shards[next % shards.size()];
-      if (shard == this) {
-        adopt(std::move(*stream));
-      } else {
-        shard->reactor().spawn(adoptOn(shard, stream->release()));
+      if (shard != this) {
+        // Not read yet, so nothing is read ahead and the release succeeds
+        // (if it did not, this shard would serve the connection).
+        coio::Result<coio::detail::FileDescriptor> fd = stream->release();
+        if (fd) {
+          shard->reactor().spawn(adoptOn(shard, std::move(*fd)));
+          continue;
+        }
       }
+      adopt(std::move(*stream));
     }
   }
 

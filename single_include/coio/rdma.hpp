@@ -2065,11 +2065,15 @@ class TcpStream {
   }
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
-  /// another one: `TcpStream(other, stream.release())`. No operation may be
-  /// pending. On a UringReactor with multishot recvs, release a socket
-  /// before its first read (data its recv took and nobody read would be
-  /// dropped; see UringReactor::Options::multishotRecv).
-  detail::FileDescriptor release() noexcept {
+  /// another one: `TcpStream(other, std::move(*stream.release()))`. No
+  /// operation may be pending. Fails with std::errc::device_or_resource_busy,
+  /// the stream left as it was, while the reactor reads the socket ahead
+  /// (UringReactor::readsAhead: forgetting it would drop data the peer
+  /// sent); release before the first read, or on a reactor that does not.
+  Result<detail::FileDescriptor> release() noexcept {
+    if constexpr (requires(const R& r) { r.readsAhead(0); }) {
+      if (fd_.valid() && reactor_->readsAhead(fd_.get())) return systemError(EBUSY);
+    }
     if (fd_.valid()) reactor_->forget(fd_.get());
     return std::move(fd_);
   }

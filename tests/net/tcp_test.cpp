@@ -264,7 +264,8 @@ TEMPLATE_LIST_TEST_CASE("an echo server on a ReactorPool: accept on one reactor,
         continue;
       }
       TestType& worker = pool.next();  // hand the socket to a worker reactor
-      worker.spawn(echoConnection<TestType>(Stream<TestType>(worker, stream->release())));
+      Result<coio::detail::FileDescriptor> fd = stream->release();  // not read yet: cannot fail
+      worker.spawn(echoConnection<TestType>(Stream<TestType>(worker, std::move(*fd))));
     }
   };
   acceptor.spawn(acceptLoop(acceptor));

@@ -17,13 +17,16 @@ namespace coio::testing {
 #if COIO_TEST_URING
 using TestReactors = std::tuple<EpollReactor, UringReactor>;
 
-/// UringReactor whose recvs are served by multishot receivers
-/// (Options::multishotRecv): the TCP tests run on it as a third reactor.
-class MultishotUringReactor : public UringReactor {
+/// UringReactors with a fixed recv mode (the default, adaptive, switches
+/// per socket): the TCP tests run on both besides the default.
+template <RecvMode Mode>
+class FixedRecvUringReactor : public UringReactor {
  public:
-  MultishotUringReactor() : UringReactor(Options{.multishotRecv = true}) {}
+  FixedRecvUringReactor() : UringReactor(Options{.recvMode = Mode}) {}
 };
-using TcpTestReactors = std::tuple<EpollReactor, UringReactor, MultishotUringReactor>;
+using PlainUringReactor = FixedRecvUringReactor<RecvMode::plain>;
+using MultishotUringReactor = FixedRecvUringReactor<RecvMode::multishot>;
+using TcpTestReactors = std::tuple<EpollReactor, UringReactor, PlainUringReactor, MultishotUringReactor>;
 #else
 using TestReactors = std::tuple<EpollReactor>;
 using TcpTestReactors = TestReactors;

@@ -37,6 +37,7 @@
 using namespace std::chrono_literals;
 using coio::Task;
 using coio::UringReactor;
+using coio::RecvMode;
 using coio::detail::FileDescriptor;
 
 static_assert(coio::Reactor<UringReactor>);
@@ -393,8 +394,8 @@ TEST_CASE("a timer set earlier than the armed deadline wakes the loop on time", 
 
 TEST_CASE("multishot recv: a reader that falls behind stops the socket draining, and loses nothing",
           "[uring][multishot]") {
-  UringReactor reactor(UringReactor::Options{.multishotRecv = true});
-  REQUIRE(reactor.multishotRecv());  // Linux 6.0+: CI's kernels have it
+  UringReactor reactor(UringReactor::Options{.recvMode = RecvMode::multishot});
+  REQUIRE(reactor.recvMode() == RecvMode::multishot);  // Linux 6.0+: CI's kernels have it
   auto test = [](UringReactor& r) -> Task<void> {
     StreamPair pair = co_await connectPair(r);
     std::byte first[1];
@@ -436,8 +437,8 @@ TEST_CASE("multishot recv: connections sharing too few provided buffers (ENOBUFS
           "[uring][multishot]") {
   // One 64-byte buffer for all sockets: their recvs keep running out
   // (ENOBUFS ends a multishot recv) and are re-armed when a reader waits.
-  UringReactor reactor(UringReactor::Options{.multishotRecv = true, .recvBuffers = 1, .recvBufferSize = 64});
-  REQUIRE(reactor.multishotRecv());
+  UringReactor reactor(UringReactor::Options{.recvMode = RecvMode::multishot, .recvBuffers = 1, .recvBufferSize = 64});
+  REQUIRE(reactor.recvMode() == RecvMode::multishot);
   auto oneConnection = [](UringReactor& r, std::size_t bytes) -> Task<void> {
     StreamPair pair = co_await connectPair(r);
     std::vector<std::byte> data(bytes);
@@ -469,7 +470,7 @@ TEST_CASE("multishot recv: a read left pending by stop() is destroyed after its 
   // Roots are destroyed newest first: the task owning the socket goes
   // before the reader suspended on it, whose receiver is freed with the
   // socket (ASan would see the reader's frame touch it afterwards).
-  std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.multishotRecv = true});
+  std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.recvMode = RecvMode::multishot});
   std::optional<coio::TcpStream<UringReactor>> slot;
   bool readerStarted = false;
   auto test = [&](UringReactor& r) -> Task<void> {
@@ -495,8 +496,107 @@ TEST_CASE("multishot recv: a read left pending by stop() is destroyed after its 
 
 TEST_CASE("multishot recv: invalid buffer options are a programming error", "[uring][multishot]") {
   using Options = UringReactor::Options;
-  CHECK_THROWS_AS(UringReactor(Options{.multishotRecv = true, .recvBuffers = 3}), std::invalid_argument);
-  CHECK_THROWS_AS(UringReactor(Options{.multishotRecv = true, .recvBufferSize = 0}), std::invalid_argument);
-  CHECK_NOTHROW(UringReactor(Options{.recvBuffers = 3}));  // ignored while multishot recvs are off
+  CHECK_THROWS_AS(UringReactor(Options{.recvMode = RecvMode::multishot, .recvBuffers = 3}), std::invalid_argument);
+  CHECK_THROWS_AS(UringReactor(Options{.recvMode = RecvMode::multishot, .recvBufferSize = 0}), std::invalid_argument);
+  CHECK_NOTHROW(UringReactor(Options{.recvMode = RecvMode::plain, .recvBuffers = 3}));  // unused then
+}
+
+namespace {
+
+// One byte from `from` to `to`, read through the reactor.
+Task<void> oneByte(coio::TcpStream<UringReactor>& from, coio::TcpStream<UringReactor>& to) {
+  REQUIRE(::send(from.fd(), "x", 1, 0) == 1);
+  std::byte got[64];
+  coio::Result<std::size_t> n = co_await to.read(got);
+  REQUIRE(n.hasValue());
+  CHECK(*n == 1);
+}
+
+// Runs the loop until `fd` is no longer read ahead (a cancelled recv's last
+// completion may still be on its way); false if that takes over a second.
+Task<bool> settlesDirect(UringReactor& r, int fd) {
+  for (int i = 0; i < 1000 && r.readsAhead(fd); ++i) co_await r.sleepFor(1ms);
+  co_return !r.readsAhead(fd);
+}
+
+}  // namespace
+
+TEST_CASE("adaptive recv: short reads switch a socket to a multishot recv, a stream switches it back, bytes in order",
+          "[uring][adaptive]") {
+  UringReactor reactor;  // RecvMode::adaptive is the default
+  REQUIRE(reactor.recvMode() == RecvMode::adaptive);
+  auto test = [](UringReactor& r) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    const int fd = pair.server.fd();
+    for (int round = 0; round < 2; ++round) {
+      // Direct reads (a plain recv each, nothing armed between them) until
+      // kRecvModeSwitch of them came back short...
+      for (unsigned i = 0; i < UringReactor::kRecvModeSwitch; ++i) {
+        co_await oneByte(pair.client, pair.server);
+        CHECK_FALSE(r.readsAhead(fd));
+      }
+      // ...then the next read arms a multishot recv, which stays armed.
+      co_await oneByte(pair.client, pair.server);
+      CHECK(r.readsAhead(fd));
+      co_await oneByte(pair.client, pair.server);
+      CHECK(r.readsAhead(fd));
+
+      // A stream fills whole provided buffers: back to direct reads, and
+      // every byte arrives in order across the switch.
+      constexpr std::size_t kBytes = 4 << 20;
+      std::vector<std::byte> data(kBytes);
+      for (std::size_t i = 0; i < kBytes; ++i) data[i] = patternByte(i + round);
+      auto writer = [](coio::TcpStream<UringReactor>& s, std::span<const std::byte> d) -> Task<void> {
+        coio::Result<void> written = co_await s.writeAll(d);
+        CHECK(written.hasValue());
+      };
+      auto reader = [](coio::TcpStream<UringReactor>& s) -> Task<std::vector<std::byte>> {
+        std::vector<std::byte> out(kBytes);
+        std::span<std::byte> rest(out);
+        while (!rest.empty()) {  // 64 KiB reads, as a streaming reader's
+          coio::Result<std::size_t> n = co_await s.read(rest.first(std::min<std::size_t>(rest.size(), 65536)));
+          REQUIRE(n.hasValue());
+          rest = rest.subspan(*n);
+        }
+        co_return out;
+      };
+      auto [unit, received] = co_await coio::collectAll(writer(pair.client, data), reader(pair.server));
+      (void)unit;
+      CHECK(received == data);
+      const bool direct = co_await settlesDirect(r, fd);
+      CHECK(direct);
+    }
+  };
+  reactor.runUntil(test(reactor));
+}
+
+TEST_CASE("adaptive recv: release refuses a socket whose data the reactor reads ahead; that data stays readable",
+          "[uring][adaptive]") {
+  UringReactor reactor;
+  auto test = [](UringReactor& r) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    for (unsigned i = 0; i <= UringReactor::kRecvModeSwitch; ++i) co_await oneByte(pair.client, pair.server);
+    REQUIRE(r.readsAhead(pair.server.fd()));
+    REQUIRE(::send(pair.client.fd(), "hello", 5, 0) == 5);
+    co_await r.sleepFor(20ms);  // the armed recv takes it off the socket
+    coio::Result<FileDescriptor> refused = pair.server.release();
+    CHECK(refused.error() == std::errc::device_or_resource_busy);
+    REQUIRE(pair.server.isOpen());
+    std::byte got[16];
+    coio::Result<std::size_t> n = co_await pair.server.read(got);
+    REQUIRE(n.hasValue());
+    CHECK(std::string(reinterpret_cast<const char*>(got), *n) == "hello");
+
+    // Released before its first read, a socket carries all its data along.
+    StreamPair fresh = co_await connectPair(r);
+    REQUIRE(::send(fresh.client.fd(), "bye", 3, 0) == 3);
+    coio::Result<FileDescriptor> released = fresh.server.release();
+    REQUIRE(released.hasValue());
+    CHECK_FALSE(fresh.server.isOpen());
+    char out[8] = {};
+    CHECK(::recv(released->get(), out, sizeof out, 0) == 3);
+    CHECK(std::string(out) == "bye");
+  };
+  reactor.runUntil(test(reactor));
 }
 #endif

@@ -52,6 +52,8 @@ class ProvidedBufferRing {
   }
 
   unsigned short group() const noexcept { return group_; }
+  /// Bytes in each buffer.
+  std::size_t bufferSize() const noexcept { return size_; }
 
   /// The first `length` bytes of buffer `id` (from a CQE's flags).
   std::span<const std::byte> data(unsigned short id, std::size_t length) const noexcept {

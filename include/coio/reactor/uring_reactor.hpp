@@ -84,12 +84,57 @@ inline std::string_view toString(TaskRun mode) noexcept {
   return "?";
 }
 
-/// "immediate", "cooperative" or "deferred"; Errc::invalidArgument otherwise.
-inline Result<TaskRun> parseTaskRun(std::string_view text) {
-  for (const TaskRun mode : {TaskRun::immediate, TaskRun::cooperative, TaskRun::deferred}) {
-    if (text == toString(mode)) return mode;
+/// How UringReactor::recv reads a socket.
+enum class RecvMode {
+  /// One recv SQE per read, straight into the read's buffer.
+  plain,
+  /// One multishot recv (Linux 6.0) kept armed per socket: data lands in a
+  /// ring of provided buffers shared by the reactor's sockets and is copied
+  /// into the buffer of the read that waits for it, or kept for the next
+  /// reads (up to UringReactor::kRecvBacklogLimit per socket, then the recv
+  /// is disarmed until the reader catches up). Saves the kernel a failed
+  /// recv attempt and a poll arm/disarm per message (+3-4 % loopback request
+  /// rate), but costs a copy and 4 KiB pieces: streams run at about half
+  /// the speed.
+  multishot,
+  /// Per socket, by what it receives (the default): plain while reads come
+  /// back large; multishot after kRecvModeSwitch reads in a row that each
+  /// returned less than one provided buffer (request/response traffic);
+  /// plain again after kRecvModeSwitch multishot completions in a row that
+  /// each filled a whole buffer, or when the backlog limit is reached (a
+  /// stream). A switch costs one cancel.
+  adaptive,
+};
+
+inline std::string_view toString(RecvMode mode) noexcept {
+  switch (mode) {
+    case RecvMode::plain: return "plain";
+    case RecvMode::multishot: return "multishot";
+    case RecvMode::adaptive: return "adaptive";
+  }
+  return "?";
+}
+
+namespace detail {
+// The value of `values` whose toString() is `text`; Errc::invalidArgument
+// if none is.
+template <typename E, std::size_t N>
+Result<E> parseNamed(std::string_view text, const E (&values)[N]) {
+  for (const E value : values) {
+    if (text == toString(value)) return value;
   }
   return Errc::invalidArgument;
+}
+}  // namespace detail
+
+/// "immediate", "cooperative" or "deferred"; Errc::invalidArgument otherwise.
+inline Result<TaskRun> parseTaskRun(std::string_view text) {
+  return detail::parseNamed(text, {TaskRun::immediate, TaskRun::cooperative, TaskRun::deferred});
+}
+
+/// "plain", "multishot" or "adaptive"; Errc::invalidArgument otherwise.
+inline Result<RecvMode> parseRecvMode(std::string_view text) {
+  return detail::parseNamed(text, {RecvMode::plain, RecvMode::multishot, RecvMode::adaptive});
 }
 
 class UringReactor;
@@ -171,8 +216,8 @@ inline std::string describeUringSetupError(int err) {
 ///   completion through user_data. One exception: `send` first tries a
 ///   non-blocking send(2) and completes without suspending when the socket
 ///   takes the data (the usual case); only a full socket costs an SQE.
-///   With Options::multishotRecv, `recv` reads from one multishot recv kept
-///   armed per socket instead (see there).
+///   `recv` may read from one multishot recv kept armed per socket instead
+///   (RecvMode: by default, on sockets whose traffic is request/response).
 ///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
 ///   batched per loop iteration by default.
 /// - Cancellation: a stop requested (on the loop thread) while an operation
@@ -212,30 +257,25 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
     SubmitPolicy submitPolicy = SubmitPolicy::batched;
     TaskRun taskRun = TaskRun::deferred;  ///< see TaskRun; falls back to cooperative before Linux 6.1
-    /// For request/response traffic: `recv` on a socket arms one multishot
-    /// recv (Linux 6.0) that stays armed until the socket is forgotten; data
-    /// lands in a ring of provided buffers shared by the reactor's sockets
-    /// and is copied into the buffer of the read that waits for it, or kept
-    /// for the next read (up to kRecvBacklogLimit per socket, then the recv
-    /// is disarmed until the reader catches up). Saves the kernel a failed
-    /// recv attempt and a poll arm/disarm per message (+3-4 % loopback
-    /// request rate), but costs a copy and 4 KiB pieces: not for bulk
-    /// streams. Falls back to plain recvs before Linux 6.0 (see
-    /// multishotRecv()). While on, receivers are found by fd, so a socket
-    /// read through `recv` must be forgotten before it is closed (as under
-    /// EpollReactor; TcpStream does it), and data already taken from a
-    /// socket lives in the reactor: forget(fd) (TcpStream::close / release)
-    /// drops what no read took, so hand sockets to another reactor before
-    /// reading them, and read a socket through `recv` only (not readable()
-    /// + read(2)).
-    bool multishotRecv = false;
-    unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishotRecv)
-    unsigned recvBufferSize = 4096;  ///< bytes each (multishotRecv)
+    /// How `recv` reads sockets (see RecvMode); plain on kernels before 6.0
+    /// (see recvMode()). Unless plain, the reactor keeps a receiver per
+    /// socket read through `recv`, found by fd, so such a socket must be
+    /// forgotten before it is closed (as under EpollReactor; TcpStream does
+    /// it), and read through `recv` only (not readable() + read(2)). Data a
+    /// multishot recv took from a socket lives in the reactor until a read
+    /// takes it: forget(fd) drops it, and TcpStream::release refuses to give
+    /// such a socket up (see readsAhead()).
+    RecvMode recvMode = RecvMode::adaptive;
+    unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishot recvs)
+    unsigned recvBufferSize = 4096;  ///< bytes each (multishot recvs)
   };
 
   /// What one socket's multishot recv keeps for its reader before it stops
   /// taking data off the socket (TCP's flow control then holds the peer).
   static constexpr std::size_t kRecvBacklogLimit = 64 * 1024;
+  /// Reads (or completions) in a row that switch a socket's recv mode
+  /// under RecvMode::adaptive.
+  static constexpr unsigned kRecvModeSwitch = 4;
 
   UringReactor() : UringReactor(Options{}) {}
   explicit UringReactor(Options options);
@@ -256,8 +296,8 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
   Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
                                                std::stop_token stop = {}) noexcept;
-  /// A plain recv SQE, or with Options::multishotRecv a read served by the
-  /// socket's multishot recv.
+  /// A plain recv SQE, or a read served by the socket's multishot recv, as
+  /// Options::recvMode and (adaptive) the socket's traffic say.
   detail::UringRecv recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
@@ -267,9 +307,14 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// per-fd registration.
   void forget(int fd) noexcept;
 
-  /// Whether `recv` uses multishot receivers (Options::multishotRecv, on a
-  /// kernel that has them).
-  bool multishotRecv() const noexcept { return recvBuffers_.has_value(); }
+  /// The recv mode in effect: Options::recvMode, or plain on a kernel
+  /// without multishot recvs.
+  RecvMode recvMode() const noexcept { return recvBuffers_ ? recvMode_ : RecvMode::plain; }
+
+  /// Whether the reactor reads `fd` ahead of its reader: a multishot recv is
+  /// armed on it or holds data no read took yet. Forgetting the socket then
+  /// drops data (or the end of the stream) its peer sent.
+  bool readsAhead(int fd) const noexcept;
 
   // --- For layers that bring their own operations (disk, RDMA). Loop thread.
 
@@ -374,7 +419,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     }
   }
 
-  // Multishot receivers (Options::multishotRecv), found by fd; each is also
+  // Receivers (unless RecvMode::plain), found by fd; each is also
   // in the reactor's list until freed, including after its socket was
   // forgotten while its recv was still armed.
   friend class detail::UringReceiver;
@@ -477,7 +522,8 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   std::vector<UringOperation*> deferredCancels_;  // cancels no SQE could be had for yet
   std::vector<Completion> backlog_;
   std::vector<Completion> batch_;
-  std::optional<detail::ProvidedBufferRing> recvBuffers_;  // set up iff multishot recvs are on
+  RecvMode recvMode_;
+  std::optional<detail::ProvidedBufferRing> recvBuffers_;  // set up iff multishot recvs may be used
   std::vector<detail::UringReceiver*> receiverByFd_;
   detail::UringReceiver* receivers_ = nullptr;  // every receiver, a list through UringReceiver::next
 };
@@ -543,23 +589,46 @@ class [[nodiscard]] UringIoOperation : UringOperation {
 };
 
 
-/// One socket's multishot recv (UringReactor::Options::multishotRecv),
-/// owned by the reactor: armed on the first read that finds nothing
-/// buffered, it stays armed across reads; each completion's data goes to the
-/// waiting read, the rest to a backlog for the next reads. Loop thread only.
+/// One socket's receiver (unless RecvMode::plain), owned by the reactor.
+/// In multishot mode its recv, armed by the first read that finds nothing
+/// buffered, stays armed across reads; each completion's data goes to the
+/// waiting read, the rest to a backlog for the next reads. In direct mode
+/// (RecvMode::adaptive only) reads are plain recv SQEs of their own, which
+/// report their sizes here. Loop thread only.
 ///
 /// State machine, in a few words: `armed_` from the SQE until a completion
 /// without IORING_CQE_F_MORE (end of stream, an error, ENOBUFS when the
 /// provided buffers ran out, or our cancel); `end_` once the stream ended
 /// for good (sticky, after the data before it); `released_` once the socket
 /// was forgotten: the receiver then only waits for its last completion to
-/// free itself.
+/// free itself. `multishot_` is the mode; leaving multishot mode cancels the
+/// recv, and reads are served here until it is disarmed and the backlog is
+/// drained (a read waiting then gets a one-shot recv from the provided
+/// buffers), so the bytes keep their order.
 class UringReceiver : UringOperation {
  public:
-  UringReceiver(UringReactor& reactor, int fd) noexcept
-      : UringOperation{&UringReceiver::onComplete}, reactor_(reactor), fd_(fd) {}
+  UringReceiver(UringReactor& reactor, int fd, bool adaptive) noexcept
+      : UringOperation{&UringReceiver::onComplete}, reactor_(reactor), fd_(fd), adaptive_(adaptive),
+        multishot_(!adaptive) {}
   UringReceiver(const UringReceiver&) = delete;
   UringReceiver& operator=(const UringReceiver&) = delete;
+
+  /// Whether the next read is a plain recv of its own (direct mode, nothing
+  /// armed or kept here).
+  bool readsDirect() const noexcept { return !multishot_ && !readsAhead(); }
+  /// Whether a recv is armed or data (or the end) is kept here.
+  bool readsAhead() const noexcept { return armed_ || buffered() != 0 || end_; }
+  /// A direct read's result: kRecvModeSwitch short ones in a row switch to
+  /// multishot mode.
+  void noteDirect(const Result<std::size_t>& read) noexcept {
+    if (!read || *read == 0) return;  // errors and the end say nothing about the traffic
+    if (*read >= bufferSize()) {
+      streak_ = 0;
+    } else if (++streak_ == UringReactor::kRecvModeSwitch) {
+      multishot_ = true;
+      streak_ = 0;
+    }
+  }
 
   /// Copies what is buffered into `into`, or yields the end of the stream:
   /// true (with `result` set) if the read is done without waiting.
@@ -601,8 +670,24 @@ class UringReceiver : UringOperation {
     }
     return n;
   }
+  std::size_t bufferSize() const noexcept;
   bool arm() noexcept;
   void cancel() noexcept;
+  // A multishot completion of `size` bytes: kRecvModeSwitch full buffers in
+  // a row switch an adaptive receiver to direct mode.
+  void noteMultishot(std::size_t size) noexcept {
+    if (!adaptive_ || !multishot_) return;
+    if (size < bufferSize()) {
+      streak_ = 0;
+    } else if (++streak_ == UringReactor::kRecvModeSwitch) {
+      leaveMultishot();
+    }
+  }
+  void leaveMultishot() noexcept {
+    multishot_ = false;
+    streak_ = 0;
+    if (armed_) cancel();
+  }
   // Hands `data` to the waiting read, the rest to the backlog; true if the
   // waiting read got some.
   bool deliver(std::span<const std::byte> data) noexcept;
@@ -610,6 +695,9 @@ class UringReceiver : UringOperation {
 
   UringReactor& reactor_;
   int fd_;
+  const bool adaptive_;
+  bool multishot_;
+  unsigned streak_ = 0;  // reads or completions in a row that argue for the other mode
   bool armed_ = false;
   bool cancelling_ = false;
   bool released_ = false;
@@ -626,8 +714,9 @@ class UringReceiver : UringOperation {
 /// data arriving later waits for the next read.
 class [[nodiscard]] MultishotRead {
  public:
-  MultishotRead(UringReactor& reactor, int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
-      : reactor_(reactor), fd_(fd), buffer_(buffer), stop_(std::move(stop)) {}
+  MultishotRead(UringReactor& reactor, UringReceiver& receiver, std::span<std::byte> buffer,
+                std::stop_token stop) noexcept
+      : reactor_(reactor), buffer_(buffer), stop_(std::move(stop)), receiver_(&receiver) {}
   MultishotRead(const MultishotRead&) = delete;
   MultishotRead& operator=(const MultishotRead&) = delete;
   ~MultishotRead() {
@@ -637,11 +726,6 @@ class [[nodiscard]] MultishotRead {
   bool await_ready() noexcept {
     if (stop_.stop_requested()) {
       result_ = -ECANCELED;
-      return true;
-    }
-    receiver_ = reactor_.receiverFor(fd_);
-    if (!receiver_) {
-      result_ = -ENOMEM;
       return true;
     }
     return receiver_->tryTake(buffer_, result_);
@@ -670,10 +754,9 @@ class [[nodiscard]] MultishotRead {
   };
 
   UringReactor& reactor_;
-  int fd_;
   std::span<std::byte> buffer_;
   std::stop_token stop_;
-  UringReceiver* receiver_ = nullptr;
+  UringReceiver* receiver_;  // null once the socket was forgotten
   int result_ = 0;
   std::coroutine_handle<> handle_;
   PostedResume posted_;
@@ -700,9 +783,15 @@ inline bool UringReceiver::wait(MultishotRead& read) noexcept {
   return true;
 }
 
+inline std::size_t UringReceiver::bufferSize() const noexcept { return reactor_.recvBuffers_->bufferSize(); }
+
 inline bool UringReceiver::arm() noexcept {
   armed_ = reactor_.trySubmit(*this, [&](io_uring_sqe* sqe) {
-    io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+    if (multishot_) {
+      io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+    } else {
+      io_uring_prep_recv(sqe, fd_, nullptr, 0, 0);  // leaving multishot mode: one buffer's worth
+    }
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = reactor_.recvBuffers_->group();
   });
@@ -742,7 +831,10 @@ inline void UringReceiver::onComplete(UringOperation* op, int result, unsigned f
   if (flags & IORING_CQE_F_BUFFER) {
     const auto id = static_cast<unsigned short>(flags >> IORING_CQE_BUFFER_SHIFT);
     detail::ProvidedBufferRing& buffers = *self->reactor_.recvBuffers_;
-    if (result > 0 && !self->released_) delivered = self->deliver(buffers.data(id, static_cast<std::size_t>(result)));
+    if (result > 0 && !self->released_) {
+      delivered = self->deliver(buffers.data(id, static_cast<std::size_t>(result)));
+      self->noteMultishot(static_cast<std::size_t>(result));
+    }
     buffers.recycle(id);
   } else if (result == 0 || (result < 0 && result != -ENOBUFS && result != -ECANCELED)) {
     self->end_ = result;  // end of stream, or the socket's error
@@ -751,8 +843,16 @@ inline void UringReceiver::onComplete(UringOperation* op, int result, unsigned f
     if (!self->armed_) self->reactor_.destroyReceiver(self);
     return;
   }
-  // Past the limit, or broken (no memory for the backlog): stop taking data.
-  if (self->armed_ && (self->buffered() >= UringReactor::kRecvBacklogLimit || self->end_)) self->cancel();
+  // Past the limit, or broken (no memory for the backlog): stop taking data
+  // (an adaptive receiver takes the limit for a stream).
+  if (self->armed_ && self->end_) self->cancel();
+  if (self->armed_ && self->buffered() >= UringReactor::kRecvBacklogLimit) {
+    if (self->adaptive_) {
+      self->leaveMultishot();
+    } else {
+      self->cancel();
+    }
+  }
   MultishotRead* read = self->waiter_;
   if (!read) return;
   if (!delivered) {
@@ -769,12 +869,16 @@ inline void UringReceiver::onComplete(UringOperation* op, int result, unsigned f
 }
 
 /// What UringReactor::recv returns: a plain recv SQE (UringIoOperation) or
-/// a MultishotRead, as the reactor's options say.
+/// a MultishotRead, as the reactor's recv mode and the socket's receiver
+/// say (decided when recv() is called).
 class [[nodiscard]] UringRecv {
  public:
-  template <std::size_t I, typename... Args>
-  explicit UringRecv(std::in_place_index_t<I> which, Args&&... args) noexcept
-      : op_(which, std::forward<Args>(args)...) {}
+  /// A plain recv; `receiver` (direct mode) hears its result.
+  UringRecv(UringReactor& reactor, RecvPrep prep, std::stop_token stop, UringReceiver* receiver) noexcept
+      : op_(std::in_place_index<0>, reactor, prep, std::move(stop)), receiver_(receiver) {}
+  UringRecv(UringReactor& reactor, UringReceiver& receiver, std::span<std::byte> buffer,
+            std::stop_token stop) noexcept
+      : op_(std::in_place_index<1>, reactor, receiver, buffer, std::move(stop)) {}
 
   bool await_ready() noexcept {
     return std::visit([](auto& op) { return op.await_ready(); }, op_);
@@ -792,11 +896,14 @@ class [[nodiscard]] UringRecv {
         op_);
   }
   Result<std::size_t> await_resume() {
-    return std::visit([](auto& op) { return op.await_resume(); }, op_);
+    Result<std::size_t> read = std::visit([](auto& op) { return op.await_resume(); }, op_);
+    if (receiver_) receiver_->noteDirect(read);
+    return read;
   }
 
  private:
   std::variant<UringIoOperation<RecvPrep, std::size_t>, MultishotRead> op_;
+  UringReceiver* receiver_ = nullptr;
 };
 
 // Linux version of the running kernel at least major.minor.
@@ -867,9 +974,10 @@ inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, TaskR
 
 }  // namespace detail
 
-inline UringReactor::UringReactor(Options options) : policy_(options.submitPolicy), taskRun_(options.taskRun) {
+inline UringReactor::UringReactor(Options options)
+    : policy_(options.submitPolicy), taskRun_(options.taskRun), recvMode_(options.recvMode) {
   const unsigned buffers = options.recvBuffers;
-  if (options.multishotRecv && (buffers == 0 || buffers > 32768 || (buffers & (buffers - 1)) != 0 ||
+  if (recvMode_ != RecvMode::plain && (buffers == 0 || buffers > 32768 || (buffers & (buffers - 1)) != 0 ||
                                 options.recvBufferSize == 0)) {
     throw std::invalid_argument(
         "coio::UringReactor: recvBuffers must be a power of two up to 32768 and recvBufferSize positive");
@@ -884,7 +992,7 @@ inline UringReactor::UringReactor(Options options) : policy_(options.submitPolic
   const char* what = nullptr;
   // Registered before the ring is enabled: a TaskRun::deferred ring takes
   // registrations from its submitter thread only, which it does not have yet.
-  if (options.multishotRecv && detail::kernelAtLeast(6, 0)) {
+  if (recvMode_ != RecvMode::plain && detail::kernelAtLeast(6, 0)) {
     err = recvBuffers_.emplace().setUp(ring_, kRecvBufferGroup, buffers, options.recvBufferSize);
     what = "coio::UringReactor: registering the multishot recv buffers";
   }
@@ -926,8 +1034,16 @@ inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t len
   return {*this, prep, std::move(stop)};
 }
 inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
-  if (recvBuffers_) return detail::UringRecv(std::in_place_index<1>, *this, fd, buffer, std::move(stop));
-  return detail::UringRecv(std::in_place_index<0>, *this, detail::RecvPrep{fd, buffer}, std::move(stop));
+  // No memory for a new socket's receiver: nothing is read ahead on it, so
+  // a plain recv is safe.
+  detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? receiverFor(fd) : nullptr;
+  if (receiver && !receiver->readsDirect()) return {*this, *receiver, buffer, std::move(stop)};
+  return {*this, detail::RecvPrep{fd, buffer}, std::move(stop), receiver};
+}
+
+inline bool UringReactor::readsAhead(int fd) const noexcept {
+  const auto slot = static_cast<std::size_t>(fd);
+  return fd >= 0 && slot < receiverByFd_.size() && receiverByFd_[slot] && receiverByFd_[slot]->readsAhead();
 }
 
 inline void UringReactor::forget(int fd) noexcept {
@@ -941,7 +1057,7 @@ inline detail::UringReceiver* UringReactor::receiverFor(int fd) noexcept {
   try {
     if (slot >= receiverByFd_.size()) receiverByFd_.resize(slot + 1);
     if (!receiverByFd_[slot]) {
-      auto* receiver = new detail::UringReceiver(*this, fd);
+      auto* receiver = new detail::UringReceiver(*this, fd, recvMode_ == RecvMode::adaptive);
       receiver->next = receivers_;
       if (receivers_) receivers_->prev = receiver;
       receivers_ = receiver;

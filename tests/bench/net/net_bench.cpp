@@ -3,8 +3,9 @@
 // client on the main thread; pin the process (taskset) to place both.
 //   net_bench --reactor epoll|uring --mode rr|stream [--connections N]
 //             [--size BYTES] [--seconds S] [--submit batched|eager]
-//             [--taskrun immediate|cooperative|deferred] [--multishot 0|1]
-// --multishot 1: uring reactors with Options::multishotRecv.
+//             [--taskrun immediate|cooperative|deferred]
+//             [--recv plain|multishot|adaptive]
+// --recv: the uring reactors' Options::recvMode (default: the reactor's).
 // Prints one line: key=value pairs, the figure last.
 #include <coio/core/collect_all.hpp>
 #include <coio/net/tcp_listener.hpp>
@@ -36,7 +37,7 @@ struct Settings {
   double seconds = 3;
   coio::SubmitPolicy submit = coio::SubmitPolicy::batched;
   coio::TaskRun taskRun = coio::UringReactor::Options{}.taskRun;
-  bool multishot = coio::UringReactor::Options{}.multishotRecv;
+  coio::RecvMode recvMode = coio::UringReactor::Options{}.recvMode;
 };
 
 // Reactors are built through this (the uring one with the options above).
@@ -44,7 +45,7 @@ template <coio::Reactor R>
 R makeReactor(const Settings& settings) {
   if constexpr (std::is_same_v<R, coio::UringReactor>) {
     return R(coio::UringReactor::Options{
-        .submitPolicy = settings.submit, .taskRun = settings.taskRun, .multishotRecv = settings.multishot});
+        .submitPolicy = settings.submit, .taskRun = settings.taskRun, .recvMode = settings.recvMode});
   } else {
     return R();
   }
@@ -150,19 +151,19 @@ int run(const Settings& settings) {
   std::thread serverThread([&] { serverReactor.run(); });
 
   double rate;
-  bool multishot = false;  // in effect (the kernel may lack it)
+  coio::RecvMode recvMode = coio::RecvMode::plain;  // in effect (the kernel may lack multishot recvs)
   {
     R clientReactor = makeReactor<R>(settings);
-    if constexpr (std::is_same_v<R, coio::UringReactor>) multishot = clientReactor.multishotRecv();
+    if constexpr (std::is_same_v<R, coio::UringReactor>) recvMode = clientReactor.recvMode();
     rate = clientReactor.runUntil(measure(clientReactor, address, settings));
   }  // client sockets close here: the server's connections end
   serverReactor.stop();
   serverThread.join();
 
-  std::printf("net_bench reactor=%s mode=%s connections=%zu size=%zu submit=%s taskrun=%s multishot=%d ",
+  std::printf("net_bench reactor=%s mode=%s connections=%zu size=%zu submit=%s taskrun=%s recv=%s ",
               std::string(coio::toString(settings.kind)).c_str(), settings.mode == Mode::rr ? "rr" : "stream",
               settings.connections, settings.size, settings.submit == coio::SubmitPolicy::batched ? "batched" : "eager",
-              std::string(coio::toString(settings.taskRun)).c_str(), multishot ? 1 : 0);
+              std::string(coio::toString(settings.taskRun)).c_str(), std::string(coio::toString(recvMode)).c_str());
   if (settings.mode == Mode::rr) {
     std::printf("round_trips_per_s=%.0f\n", rate);
   } else {
@@ -174,7 +175,7 @@ int run(const Settings& settings) {
 int usage() {
   std::fputs("usage: net_bench --reactor epoll|uring --mode rr|stream [--connections N] [--size BYTES] "
              "[--seconds S] [--submit batched|eager] [--taskrun immediate|cooperative|deferred] "
-             "[--multishot 0|1]\n",
+             "[--recv plain|multishot|adaptive]\n",
              stderr);
   return 2;
 }
@@ -199,8 +200,10 @@ int main(int argc, char** argv) {
       auto mode = coio::parseTaskRun(value);
       ok = mode.hasValue();
       if (ok) settings.taskRun = *mode;
-    } else if (option == "--multishot" && (value == "0" || value == "1")) {
-      settings.multishot = value == "1";
+    } else if (option == "--recv") {
+      auto mode = coio::parseRecvMode(value);
+      ok = mode.hasValue();
+      if (ok) settings.recvMode = *mode;
     } else if (option == "--connections") {
       ok = std::from_chars(value.data(), value.data() + value.size(), settings.connections).ec == std::errc{} &&
            settings.connections > 0;

@@ -10,9 +10,11 @@
 #   run_net_bench.sh [--build-dir build] [--seconds 3] [--rounds 3]
 #                    [--placement pinned|unpinned] [--tests stream,rr1,rr64]
 # --tests: which rows to run (default all three; the references are run
-# only for the rows that need them). Each row also measures the uring
-# reactor with Options::multishotRecv (net_bench --multishot 1). The rr1 row
-# also measures it with TaskRun::cooperative (the default before session 4),
+# only for the rows that need them). The uring reactor runs with its
+# default recv mode (adaptive); each row also measures it with plain recvs
+# only (net_bench --recv plain, the default before session 9). The rr1 row
+# also measures it with a multishot recv from the first read (--recv
+# multishot), with TaskRun::cooperative (the default before session 4),
 # and raw liburing doing the same (uring_rr: no coio; ring flags as the
 # reactor's default, then with a multishot recv): the floor under coio's
 # uring figures.
@@ -109,10 +111,11 @@ for ((round = 1; round <= rounds; ++round)); do
     if want rr1; then coio_figure $reactor rr 1 64; samples[$reactor-rr1]+=" $result"; fi
     if want rr64; then coio_figure $reactor rr 64 64; samples[$reactor-rr64]+=" $result"; fi
   done
-  if want stream; then coio_figure uring stream 1 1048576 --multishot 1; samples[multishot-stream]+=" $result"; fi
-  if want rr1; then coio_figure uring rr 1 64 --multishot 1; samples[multishot-rr1]+=" $result"; fi
-  if want rr64; then coio_figure uring rr 64 64 --multishot 1; samples[multishot-rr64]+=" $result"; fi
+  if want stream; then coio_figure uring stream 1 1048576 --recv plain; samples[plain-stream]+=" $result"; fi
+  if want rr1; then coio_figure uring rr 1 64 --recv plain; samples[plain-rr1]+=" $result"; fi
+  if want rr64; then coio_figure uring rr 64 64 --recv plain; samples[plain-rr64]+=" $result"; fi
   if want rr1; then
+    coio_figure uring rr 1 64 --recv multishot; samples[multishot-rr1]+=" $result"
     coio_figure uring rr 1 64 --taskrun cooperative; samples[uring-cooperative-rr1]+=" $result"
     raw_figure --size 64; samples[raw-rr1]+=" $result"
     raw_figure --size 64 --multishot 1; samples[raw-multishot-rr1]+=" $result"
@@ -131,23 +134,25 @@ echo "| test | reference | coio epoll | ratio | coio uring | ratio |"
 echo "|---|---|---|---|---|---|"
 if want stream; then
   echo "| streaming 1 MiB messages, 1 connection (Gbit/s) | iperf3 ${m[iperf3]} | ${m[epoll-stream]} | $(ratio ${m[epoll-stream]} ${m[iperf3]}) | ${m[uring-stream]} | $(ratio ${m[uring-stream]} ${m[iperf3]}) |"
-  echo "| same, uring with multishotRecv (not meant for streams) | iperf3 ${m[iperf3]} | - | - | ${m[multishot-stream]} | $(ratio ${m[multishot-stream]} ${m[iperf3]}) |"
+  echo "| same, uring with RecvMode::plain | iperf3 ${m[iperf3]} | - | - | ${m[plain-stream]} | $(ratio ${m[plain-stream]} ${m[iperf3]}) |"
 fi
 if want rr1; then
   echo "| request/response 64 B, 1 connection (round trips/s) | sockperf ${m[sockperf]} | ${m[epoll-rr1]} | $(ratio ${m[epoll-rr1]} ${m[sockperf]}) | ${m[uring-rr1]} | $(ratio ${m[uring-rr1]} ${m[sockperf]}) |"
-  echo "| same, uring with multishotRecv | sockperf ${m[sockperf]} | - | - | ${m[multishot-rr1]} | $(ratio ${m[multishot-rr1]} ${m[sockperf]}) |"
+  echo "| same, uring with RecvMode::plain | sockperf ${m[sockperf]} | - | - | ${m[plain-rr1]} | $(ratio ${m[plain-rr1]} ${m[sockperf]}) |"
+  echo "| same, uring with RecvMode::multishot | sockperf ${m[sockperf]} | - | - | ${m[multishot-rr1]} | $(ratio ${m[multishot-rr1]} ${m[sockperf]}) |"
   echo "| same, uring with TaskRun::cooperative | sockperf ${m[sockperf]} | - | - | ${m[uring-cooperative-rr1]} | $(ratio ${m[uring-cooperative-rr1]} ${m[sockperf]}) |"
   echo "| same, raw liburing (uring_rr, no coio), default ring flags | sockperf ${m[sockperf]} | - | - | ${m[raw-rr1]} | $(ratio ${m[raw-rr1]} ${m[sockperf]}) |"
   echo "| same, raw liburing, multishot recv + provided buffers | sockperf ${m[sockperf]} | - | - | ${m[raw-multishot-rr1]} | $(ratio ${m[raw-multishot-rr1]} ${m[sockperf]}) |"
 fi
 if want rr64; then
   echo "| request/response 64 B, 64 connections (round trips/s) | sockperf (1 conn) ${m[sockperf]} | ${m[epoll-rr64]} | $(ratio ${m[epoll-rr64]} ${m[sockperf]}) | ${m[uring-rr64]} | $(ratio ${m[uring-rr64]} ${m[sockperf]}) |"
-  echo "| same, uring with multishotRecv | sockperf (1 conn) ${m[sockperf]} | - | - | ${m[multishot-rr64]} | $(ratio ${m[multishot-rr64]} ${m[sockperf]}) |"
+  echo "| same, uring with RecvMode::plain | sockperf (1 conn) ${m[sockperf]} | - | - | ${m[plain-rr64]} | $(ratio ${m[plain-rr64]} ${m[sockperf]}) |"
 fi
 if want rr1; then
   echo
-  echo "coio uring / raw liburing, request/response (same ring flags and pinning): $(ratio ${m[uring-rr1]} ${m[raw-rr1]});" \
-    "both with a multishot recv: $(ratio ${m[multishot-rr1]} ${m[raw-multishot-rr1]})"
+  echo "coio uring / raw liburing, request/response (same ring flags and pinning), plain recvs:" \
+    "$(ratio ${m[plain-rr1]} ${m[raw-rr1]}); both with a multishot recv: $(ratio ${m[multishot-rr1]} ${m[raw-multishot-rr1]});" \
+    "coio's default (adaptive) / raw multishot: $(ratio ${m[uring-rr1]} ${m[raw-multishot-rr1]})"
 fi
 
 # Each round runs the reference and coio minutes apart at most: the ratio
@@ -165,10 +170,12 @@ PY
 echo
 echo "Per-round ratios, median (range):"
 if want stream; then
-  echo "- streaming vs iperf3: epoll $(round_ratios epoll-stream iperf3), uring $(round_ratios uring-stream iperf3)"
+  echo "- streaming vs iperf3: epoll $(round_ratios epoll-stream iperf3), uring $(round_ratios uring-stream iperf3)," \
+    "uring plain $(round_ratios plain-stream iperf3)"
 fi
 if want rr1; then
   echo "- request/response, 1 connection, vs sockperf: epoll $(round_ratios epoll-rr1 sockperf)," \
-    "uring $(round_ratios uring-rr1 sockperf), uring multishotRecv $(round_ratios multishot-rr1 sockperf)," \
+    "uring $(round_ratios uring-rr1 sockperf), uring plain $(round_ratios plain-rr1 sockperf)," \
+    "uring multishot $(round_ratios multishot-rr1 sockperf)," \
     "raw liburing $(round_ratios raw-rr1 sockperf)"
 fi
