@@ -570,6 +570,19 @@ TEST_CASE("adaptive recv: short reads switch a socket to a multishot recv, a str
   reactor.runUntil(test(reactor));
 }
 
+TEST_CASE("a recv on a negative fd fails with EBADF in every recv mode", "[uring][adaptive]") {
+  for (const RecvMode mode : {RecvMode::plain, RecvMode::multishot, RecvMode::adaptive}) {
+    UringReactor reactor(UringReactor::Options{.recvMode = mode});
+    auto test = [](UringReactor& r) -> Task<coio::Result<std::size_t>> {
+      std::byte buffer[8];
+      co_return co_await r.recv(-1, buffer);
+    };
+    coio::Result<std::size_t> n = reactor.runUntil(test(reactor));
+    CHECK(n.error() == std::errc::bad_file_descriptor);
+    CHECK_FALSE(reactor.readsAhead(-1));
+  }
+}
+
 TEST_CASE("adaptive recv: release refuses a socket whose data the reactor reads ahead; that data stays readable",
           "[uring][adaptive]") {
   UringReactor reactor;

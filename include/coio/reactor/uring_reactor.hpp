@@ -1034,8 +1034,8 @@ inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t len
   return {*this, prep, std::move(stop)};
 }
 inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
-  // No memory for a new socket's receiver: nothing is read ahead on it, so
-  // a plain recv is safe.
+  // No receiver (no memory for a new socket's, or a negative fd): nothing
+  // is read ahead on it, so a plain recv is safe.
   detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? receiverFor(fd) : nullptr;
   if (receiver && !receiver->readsDirect()) return {*this, *receiver, buffer, std::move(stop)};
   return {*this, detail::RecvPrep{fd, buffer}, std::move(stop), receiver};
@@ -1053,6 +1053,7 @@ inline void UringReactor::forget(int fd) noexcept {
 }
 
 inline detail::UringReceiver* UringReactor::receiverFor(int fd) noexcept {
+  if (fd < 0) return nullptr;  // not a socket: the plain recv reports EBADF
   const auto slot = static_cast<std::size_t>(fd);
   try {
     if (slot >= receiverByFd_.size()) receiverByFd_.resize(slot + 1);
