@@ -2065,8 +2065,8 @@ class TcpStream {
   }
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
-  /// another one: `TcpStream(other, std::move(*stream.release()))`. No
-  /// operation may be pending. Fails with std::errc::device_or_resource_busy,
+  /// another one: `if (auto fd = stream.release()) TcpStream(other,
+  /// std::move(*fd))`. No operation may be pending. Fails with std::errc::device_or_resource_busy,
   /// the stream left as it was, while the reactor reads the socket ahead
   /// (UringReactor::readsAhead: forgetting it would drop data the peer
   /// sent); release before the first read, or on a reactor that does not.
@@ -4374,18 +4374,20 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
 
-  /// Drops the socket's multishot recv, if it has one (cancelled; freed
-  /// when its last completion arrives). Nothing else: io_uring keeps no
-  /// per-fd registration.
+  /// Drops the socket's receiver, if it has one, with what it holds (an
+  /// armed recv is cancelled; the receiver is freed when its last completion
+  /// arrives). Nothing else: io_uring keeps no per-fd registration.
   void forget(int fd) noexcept;
 
   /// The recv mode in effect: Options::recvMode, or plain on a kernel
   /// without multishot recvs.
   RecvMode recvMode() const noexcept { return recvBuffers_ ? recvMode_ : RecvMode::plain; }
 
-  /// Whether the reactor reads `fd` ahead of its reader: a multishot recv is
-  /// armed on it or holds data no read took yet. Forgetting the socket then
-  /// drops data (or the end of the stream) its peer sent.
+  /// Whether the reactor reads `fd` ahead of its reader: a recv of its
+  /// receiver is armed on it (the multishot recv, or the one-shot recv that
+  /// ends a switch back to plain recvs), or the receiver holds data or the
+  /// end of the stream no read took yet. Forgetting the socket then drops
+  /// what its peer sent.
   bool readsAhead(int fd) const noexcept;
 
   // --- For layers that bring their own operations (disk, RDMA). Loop thread.
@@ -4535,7 +4537,11 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   void dispatch(const Completion& c) noexcept {
     if (c.userData == 0) return;
     auto* op = reinterpret_cast<UringOperation*>(c.userData);
-    if (!(c.flags & IORING_CQE_F_MORE)) --inFlight_;
+    if (!(c.flags & IORING_CQE_F_MORE)) {
+      --inFlight_;
+      // Done: a cancel still waiting for an SQE would hit whatever reuses op's memory.
+      if (!deferredCancels_.empty()) std::erase(deferredCancels_, op);
+    }
     if (quiescing_) return;  // shutting down: nothing resumes
     op->complete(op, c.result, c.flags);
   }
@@ -4690,13 +4696,16 @@ class UringReceiver : UringOperation {
   bool readsDirect() const noexcept { return !multishot_ && !readsAhead(); }
   /// Whether a recv is armed or data (or the end) is kept here.
   bool readsAhead() const noexcept { return armed_ || buffered() != 0 || end_; }
-  /// A direct read's result: kRecvModeSwitch short ones in a row switch to
-  /// multishot mode.
-  void noteDirect(const Result<std::size_t>& read) noexcept {
+  /// A direct read's result, `requested` bytes asked: kRecvModeSwitch short
+  /// ones in a row (less than asked and than one provided buffer: the
+  /// socket was drained) switch to multishot mode; one of a whole provided
+  /// buffer or more resets the count. A small read that got all it asked
+  /// for says nothing (the socket may hold more).
+  void noteDirect(const Result<std::size_t>& read, std::size_t requested) noexcept {
     if (!read || *read == 0) return;  // errors and the end say nothing about the traffic
     if (*read >= bufferSize()) {
       streak_ = 0;
-    } else if (++streak_ == UringReactor::kRecvModeSwitch) {
+    } else if (*read < requested && ++streak_ == UringReactor::kRecvModeSwitch) {
       multishot_ = true;
       streak_ = 0;
     }
@@ -4781,9 +4790,9 @@ class UringReceiver : UringOperation {
 
 /// A read served by the socket's UringReceiver: completes at once from the
 /// backlog, else resumes on the loop thread when data (or the end) arrives.
-/// Cancelling it leaves the recv armed (nothing is in flight for this read
-/// alone): it resumes in a later loop iteration with operation_canceled, and
-/// data arriving later waits for the next read.
+/// Cancelling it leaves the receiver's recv as it is (the kernel holds no
+/// buffer of this read's): it resumes in a later loop iteration with
+/// operation_canceled, and data arriving later waits for the next read.
 class [[nodiscard]] MultishotRead {
  public:
   MultishotRead(UringReactor& reactor, UringReceiver& receiver, std::span<std::byte> buffer,
@@ -4810,6 +4819,7 @@ class [[nodiscard]] MultishotRead {
   }
   Result<std::size_t> await_resume() {
     onStop_.reset();
+    receiver_ = nullptr;  // not waiting any more: the socket may be forgotten before this is destroyed
     return toResult<std::size_t>(result_);
   }
 
@@ -4819,7 +4829,7 @@ class [[nodiscard]] MultishotRead {
     MultishotRead* self;
     void operator()() const noexcept {
       COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      if (self->receiver_) self->receiver_->abandon(self);
+      if (self->receiver_) std::exchange(self->receiver_, nullptr)->abandon(self);
       self->result_ = -ECANCELED;
       self->reactor_.post(self->posted_, self->handle_);
     }
@@ -4907,8 +4917,9 @@ inline void UringReceiver::onComplete(UringOperation* op, int result, unsigned f
       delivered = self->deliver(buffers.data(id, static_cast<std::size_t>(result)));
       self->noteMultishot(static_cast<std::size_t>(result));
     }
-    buffers.recycle(id);
-  } else if (result == 0 || (result < 0 && result != -ENOBUFS && result != -ECANCELED)) {
+    buffers.recycle(id);  // also when the kernel picked a buffer for an end of stream
+  }
+  if (result == 0 || (result < 0 && result != -ENOBUFS && result != -ECANCELED)) {
     self->end_ = result;  // end of stream, or the socket's error
   }
   if (self->released_) {
@@ -4947,7 +4958,8 @@ class [[nodiscard]] UringRecv {
  public:
   /// A plain recv; `receiver` (direct mode) hears its result.
   UringRecv(UringReactor& reactor, RecvPrep prep, std::stop_token stop, UringReceiver* receiver) noexcept
-      : op_(std::in_place_index<0>, reactor, prep, std::move(stop)), receiver_(receiver) {}
+      : op_(std::in_place_index<0>, reactor, prep, std::move(stop)), receiver_(receiver),
+        requested_(prep.buffer.size()) {}
   UringRecv(UringReactor& reactor, UringReceiver& receiver, std::span<std::byte> buffer,
             std::stop_token stop) noexcept
       : op_(std::in_place_index<1>, reactor, receiver, buffer, std::move(stop)) {}
@@ -4969,13 +4981,14 @@ class [[nodiscard]] UringRecv {
   }
   Result<std::size_t> await_resume() {
     Result<std::size_t> read = std::visit([](auto& op) { return op.await_resume(); }, op_);
-    if (receiver_) receiver_->noteDirect(read);
+    if (receiver_) receiver_->noteDirect(read, requested_);
     return read;
   }
 
  private:
   std::variant<UringIoOperation<RecvPrep, std::size_t>, MultishotRead> op_;
-  UringReceiver* receiver_ = nullptr;
+  UringReceiver* receiver_ = nullptr;  // direct reads: hears the result
+  std::size_t requested_ = 0;
 };
 
 // Linux version of the running kernel at least major.minor.
@@ -5067,6 +5080,10 @@ inline UringReactor::UringReactor(Options options)
   if (recvMode_ != RecvMode::plain && detail::kernelAtLeast(6, 0)) {
     err = recvBuffers_.emplace().setUp(ring_, kRecvBufferGroup, buffers, options.recvBufferSize);
     what = "coio::UringReactor: registering the multishot recv buffers";
+    if (err && recvMode_ == RecvMode::adaptive) {
+      recvBuffers_.reset();  // not registered: reads stay plain, as before Linux 6.0
+      err = 0;
+    }
   }
   if (!err && !tryArmWake()) {
     err = submitError_;

@@ -566,7 +566,38 @@ TEST_CASE("adaptive recv: short reads switch a socket to a multishot recv, a str
       const bool direct = co_await settlesDirect(r, fd);
       CHECK(direct);
     }
+    // A stream read in pieces smaller than a provided buffer: each read gets
+    // all it asked for, which says nothing about the socket; it stays direct.
+    constexpr std::size_t kPiece = 1024;
+    std::vector<std::byte> chunk(64 * kPiece, std::byte{7});
+    REQUIRE(::send(pair.client.fd(), chunk.data(), chunk.size(), 0) == static_cast<ssize_t>(chunk.size()));
+    std::size_t switched = 0;
+    for (std::size_t got = 0; got < chunk.size();) {
+      std::byte piece[kPiece];
+      coio::Result<std::size_t> n = co_await pair.server.read(piece);
+      REQUIRE(n.hasValue());
+      got += *n;
+      switched += r.readsAhead(fd);
+    }
+    CHECK(switched == 0);
   };
+  reactor.runUntil(test(reactor));
+}
+
+TEST_CASE("multishot recv: a read awaiter destroyed after its socket was closed does not touch the receiver",
+          "[uring][multishot]") {
+  // The end of the stream disarms the receiver, so close() frees it at once;
+  // the awaiter, destroyed after that, used to reach back into it (ASan).
+  UringReactor reactor(UringReactor::Options{.recvMode = RecvMode::multishot});
+  auto test = [](UringReactor& r) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    std::byte buffer[16];
+    auto read = pair.server.read(buffer);
+    REQUIRE(pair.client.shutdown().hasValue());
+    coio::Result<std::size_t> n = co_await read;
+    CHECK(n.error() == coio::Errc::eof);
+    pair.server.close();
+  };  // `read` is destroyed here
   reactor.runUntil(test(reactor));
 }
 

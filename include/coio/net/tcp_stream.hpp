@@ -148,8 +148,8 @@ class TcpStream {
   }
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
-  /// another one: `TcpStream(other, std::move(*stream.release()))`. No
-  /// operation may be pending. Fails with std::errc::device_or_resource_busy,
+  /// another one: `if (auto fd = stream.release()) TcpStream(other,
+  /// std::move(*fd))`. No operation may be pending. Fails with std::errc::device_or_resource_busy,
   /// the stream left as it was, while the reactor reads the socket ahead
   /// (UringReactor::readsAhead: forgetting it would drop data the peer
   /// sent); release before the first read, or on a reactor that does not.
