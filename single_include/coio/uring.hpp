@@ -4171,7 +4171,8 @@ enum class RecvMode {
   multishot,
   /// Per socket, by what it receives (the default): plain while reads come
   /// back large; multishot after kRecvModeSwitch reads in a row that each
-  /// returned less than one provided buffer (request/response traffic);
+  /// returned less than they asked for and less than one provided buffer
+  /// (the socket ran dry: request/response traffic);
   /// plain again after kRecvModeSwitch multishot completions in a row that
   /// each filled a whole buffer, or when the backlog limit is reached (a
   /// stream). A switch costs one cancel.
