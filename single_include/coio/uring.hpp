@@ -2066,10 +2066,11 @@ class TcpStream {
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
   /// another one: `if (auto fd = stream.release()) TcpStream(other,
-  /// std::move(*fd))`. No operation may be pending. Fails with std::errc::device_or_resource_busy,
-  /// the stream left as it was, while the reactor reads the socket ahead
-  /// (UringReactor::readsAhead: forgetting it would drop data the peer
-  /// sent); release before the first read, or on a reactor that does not.
+  /// std::move(*fd))`. No operation may be pending. Fails with
+  /// std::errc::device_or_resource_busy, the stream left as it was, while
+  /// the reactor reads the socket ahead (UringReactor::readsAhead:
+  /// forgetting it would drop data the peer sent); release before the first
+  /// read, or on a reactor that does not read ahead.
   Result<detail::FileDescriptor> release() noexcept {
     if constexpr (requires(const R& r) { r.readsAhead(0); }) {
       if (fd_.valid() && reactor_->readsAhead(fd_.get())) return systemError(EBUSY);
