@@ -533,7 +533,9 @@ TEST_CASE("adaptive recv: short reads switch a socket to a multishot recv, a str
       // kRecvModeSwitch of them came back short...
       for (unsigned i = 0; i < UringReactor::kRecvModeSwitch; ++i) {
         co_await oneByte(pair.client, pair.server);
-        CHECK_FALSE(r.readsAhead(fd));
+        // Round 1 follows a stream, whose last read may have come back short
+        // too (the writer's last piece): it may switch a read earlier.
+        if (round == 0) CHECK_FALSE(r.readsAhead(fd));
       }
       // ...then the next read arms a multishot recv, which stays armed.
       co_await oneByte(pair.client, pair.server);
