@@ -171,6 +171,12 @@ Task<StreamPair> connectPair(UringReactor& r) {
 
 std::byte patternByte(std::size_t i) { return static_cast<std::byte>((i * 131 + i / 251) & 0xff); }
 
+// Writes all of `data` to `s`, checking it went out (a writer beside a reader).
+Task<void> writeAllOf(coio::TcpStream<UringReactor>& s, std::span<const std::byte> data) {
+  coio::Result<void> written = co_await s.writeAll(data);
+  CHECK(written.hasValue());
+}
+
 }  // namespace
 
 TEST_CASE("a timed-out recv resumes only after its completion: the buffer is free when withTimeout returns",
@@ -443,17 +449,13 @@ TEST_CASE("multishot recv: connections sharing too few provided buffers (ENOBUFS
     StreamPair pair = co_await connectPair(r);
     std::vector<std::byte> data(bytes);
     for (std::size_t i = 0; i < bytes; ++i) data[i] = patternByte(i);
-    auto writer = [](coio::TcpStream<UringReactor>& s, std::span<const std::byte> d) -> Task<void> {
-      coio::Result<void> written = co_await s.writeAll(d);
-      CHECK(written.hasValue());
-    };
     auto reader = [](coio::TcpStream<UringReactor>& s, std::size_t size) -> Task<std::vector<std::byte>> {
       std::vector<std::byte> out(size);
       coio::Result<void> got = co_await s.readExact(out);
       CHECK(got.hasValue());
       co_return out;
     };
-    auto [unit, received] = co_await coio::collectAll(writer(pair.client, data), reader(pair.server, bytes));
+    auto [unit, received] = co_await coio::collectAll(writeAllOf(pair.client, data), reader(pair.server, bytes));
     (void)unit;
     CHECK(received == data);
   };
@@ -548,10 +550,6 @@ TEST_CASE("adaptive recv: short reads switch a socket to a multishot recv, a str
       constexpr std::size_t kBytes = 4 << 20;
       std::vector<std::byte> data(kBytes);
       for (std::size_t i = 0; i < kBytes; ++i) data[i] = patternByte(i + round);
-      auto writer = [](coio::TcpStream<UringReactor>& s, std::span<const std::byte> d) -> Task<void> {
-        coio::Result<void> written = co_await s.writeAll(d);
-        CHECK(written.hasValue());
-      };
       auto reader = [](coio::TcpStream<UringReactor>& s) -> Task<std::vector<std::byte>> {
         std::vector<std::byte> out(kBytes);
         std::span<std::byte> rest(out);
@@ -562,7 +560,7 @@ TEST_CASE("adaptive recv: short reads switch a socket to a multishot recv, a str
         }
         co_return out;
       };
-      auto [unit, received] = co_await coio::collectAll(writer(pair.client, data), reader(pair.server));
+      auto [unit, received] = co_await coio::collectAll(writeAllOf(pair.client, data), reader(pair.server));
       (void)unit;
       CHECK(received == data);
       const bool direct = co_await settlesDirect(r, fd);
