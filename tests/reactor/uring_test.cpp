@@ -370,6 +370,40 @@ TEST_CASE("a deferred reactor left with a timer pending is destroyed on another 
   CHECK_FALSE(reactor.has_value());
 }
 
+TEST_CASE("a reactor run by one thread, then another, is destroyed by a third", "[uring][threads]") {
+  // Each run of the loop registers the ring fd for its thread, and must undo
+  // that as it returns: the registration is the registering thread's alone,
+  // any other thread entering the ring through it fails (EBADF). Immediate
+  // and cooperative rings may change threads (a deferred one may not).
+  for (const coio::TaskRun mode : {coio::TaskRun::immediate, coio::TaskRun::cooperative}) {
+    INFO("TaskRun " << coio::toString(mode));
+    std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.taskRun = mode});
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    FileDescriptor readEnd(fds[0]), writeEnd(fds[1]);
+    auto nap = [](UringReactor& r, bool& done) -> Task<void> {
+      co_await r.sleepFor(1ms);
+      done = true;
+    };
+    bool first = false;
+    std::thread runner([&] {
+      // Never readable: its poll is still in flight when the reactor goes.
+      reactor->spawn([](UringReactor& r, int fd) -> Task<void> { (void)co_await r.readable(fd); }(*reactor,
+                                                                                                   readEnd.get()));
+      reactor->runUntil(nap(*reactor, first));
+    });
+    runner.join();
+    CHECK(first);
+    bool second = false;
+    reactor->runUntil(nap(*reactor, second));
+    CHECK(second);
+    CHECK(reactor->inFlight() >= 1);
+    std::thread destroyer([&] { reactor.reset(); });  // quiesce waits for the poll's cancel here
+    destroyer.join();
+    CHECK_FALSE(reactor.has_value());
+  }
+}
+
 TEST_CASE("a timer set earlier than the armed deadline wakes the loop on time", "[uring][threads][timer]") {
   // The loop sleeps towards an hour-long deadline (one timeout op in the
   // kernel); a task handed over from another thread sets a 20 ms timer,

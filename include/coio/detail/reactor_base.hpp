@@ -4,9 +4,10 @@
 // hand-over from other threads (schedule, through an eventfd), and timers.
 // Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
 // `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
-// the loop at time t without a timeout on each wait; false if it cannot)
-// and `quiesce()` (make sure the kernel holds no reference to any
-// operation, without resuming anything).
+// the loop at time t without a timeout on each wait; false if it cannot),
+// `quiesce()` (make sure the kernel holds no reference to any operation,
+// without resuming anything) and `leaveLoop()` (on the loop thread, as
+// run() / runUntil() return: undo what binds the reactor to that thread).
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
 #include <coio/core/detail/outcome.hpp>
@@ -403,13 +404,6 @@ class LoopCore {
     postedHead_ = postedTail_ = nullptr;
   }
 
-  std::optional<Clock::duration> pollTimeout() const noexcept {
-    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
-    const auto next = timers_.nextDeadline();
-    if (!next) return std::nullopt;
-    return std::max(*next - Clock::now(), Clock::duration::zero());
-  }
-
   /// The exception a spawned task let escape (first one wins), or null.
   /// Any thread: a task may fail after hopping to another reactor's thread.
   std::exception_ptr takeFailure() {
@@ -538,18 +532,23 @@ class ReactorBase : public LoopCore {
     COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
     loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     struct LeaveLoop {
-      std::atomic<std::thread::id>& thread;
-      ~LeaveLoop() { thread.store(std::thread::id{}, std::memory_order_relaxed); }
-    } leave{loopThread_};
+      ReactorBase& reactor;
+      ~LeaveLoop() {
+        reactor.derived().leaveLoop();
+        reactor.loopThread_.store(std::thread::id{}, std::memory_order_relaxed);
+      }
+    } leave{*this};
     if (first && !stopRequested()) ready_.push_back(first);
     while (!done() && !stopRequested()) {
       inlineTurns_ = kInlineTurnsPerIteration;
       runReady();
-      // No clock read without timers: where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call.
-      if (timers_.size() != 0) timers_.fireDue(Clock::now());
+      // One clock read per iteration, none without timers: where the clock
+      // is not in the vDSO (e.g. a TCG guest's), each read is a system call.
+      const bool timed = timers_.size() != 0;
+      const Clock::time_point now = timed ? Clock::now() : Clock::time_point{};
+      if (timed) timers_.fireDue(now);
       if (done() || stopRequested()) break;
-      derived().poll(waitTimeout());
+      derived().poll(waitTimeout(now));
     }
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
@@ -563,14 +562,14 @@ class ReactorBase : public LoopCore {
   // until I/O (nullopt) once the next timer's deadline is armed in the
   // reactor (Derived::armDeadline, re-armed only when that deadline changes:
   // a wait with a timeout of its own costs the kernel an hrtimer per wait),
-  // or, if that could not be armed, until the deadline.
-  std::optional<Clock::duration> waitTimeout() {
-    const std::optional<Clock::duration> timeout = pollTimeout();
-    // A timed wait is for a timer: there is a next deadline.
-    if (timeout && *timeout != Clock::duration::zero() && derived().armDeadline(*timers_.nextDeadline())) {
-      return std::nullopt;
-    }
-    return timeout;
+  // or, if that could not be armed, until the deadline. `now` is the
+  // iteration's clock reading (only read, and only needed, with timers).
+  std::optional<Clock::duration> waitTimeout(Clock::time_point now) {
+    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
+    const std::optional<Clock::time_point> next = timers_.nextDeadline();
+    if (!next) return std::nullopt;
+    if (derived().armDeadline(*next)) return std::nullopt;
+    return *next - now;  // positive: fireDue(now) left only later deadlines
   }
 };
 

@@ -210,6 +210,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   void poll(std::optional<Clock::duration> timeout);
   void quiesce() noexcept {}  // epoll holds no reference to an operation
+  void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
 
   // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
   // false if the timerfd could not be set.

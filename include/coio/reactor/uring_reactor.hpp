@@ -514,10 +514,27 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   // only submitter.
   void enableRing() noexcept;
 
+  // Waits through a registered ring fd skip the fd lookup, and in a
+  // multi-threaded process the reference count on the ring's file, in
+  // every io_uring_enter. A registration is the registering thread's
+  // alone: the loop's first poll makes it, leaveLoop() undoes it, so any
+  // other thread (a destructor's, a later run()'s) enters by the plain fd.
+  // Best effort: before Linux 5.18 the plain fd serves throughout.
+  void registerRingFd() noexcept {
+    ringFdTried_ = true;
+    ringFdRegistered_ = io_uring_register_ring_fd(&ring_) == 1;
+  }
+  void leaveLoop() noexcept {
+    if (ringFdRegistered_) (void)io_uring_unregister_ring_fd(&ring_);
+    ringFdRegistered_ = ringFdTried_ = false;
+  }
+
   io_uring ring_{};
   SubmitPolicy policy_;
   TaskRun taskRun_;
   bool disabled_ = false;  // set up with IORING_SETUP_R_DISABLED, not enabled yet
+  bool ringFdTried_ = false;       // in this run of the loop
+  bool ringFdRegistered_ = false;  // by the loop thread, until leaveLoop()
   std::size_t inFlight_ = 0;
   bool quiescing_ = false;
   bool wakeArmed_ = false;
@@ -1150,6 +1167,7 @@ inline void UringReactor::enableRing() noexcept {
 
 inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
   enableRing();
+  if (!ringFdTried_) registerRingFd();
   // What a noexcept path (a stop callback, onWake) could not submit.
   if (!wakeArmed_ || !deferredCancels_.empty()) submitDeferred();
   if (!backlog_.empty()) timeout = Clock::duration::zero();  // completions already wait
