@@ -2176,7 +2176,8 @@ class TcpListener {
 // the loop at time t without a timeout on each wait; false if it cannot),
 // `quiesce()` (make sure the kernel holds no reference to any operation,
 // without resuming anything) and `leaveLoop()` (on the loop thread, as
-// run() / runUntil() return: undo what binds the reactor to that thread).
+// run() / runUntil() return: undo what that run of the loop tied to its
+// thread).
 // begin <coio/detail/syscall.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
@@ -2868,13 +2869,12 @@ class ReactorBase : public LoopCore {
     while (!done() && !stopRequested()) {
       inlineTurns_ = kInlineTurnsPerIteration;
       runReady();
-      // One clock read per iteration, none without timers: where the clock
-      // is not in the vDSO (e.g. a TCG guest's), each read is a system call.
-      const bool timed = timers_.size() != 0;
-      const Clock::time_point now = timed ? Clock::now() : Clock::time_point{};
-      if (timed) timers_.fireDue(now);
+      // No clock read without timers, one with (waitTimeout reads it only
+      // if no deadline could be armed): where the clock is not in the vDSO
+      // (e.g. a TCG guest's), each read is a system call.
+      if (timers_.size() != 0) timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
-      derived().poll(waitTimeout(now));
+      derived().poll(waitTimeout());
     }
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
@@ -2888,14 +2888,14 @@ class ReactorBase : public LoopCore {
   // until I/O (nullopt) once the next timer's deadline is armed in the
   // reactor (Derived::armDeadline, re-armed only when that deadline changes:
   // a wait with a timeout of its own costs the kernel an hrtimer per wait),
-  // or, if that could not be armed, until the deadline. `now` is the
-  // iteration's clock reading (only read, and only needed, with timers).
-  std::optional<Clock::duration> waitTimeout(Clock::time_point now) {
+  // or, if that could not be armed, until the deadline.
+  std::optional<Clock::duration> waitTimeout() {
     if (!ready_.empty() || postedHead_) return Clock::duration::zero();
     const std::optional<Clock::time_point> next = timers_.nextDeadline();
     if (!next) return std::nullopt;
     if (derived().armDeadline(*next)) return std::nullopt;
-    return *next - now;  // positive: fireDue(now) left only later deadlines
+    // A fresh reading: fired timers resumed their coroutines since fireDue's.
+    return std::max(*next - Clock::now(), Clock::duration::zero());
   }
 };
 

@@ -2176,7 +2176,8 @@ class TcpListener {
 // the loop at time t without a timeout on each wait; false if it cannot),
 // `quiesce()` (make sure the kernel holds no reference to any operation,
 // without resuming anything) and `leaveLoop()` (on the loop thread, as
-// run() / runUntil() return: undo what binds the reactor to that thread).
+// run() / runUntil() return: undo what that run of the loop tied to its
+// thread).
 // begin <coio/detail/syscall.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
@@ -2868,13 +2869,12 @@ class ReactorBase : public LoopCore {
     while (!done() && !stopRequested()) {
       inlineTurns_ = kInlineTurnsPerIteration;
       runReady();
-      // One clock read per iteration, none without timers: where the clock
-      // is not in the vDSO (e.g. a TCG guest's), each read is a system call.
-      const bool timed = timers_.size() != 0;
-      const Clock::time_point now = timed ? Clock::now() : Clock::time_point{};
-      if (timed) timers_.fireDue(now);
+      // No clock read without timers, one with (waitTimeout reads it only
+      // if no deadline could be armed): where the clock is not in the vDSO
+      // (e.g. a TCG guest's), each read is a system call.
+      if (timers_.size() != 0) timers_.fireDue(Clock::now());
       if (done() || stopRequested()) break;
-      derived().poll(waitTimeout(now));
+      derived().poll(waitTimeout());
     }
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
@@ -2888,14 +2888,14 @@ class ReactorBase : public LoopCore {
   // until I/O (nullopt) once the next timer's deadline is armed in the
   // reactor (Derived::armDeadline, re-armed only when that deadline changes:
   // a wait with a timeout of its own costs the kernel an hrtimer per wait),
-  // or, if that could not be armed, until the deadline. `now` is the
-  // iteration's clock reading (only read, and only needed, with timers).
-  std::optional<Clock::duration> waitTimeout(Clock::time_point now) {
+  // or, if that could not be armed, until the deadline.
+  std::optional<Clock::duration> waitTimeout() {
     if (!ready_.empty() || postedHead_) return Clock::duration::zero();
     const std::optional<Clock::time_point> next = timers_.nextDeadline();
     if (!next) return std::nullopt;
     if (derived().armDeadline(*next)) return std::nullopt;
-    return *next - now;  // positive: fireDue(now) left only later deadlines
+    // A fresh reading: fired timers resumed their coroutines since fireDue's.
+    return std::max(*next - Clock::now(), Clock::duration::zero());
   }
 };
 
@@ -4589,16 +4589,23 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
 
   // Waits through a registered ring fd skip the fd lookup, and in a
   // multi-threaded process the reference count on the ring's file, in
-  // every io_uring_enter. A registration is the registering thread's
-  // alone: the loop's first poll makes it, leaveLoop() undoes it, so any
-  // other thread (a destructor's, a later run()'s) enters by the plain fd.
-  // Best effort: before Linux 5.18 the plain fd serves throughout.
+  // every io_uring_enter. A registration is a slot in the registering
+  // thread's table: another thread entering by it fails, or enters a ring
+  // of its own registered in that slot. So each run of the loop registers
+  // in its first poll and leaveLoop() unregisters (two io_uring_register
+  // calls per run()), and any other thread (a destructor's, a later
+  // run()'s) enters by the plain fd. Best effort: a thread's table has 16
+  // slots; without one the plain fd serves.
   void registerRingFd() noexcept {
     ringFdTried_ = true;
     ringFdRegistered_ = io_uring_register_ring_fd(&ring_) == 1;
   }
   void leaveLoop() noexcept {
-    if (ringFdRegistered_) (void)io_uring_unregister_ring_fd(&ring_);
+    if (ringFdRegistered_) {
+      // Cannot fail: same thread, a slot it registered.
+      [[maybe_unused]] const int r = io_uring_unregister_ring_fd(&ring_);
+      COIO_ASSERT(r == 1, "io_uring ring fd unregistration failed");
+    }
     ringFdRegistered_ = ringFdTried_ = false;
   }
 

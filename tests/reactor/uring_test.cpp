@@ -371,10 +371,10 @@ TEST_CASE("a deferred reactor left with a timer pending is destroyed on another 
 }
 
 TEST_CASE("a reactor run by one thread, then another, is destroyed by a third", "[uring][threads]") {
-  // Each run of the loop registers the ring fd for its thread, and must undo
-  // that as it returns: the registration is the registering thread's alone,
-  // any other thread entering the ring through it fails (EBADF). Immediate
-  // and cooperative rings may change threads (a deferred one may not).
+  // Each run of the loop registers the ring fd in its thread's table, and
+  // must undo that as it returns: another thread entering by the registered
+  // slot fails (EINVAL, EBADF) or enters another ring. Immediate and
+  // cooperative rings may change threads (a deferred one may not).
   for (const coio::TaskRun mode : {coio::TaskRun::immediate, coio::TaskRun::cooperative}) {
     INFO("TaskRun " << coio::toString(mode));
     std::optional<UringReactor> reactor(std::in_place, UringReactor::Options{.taskRun = mode});

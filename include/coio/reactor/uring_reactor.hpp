@@ -516,16 +516,23 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
 
   // Waits through a registered ring fd skip the fd lookup, and in a
   // multi-threaded process the reference count on the ring's file, in
-  // every io_uring_enter. A registration is the registering thread's
-  // alone: the loop's first poll makes it, leaveLoop() undoes it, so any
-  // other thread (a destructor's, a later run()'s) enters by the plain fd.
-  // Best effort: before Linux 5.18 the plain fd serves throughout.
+  // every io_uring_enter. A registration is a slot in the registering
+  // thread's table: another thread entering by it fails, or enters a ring
+  // of its own registered in that slot. So each run of the loop registers
+  // in its first poll and leaveLoop() unregisters (two io_uring_register
+  // calls per run()), and any other thread (a destructor's, a later
+  // run()'s) enters by the plain fd. Best effort: a thread's table has 16
+  // slots; without one the plain fd serves.
   void registerRingFd() noexcept {
     ringFdTried_ = true;
     ringFdRegistered_ = io_uring_register_ring_fd(&ring_) == 1;
   }
   void leaveLoop() noexcept {
-    if (ringFdRegistered_) (void)io_uring_unregister_ring_fd(&ring_);
+    if (ringFdRegistered_) {
+      // Cannot fail: same thread, a slot it registered.
+      [[maybe_unused]] const int r = io_uring_unregister_ring_fd(&ring_);
+      COIO_ASSERT(r == 1, "io_uring ring fd unregistration failed");
+    }
     ringFdRegistered_ = ringFdTried_ = false;
   }
 

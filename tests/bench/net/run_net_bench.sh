@@ -160,15 +160,20 @@ fi
 round_ratios() {  # key reference-key
   # shellcheck disable=SC2086
   python3 - ${samples[$1]} -- ${samples[$2]} <<'PY'
-import statistics, sys
+import random, statistics, sys
 args = sys.argv[1:]
 cut = args.index("--")
 ratios = sorted(float(a) / float(b) for a, b in zip(args[:cut], args[cut + 1:]))
-print("%.2f (%.2f-%.2f)" % (statistics.median(ratios), ratios[0], ratios[-1]))
+text = "%.2f (%.2f-%.2f" % (statistics.median(ratios), ratios[0], ratios[-1])
+if len(ratios) >= 10:  # a bootstrap 95 % interval of the median, seeded: the same rounds print the same
+    rng = random.Random(1)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(4000))
+    text += "; median's 95 %% CI %.3f-%.3f" % (medians[100], medians[3899])
+print(text + ")")
 PY
 }
 echo
-echo "Per-round ratios, median (range):"
+echo "Per-round ratios, median (range; from 10 rounds on, a bootstrap 95 % interval of that median):"
 if want stream; then
   echo "- streaming vs iperf3: epoll $(round_ratios epoll-stream iperf3), uring $(round_ratios uring-stream iperf3)," \
     "uring plain $(round_ratios plain-stream iperf3)"
