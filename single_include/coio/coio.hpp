@@ -1889,7 +1889,10 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 /// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
 ///   after the call (its state is checked when the wait starts), which makes
 ///   them safe for edge-triggered sources: drain, then wait again.
-/// - `forget(fd)` before closing an fd the reactor has waited on.
+/// - `forget(fd)` before closing an fd the reactor has waited on: the
+///   reactor keeps state by fd number, which the next fd opened under that
+///   number would otherwise inherit (under UringReactor's default recv mode
+///   that can be bytes read ahead from the closed socket).
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
                            std::span<const std::byte> out, const sockaddr* address, socklen_t length,
