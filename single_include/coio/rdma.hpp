@@ -1883,8 +1883,12 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 /// - An exception escaping a spawned task, on whatever thread it ran last,
 ///   stops the reactor and is rethrown by its run() / runUntil().
 /// - Fairness: operations that could complete at once every time (an
-///   always-readable socket) still let the loop run its timers and other
-///   fds at least once per bounded batch of completions.
+///   always-readable or always-writable socket, data read ahead, an error
+///   known up front) still let the loop run its timers and other fds at
+///   least once per bounded batch of completions: per loop iteration at
+///   most `kInlineTurnsPerIteration` awaits complete without suspending,
+///   later ones resume in the next iteration. The disk layer's awaitables
+///   share the budget.
 /// - Every other awaitable resumes its coroutine on the loop thread and must
 ///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
 ///   system category) and take a std::stop_token: a stop requested on the
@@ -2624,19 +2628,12 @@ class LoopCore {
   }
 
   /// How many operations per loop iteration may complete inline (without
-  /// suspending) when their fd is ready. Past that, they complete but
-  /// resume their coroutine through the ready queue, in the next iteration:
-  /// a connection that is always readable cannot keep the loop from its
-  /// timers and other fds.
+  /// suspending: a socket with room or data, data a reactor read ahead, an
+  /// error known up front). Past that, they still complete but resume their
+  /// coroutine in the next iteration, after timers and other fds: a
+  /// coroutine whose operations are always ready cannot keep the loop from
+  /// the rest of its work. Spent through InlineCompletion only.
   static constexpr unsigned kInlineTurnsPerIteration = 64;
-
-  /// Whether an operation may complete inline now (and counts it). Outside
-  /// a running loop there is no iteration to yield to: always true.
-  bool takeInlineTurn() noexcept {
-    if (inlineTurns_ == 0) return !isInLoopThread();
-    --inlineTurns_;
-    return true;
-  }
 
   /// True on the loop thread, or on any thread while no loop runs (the
   /// reactor's structures are then free to touch).
@@ -2747,11 +2744,20 @@ class LoopCore {
   PostedResume* postedHead_ = nullptr;  // post(): resumed after ready_, in order
   PostedResume* postedTail_ = nullptr;
   TimerQueue timers_;
-  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // see takeInlineTurn()
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
   std::atomic<std::thread::id> loopThread_{};
 
  private:
   friend struct RootPromise;
+  friend class InlineCompletion;
+
+  // Whether an operation that completed at once may go on inline (and
+  // counts it). Outside a running loop there is no iteration to yield to.
+  bool takeInlineTurn() noexcept {
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
+  }
 
   void enqueue(std::coroutine_handle<> h) {
     if (isInLoopThread()) {
@@ -2819,6 +2825,39 @@ inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootP
 }
 
 inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
+
+/// The one place where the loop's inline budget
+/// (LoopCore::kInlineTurnsPerIteration) is spent. Every awaiter whose
+/// operation may complete without suspending holds one and does:
+///   await_ready():    attempt the operation; `return admit(loop, completed);`
+///   await_suspend(h): `if (deferred(loop, h)) return true;` before waiting.
+/// (An awaiter that learns only in await_suspend that it is done returns
+/// `yieldDone(loop, h)` there instead.) A completed operation goes on
+/// inline while the iteration's budget lasts; past it, its coroutine is
+/// posted and resumes in the next iteration. The budget counts
+/// completions, not attempts: an attempt that would block costs nothing.
+class InlineCompletion {
+ public:
+  bool admit(LoopCore& loop, bool completed) noexcept {
+    deferred_ = completed && !loop.takeInlineTurn();
+    return completed && !deferred_;
+  }
+  /// True if the operation completed but must yield: `h` is then posted.
+  bool deferred(LoopCore& loop, std::coroutine_handle<> h) noexcept {
+    if (!deferred_) return false;
+    loop.post(posted_, h);
+    return true;
+  }
+  /// await_suspend's value for an operation it found done: false (go on)
+  /// within the budget, else true with `h` posted.
+  bool yieldDone(LoopCore& loop, std::coroutine_handle<> h) noexcept {
+    return !admit(loop, true) && deferred(loop, h);
+  }
+
+ private:
+  bool deferred_ = false;
+  PostedResume posted_;
+};
 
 /// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
 template <typename Derived>
@@ -3019,10 +3058,11 @@ class EpollOperation;
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
 /// - Fairness: at most kInlineTurnsPerIteration operations per loop
-///   iteration complete without suspending; later ones still make their
-///   system call at once but resume their coroutine in the next iteration,
-///   after timers and other fds. A socket that is always readable cannot
-///   starve the rest of the loop.
+///   iteration complete without suspending (a ready fd, an fd < 0, a stop
+///   already requested); later ones still make their system call at once
+///   but resume their coroutine in the next iteration, after timers and
+///   other fds (detail::InlineCompletion). A socket that is always readable
+///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
@@ -3176,32 +3216,11 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept {
-    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
-      result_ = -EBADF;
-      return true;
-    }
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    if constexpr (!Rearm) {
-      // Out of inline turns: await_suspend tries, and yields even if it succeeds.
-      if (!reactor_.takeInlineTurn()) return false;
-      if (tryNow()) return true;
-      tried_ = true;
-    }
-    return false;
-  }
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
 
   bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
-    if constexpr (!Rearm) {
-      if (!tried_ && tryNow()) {
-        reactor_.post(posted_, h);  // done, but the loop's other work goes first
-        return true;
-      }
-    }
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
       result_ = -err;
       return false;
@@ -3226,6 +3245,23 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       self->reactor_.post(self->posted_, self->handle_);
     }
   };
+
+  // True (result_ set) if the operation is over without waiting.
+  bool tryComplete() {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      result_ = -EBADF;
+      return true;
+    }
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    if constexpr (Rearm) {
+      return false;
+    } else {
+      return tryNow();
+    }
+  }
 
   // The system call, if the fd may be ready; true if it did not block.
   bool tryNow() {
@@ -3260,7 +3296,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   int fd_;
   Direction dir_;
   bool waiting_ = false;
-  bool tried_ = false;  // await_ready made the attempt (and it would block)
+  InlineCompletion inline_;
   Attempt attempt_;
   std::stop_token stop_;
   long result_ = 0;

@@ -1883,8 +1883,12 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 /// - An exception escaping a spawned task, on whatever thread it ran last,
 ///   stops the reactor and is rethrown by its run() / runUntil().
 /// - Fairness: operations that could complete at once every time (an
-///   always-readable socket) still let the loop run its timers and other
-///   fds at least once per bounded batch of completions.
+///   always-readable or always-writable socket, data read ahead, an error
+///   known up front) still let the loop run its timers and other fds at
+///   least once per bounded batch of completions: per loop iteration at
+///   most `kInlineTurnsPerIteration` awaits complete without suspending,
+///   later ones resume in the next iteration. The disk layer's awaitables
+///   share the budget.
 /// - Every other awaitable resumes its coroutine on the loop thread and must
 ///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
 ///   system category) and take a std::stop_token: a stop requested on the
@@ -2624,19 +2628,12 @@ class LoopCore {
   }
 
   /// How many operations per loop iteration may complete inline (without
-  /// suspending) when their fd is ready. Past that, they complete but
-  /// resume their coroutine through the ready queue, in the next iteration:
-  /// a connection that is always readable cannot keep the loop from its
-  /// timers and other fds.
+  /// suspending: a socket with room or data, data a reactor read ahead, an
+  /// error known up front). Past that, they still complete but resume their
+  /// coroutine in the next iteration, after timers and other fds: a
+  /// coroutine whose operations are always ready cannot keep the loop from
+  /// the rest of its work. Spent through InlineCompletion only.
   static constexpr unsigned kInlineTurnsPerIteration = 64;
-
-  /// Whether an operation may complete inline now (and counts it). Outside
-  /// a running loop there is no iteration to yield to: always true.
-  bool takeInlineTurn() noexcept {
-    if (inlineTurns_ == 0) return !isInLoopThread();
-    --inlineTurns_;
-    return true;
-  }
 
   /// True on the loop thread, or on any thread while no loop runs (the
   /// reactor's structures are then free to touch).
@@ -2747,11 +2744,20 @@ class LoopCore {
   PostedResume* postedHead_ = nullptr;  // post(): resumed after ready_, in order
   PostedResume* postedTail_ = nullptr;
   TimerQueue timers_;
-  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // see takeInlineTurn()
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
   std::atomic<std::thread::id> loopThread_{};
 
  private:
   friend struct RootPromise;
+  friend class InlineCompletion;
+
+  // Whether an operation that completed at once may go on inline (and
+  // counts it). Outside a running loop there is no iteration to yield to.
+  bool takeInlineTurn() noexcept {
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
+  }
 
   void enqueue(std::coroutine_handle<> h) {
     if (isInLoopThread()) {
@@ -2819,6 +2825,39 @@ inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootP
 }
 
 inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
+
+/// The one place where the loop's inline budget
+/// (LoopCore::kInlineTurnsPerIteration) is spent. Every awaiter whose
+/// operation may complete without suspending holds one and does:
+///   await_ready():    attempt the operation; `return admit(loop, completed);`
+///   await_suspend(h): `if (deferred(loop, h)) return true;` before waiting.
+/// (An awaiter that learns only in await_suspend that it is done returns
+/// `yieldDone(loop, h)` there instead.) A completed operation goes on
+/// inline while the iteration's budget lasts; past it, its coroutine is
+/// posted and resumes in the next iteration. The budget counts
+/// completions, not attempts: an attempt that would block costs nothing.
+class InlineCompletion {
+ public:
+  bool admit(LoopCore& loop, bool completed) noexcept {
+    deferred_ = completed && !loop.takeInlineTurn();
+    return completed && !deferred_;
+  }
+  /// True if the operation completed but must yield: `h` is then posted.
+  bool deferred(LoopCore& loop, std::coroutine_handle<> h) noexcept {
+    if (!deferred_) return false;
+    loop.post(posted_, h);
+    return true;
+  }
+  /// await_suspend's value for an operation it found done: false (go on)
+  /// within the budget, else true with `h` posted.
+  bool yieldDone(LoopCore& loop, std::coroutine_handle<> h) noexcept {
+    return !admit(loop, true) && deferred(loop, h);
+  }
+
+ private:
+  bool deferred_ = false;
+  PostedResume posted_;
+};
 
 /// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
 template <typename Derived>
@@ -3019,10 +3058,11 @@ class EpollOperation;
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
 /// - Fairness: at most kInlineTurnsPerIteration operations per loop
-///   iteration complete without suspending; later ones still make their
-///   system call at once but resume their coroutine in the next iteration,
-///   after timers and other fds. A socket that is always readable cannot
-///   starve the rest of the loop.
+///   iteration complete without suspending (a ready fd, an fd < 0, a stop
+///   already requested); later ones still make their system call at once
+///   but resume their coroutine in the next iteration, after timers and
+///   other fds (detail::InlineCompletion). A socket that is always readable
+///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
@@ -3176,32 +3216,11 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept {
-    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
-      result_ = -EBADF;
-      return true;
-    }
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    if constexpr (!Rearm) {
-      // Out of inline turns: await_suspend tries, and yields even if it succeeds.
-      if (!reactor_.takeInlineTurn()) return false;
-      if (tryNow()) return true;
-      tried_ = true;
-    }
-    return false;
-  }
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
 
   bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
-    if constexpr (!Rearm) {
-      if (!tried_ && tryNow()) {
-        reactor_.post(posted_, h);  // done, but the loop's other work goes first
-        return true;
-      }
-    }
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
       result_ = -err;
       return false;
@@ -3226,6 +3245,23 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       self->reactor_.post(self->posted_, self->handle_);
     }
   };
+
+  // True (result_ set) if the operation is over without waiting.
+  bool tryComplete() {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      result_ = -EBADF;
+      return true;
+    }
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    if constexpr (Rearm) {
+      return false;
+    } else {
+      return tryNow();
+    }
+  }
 
   // The system call, if the fd may be ready; true if it did not block.
   bool tryNow() {
@@ -3260,7 +3296,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   int fd_;
   Direction dir_;
   bool waiting_ = false;
-  bool tried_ = false;  // await_ready made the attempt (and it would block)
+  InlineCompletion inline_;
   Attempt attempt_;
   std::stop_token stop_;
   long result_ = 0;
@@ -4309,10 +4345,17 @@ inline std::string describeUringSetupError(int err) {
 ///   once every in-flight operation has been cancelled and has completed;
 ///   spawned tasks that never started are destroyed then, the others with
 ///   the reactor.
-/// - Fairness: one poll dispatches at most kReapRoundsPerPoll batches of
-///   completions before timers and ready coroutines run again. A stop
-///   callback or the wake-up path never throws: what it cannot submit (SQ
-///   full and refused by the kernel) goes out before the loop's next wait.
+/// - Fairness: at most kInlineTurnsPerIteration operations per loop
+///   iteration complete without suspending (a send the socket took, a read
+///   served from data a multishot recv kept, a stop already requested);
+///   later ones still complete at once but resume their coroutine in the
+///   next iteration (detail::InlineCompletion). And one poll dispatches at
+///   most kReapRoundsPerPoll batches of completions before timers and ready
+///   coroutines run again. So a coroutine whose operations are always
+///   ready, or a flood of completions, cannot starve the rest of the loop.
+/// - A stop callback or the wake-up path never throws: what it cannot
+///   submit (SQ full and refused by the kernel) goes out before the loop's
+///   next wait.
 /// - Timers wake the loop through one IORING_OP_TIMEOUT for the earliest
 ///   deadline, moved only when that deadline changes (a wait with a timeout
 ///   of its own costs the kernel an hrtimer per wait).
@@ -4649,24 +4692,13 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   UringIoOperation(const UringIoOperation&) = delete;
   UringIoOperation& operator=(const UringIoOperation&) = delete;
 
-  bool await_ready() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    // Operations that can finish without waiting (send) try that first.
-    if constexpr (requires(const Prep& p) { p.tryNow(); }) {
-      if (const std::optional<int> done = prep_.tryNow()) {
-        result_ = *done;
-        return true;
-      }
-    }
-    return false;
-  }
-  void await_suspend(std::coroutine_handle<> h) {
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
+  bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     reactor_.submit(*this, prep_);
     if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
   }
   Result<T> await_resume() {
     onStop_.reset();
@@ -4681,6 +4713,21 @@ class [[nodiscard]] UringIoOperation : UringOperation {
       self->reactor_.cancel(*self);
     }
   };
+  // True (result_ set) if the operation is over without an SQE: a stop
+  // already requested, or one that can finish at once (send) and did.
+  bool tryComplete() noexcept {
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    if constexpr (requires(const Prep& p) { p.tryNow(); }) {
+      if (const std::optional<int> done = prep_.tryNow()) {
+        result_ = *done;
+        return true;
+      }
+    }
+    return false;
+  }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<UringIoOperation*>(op);
     self->result_ = result;
@@ -4691,6 +4738,7 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   Prep prep_;
   std::stop_token stop_;
   int result_ = 0;
+  InlineCompletion inline_;
   std::coroutine_handle<> handle_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
@@ -4833,15 +4881,13 @@ class [[nodiscard]] MultishotRead {
     if (receiver_) receiver_->abandon(this);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    return receiver_->tryTake(buffer_, result_);
-  }
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
   bool await_suspend(std::coroutine_handle<> h) noexcept {
     handle_ = h;
+    if (inline_.deferred(reactor_, h)) {  // done, but the loop's other work goes first
+      receiver_ = nullptr;  // done with the receiver: the socket may be forgotten meanwhile
+      return true;
+    }
     if (!receiver_->wait(*this)) return false;
     if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
     return true;
@@ -4854,6 +4900,15 @@ class [[nodiscard]] MultishotRead {
 
  private:
   friend class UringReceiver;
+  // True (result_ set) if the read is over without waiting: a stop already
+  // requested, or data (or the end) the receiver kept.
+  bool tryComplete() noexcept {
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    return receiver_->tryTake(buffer_, result_);
+  }
   struct OnStop {
     MultishotRead* self;
     void operator()() const noexcept {
@@ -4869,6 +4924,7 @@ class [[nodiscard]] MultishotRead {
   std::stop_token stop_;
   UringReceiver* receiver_;  // null once the socket was forgotten
   int result_ = 0;
+  InlineCompletion inline_;
   std::coroutine_handle<> handle_;
   PostedResume posted_;
   std::optional<std::stop_callback<OnStop>> onStop_;
@@ -5445,7 +5501,9 @@ class DiskRing {
   /// io_uring_enter at the latest when the last batch closes.
   virtual void openBatch() = 0;
   virtual void closeBatch() = 0;
-  virtual bool ownedByCaller() const noexcept = 0;
+  /// The reactor's loop, whose thread owns the ring.
+  virtual LoopCore& loop() noexcept = 0;
+  bool ownedByCaller() noexcept { return loop().ownedByCaller(); }
   /// The Disk is going away: the kernel lets go of every pending operation.
   virtual void close() noexcept = 0;
 };
@@ -5479,7 +5537,7 @@ class ReactorRing final : public DiskRing {
     reactor_.setSubmitPolicy(saved_);
     if (saved_ == SubmitPolicy::eager) reactor_.flush();
   }
-  bool ownedByCaller() const noexcept override { return reactor_.ownedByCaller(); }
+  LoopCore& loop() noexcept override { return reactor_; }
   void close() noexcept override {}  // the reactor's quiesce drains its ring
 
  private:
@@ -5561,7 +5619,7 @@ class DedicatedRing final : public DiskRing {
       throw;
     }
   }
-  bool ownedByCaller() const noexcept override { return reactor_.ownedByCaller(); }
+  LoopCore& loop() noexcept override { return reactor_; }
 
   /// The pump, after the eventfd fired: dispatches the completions there
   /// are. One pass: reads that complete while being submitted (page-cache
@@ -5896,7 +5954,8 @@ namespace coio::detail {
 /// One disk operation (read, write, fsync). `co_await` yields Result<T>;
 /// the coroutine resumes on the loop thread once the CQE arrived. A
 /// request that fails its checks before submission (`early`) completes at
-/// once with that error, as does a zero-length transfer (with 0).
+/// once with that error, as does a zero-length transfer (with 0), within
+/// the loop's inline budget (InlineCompletion).
 template <typename T>
 class [[nodiscard]] DiskOperation : DiskOp {
  public:
@@ -5905,19 +5964,13 @@ class [[nodiscard]] DiskOperation : DiskOp {
   DiskOperation(const DiskOperation&) = delete;
   DiskOperation& operator=(const DiskOperation&) = delete;
 
-  bool await_ready() noexcept {
-    if (early_) return true;
-    if (stop_.stop_requested()) {
-      early_ = std::make_error_code(std::errc::operation_canceled);
-      return true;
-    }
-    // Nothing to transfer: the kernel would answer 0 too.
-    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
-  }
-  void await_suspend(std::coroutine_handle<> h) {
+  bool await_ready() noexcept { return inline_.admit(ring_.loop(), tryComplete()); }
+  bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
+    if (inline_.deferred(ring_.loop(), h)) return true;  // done, but the loop's other work goes first
     ring_.submit(*this, request_);
     if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
   }
   Result<T> await_resume() {
     onStop_.reset();
@@ -5933,6 +5986,16 @@ class [[nodiscard]] DiskOperation : DiskOp {
       if (self->state == State::inFlight) self->ring_.cancel(*self);
     }
   };
+  // True if the operation is over without an SQE.
+  bool tryComplete() noexcept {
+    if (early_) return true;
+    if (stop_.stop_requested()) {
+      early_ = std::make_error_code(std::errc::operation_canceled);
+      return true;
+    }
+    // Nothing to transfer: the kernel would answer 0 too.
+    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
+  }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<DiskOperation*>(op);
     self->state = State::done;
@@ -5945,6 +6008,7 @@ class [[nodiscard]] DiskOperation : DiskOp {
   std::stop_token stop_;
   std::error_code early_;
   int result_ = 0;
+  InlineCompletion inline_;
   std::coroutine_handle<> handle_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
@@ -6238,7 +6302,8 @@ class ReadBatch {
     bool await_ready() const noexcept { return false; }
     bool await_suspend(std::coroutine_handle<> h) {
       batch_.handle_ = h;
-      if (!batch_.start(stop_.stop_requested())) return false;
+      // Nothing to wait for (empty, invalid or cancelled reads).
+      if (!batch_.start(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;
     }
@@ -6251,6 +6316,7 @@ class ReadBatch {
     };
     ReadBatch& batch_;
     std::stop_token stop_;
+    detail::InlineCompletion inline_;
     std::optional<std::stop_callback<OnStop>> onStop_;
   };
 

@@ -1,8 +1,10 @@
 // File: single reads, writes and fsync on both reactors; cancellation and
 // shutdown with reads in flight.
+#include "../reactor/loop_probe.hpp"
 #include "disk_test_helpers.hpp"
 
 #include <coio/core/task.hpp>
+#include <coio/disk/read_batch.hpp>
 
 #include <sys/stat.h>
 
@@ -174,4 +176,31 @@ TEMPLATE_LIST_TEST_CASE("reads that complete while being submitted do not starve
   };
   reactor.runUntil(test());
   CHECK(reads > 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("disk operations that complete at once share the loop's inline budget", "[disk][file]",
+                        DiskReactors) {
+  // A zero-length read and an empty batch complete without an SQE; before
+  // the fix a coroutine doing either in a loop never yielded.
+  TempDir dir;
+  const std::string path = dir.patternFile(7, 4096);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  File file = openOrFail(disk, path);
+  constexpr std::size_t budget = TestType::kInlineTurnsPerIteration;
+  SECTION("zero-length reads") {
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> n = co_await file.read(0, std::span<std::byte>{});
+      co_return n.valueOr(1) == 0;
+    };
+    coio::testing::checkServed(coio::testing::serviceWhileHammered(reactor, step), budget);
+  }
+  SECTION("empty read batches") {
+    coio::ReadBatch batch(disk);
+    auto step = [&]() -> Task<bool> {
+      co_await batch.submit();
+      co_return batch.size() == 0;
+    };
+    coio::testing::checkServed(coio::testing::serviceWhileHammered(reactor, step), budget);
+  }
 }

@@ -1,20 +1,30 @@
 // Fairness: connections whose operations always complete at once (an
 // always-readable socket) must not keep the loop from its timers.
+#include "loop_probe.hpp"
 #include "test_reactors.hpp"
 
 #include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
 
 #include <catch2/catch.hpp>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <stop_token>
+#include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
 using coio::Task;
+using coio::detail::FileDescriptor;
+using coio::testing::TcpTestReactors;
 using coio::testing::TestReactors;
 using Clock = std::chrono::steady_clock;
 
@@ -109,3 +119,95 @@ TEST_CASE("UringReactor, eager submission: operations that complete at once do n
   CHECK(lateness < 500ms);
 }
 #endif
+
+namespace {
+
+// A connected loopback TCP pair: ours non-blocking (for the reactor), the
+// peer blocking (for a plain thread or plain calls).
+std::pair<FileDescriptor, FileDescriptor> tcpPair() {
+  FileDescriptor listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(listener.valid());
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), length) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  FileDescriptor ours(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(::connect(ours.get(), reinterpret_cast<sockaddr*>(&address), length) == 0);
+  FileDescriptor peer(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  REQUIRE(peer.valid());
+  const int flags = ::fcntl(ours.get(), F_GETFL);
+  REQUIRE(::fcntl(ours.get(), F_SETFL, flags | O_NONBLOCK) == 0);
+  return {std::move(ours), std::move(peer)};
+}
+
+}  // namespace
+
+// Every path on which an operation completes without suspending, on every
+// reactor (UringReactor in each recv mode): the loop still runs its timers
+// and serves other fds, and turns at least once per inline budget. Before
+// the fix UringReactor's send completed inline for ever (timer 2 s late,
+// the whole test), as did a multishot read of buffered data per CQE's worth
+// and a multishot read at end of stream.
+TEMPLATE_LIST_TEST_CASE("an operation that is ready every time does not starve the loop", "[reactor][fairness]",
+                        TcpTestReactors) {
+  TestType reactor;
+  constexpr std::size_t budget = TestType::kInlineTurnsPerIteration;
+  std::array<std::byte, 16> buffer{};
+  auto [ours, peer] = tcpPair();
+  const int fd = ours.get();
+
+  SECTION("send to a socket whose peer drains it") {
+    std::jthread drain([p = peer.get()] {
+      std::array<char, 65536> sink;
+      while (::recv(p, sink.data(), sink.size(), 0) > 0) {
+      }
+    });
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> sent = co_await reactor.send(fd, buffer);
+      co_return sent.valueOr(0) > 0;
+    };
+    const coio::testing::LoopService s = coio::testing::serviceWhileHammered(reactor, step);
+    ::shutdown(fd, SHUT_WR);  // the drain thread ends
+    coio::testing::checkServed(s, budget);
+  }
+  SECTION("recv from a socket that always holds data (echoed back by the peer)") {
+    const std::array<std::byte, 4096> fill{};
+    REQUIRE(::send(peer.get(), fill.data(), fill.size(), 0) == static_cast<ssize_t>(fill.size()));
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> got = co_await reactor.recv(fd, buffer);
+      const std::size_t n = got.valueOr(0);
+      co_return n > 0 && ::send(peer.get(), buffer.data(), n, 0) == static_cast<ssize_t>(n);
+    };
+    coio::testing::checkServed(coio::testing::serviceWhileHammered(reactor, step), budget);
+  }
+  SECTION("recv at end of stream") {
+    REQUIRE(::shutdown(peer.get(), SHUT_WR) == 0);
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> n = co_await reactor.recv(fd, buffer);
+      co_return n && *n == 0;
+    };
+    coio::testing::checkServed(coio::testing::serviceWhileHammered(reactor, step), budget);
+  }
+  SECTION("send and recv whose stop was requested before") {
+    std::stop_source stopped;
+    stopped.request_stop();
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> sent = co_await reactor.send(fd, buffer, stopped.get_token());
+      coio::Result<std::size_t> got = co_await reactor.recv(fd, buffer, stopped.get_token());
+      co_return !sent && sent.error() == std::errc::operation_canceled && !got &&
+          got.error() == std::errc::operation_canceled;
+    };
+    coio::testing::checkServed(coio::testing::serviceWhileHammered(reactor, step), budget);
+  }
+  SECTION("send on no socket (fd -1)") {
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> sent = co_await reactor.send(-1, buffer);
+      co_return !sent && sent.error() == std::errc::bad_file_descriptor;
+    };
+    coio::testing::checkServed(coio::testing::serviceWhileHammered(reactor, step), budget);
+  }
+  reactor.forget(fd);
+}

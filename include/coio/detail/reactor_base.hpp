@@ -295,19 +295,12 @@ class LoopCore {
   }
 
   /// How many operations per loop iteration may complete inline (without
-  /// suspending) when their fd is ready. Past that, they complete but
-  /// resume their coroutine through the ready queue, in the next iteration:
-  /// a connection that is always readable cannot keep the loop from its
-  /// timers and other fds.
+  /// suspending: a socket with room or data, data a reactor read ahead, an
+  /// error known up front). Past that, they still complete but resume their
+  /// coroutine in the next iteration, after timers and other fds: a
+  /// coroutine whose operations are always ready cannot keep the loop from
+  /// the rest of its work. Spent through InlineCompletion only.
   static constexpr unsigned kInlineTurnsPerIteration = 64;
-
-  /// Whether an operation may complete inline now (and counts it). Outside
-  /// a running loop there is no iteration to yield to: always true.
-  bool takeInlineTurn() noexcept {
-    if (inlineTurns_ == 0) return !isInLoopThread();
-    --inlineTurns_;
-    return true;
-  }
 
   /// True on the loop thread, or on any thread while no loop runs (the
   /// reactor's structures are then free to touch).
@@ -418,11 +411,20 @@ class LoopCore {
   PostedResume* postedHead_ = nullptr;  // post(): resumed after ready_, in order
   PostedResume* postedTail_ = nullptr;
   TimerQueue timers_;
-  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // see takeInlineTurn()
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
   std::atomic<std::thread::id> loopThread_{};
 
  private:
   friend struct RootPromise;
+  friend class InlineCompletion;
+
+  // Whether an operation that completed at once may go on inline (and
+  // counts it). Outside a running loop there is no iteration to yield to.
+  bool takeInlineTurn() noexcept {
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
+  }
 
   void enqueue(std::coroutine_handle<> h) {
     if (isInLoopThread()) {
@@ -490,6 +492,39 @@ inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootP
 }
 
 inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
+
+/// The one place where the loop's inline budget
+/// (LoopCore::kInlineTurnsPerIteration) is spent. Every awaiter whose
+/// operation may complete without suspending holds one and does:
+///   await_ready():    attempt the operation; `return admit(loop, completed);`
+///   await_suspend(h): `if (deferred(loop, h)) return true;` before waiting.
+/// (An awaiter that learns only in await_suspend that it is done returns
+/// `yieldDone(loop, h)` there instead.) A completed operation goes on
+/// inline while the iteration's budget lasts; past it, its coroutine is
+/// posted and resumes in the next iteration. The budget counts
+/// completions, not attempts: an attempt that would block costs nothing.
+class InlineCompletion {
+ public:
+  bool admit(LoopCore& loop, bool completed) noexcept {
+    deferred_ = completed && !loop.takeInlineTurn();
+    return completed && !deferred_;
+  }
+  /// True if the operation completed but must yield: `h` is then posted.
+  bool deferred(LoopCore& loop, std::coroutine_handle<> h) noexcept {
+    if (!deferred_) return false;
+    loop.post(posted_, h);
+    return true;
+  }
+  /// await_suspend's value for an operation it found done: false (go on)
+  /// within the budget, else true with `h` posted.
+  bool yieldDone(LoopCore& loop, std::coroutine_handle<> h) noexcept {
+    return !admit(loop, true) && deferred(loop, h);
+  }
+
+ private:
+  bool deferred_ = false;
+  PostedResume posted_;
+};
 
 /// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
 template <typename Derived>

@@ -95,7 +95,8 @@ class ReadBatch {
     bool await_ready() const noexcept { return false; }
     bool await_suspend(std::coroutine_handle<> h) {
       batch_.handle_ = h;
-      if (!batch_.start(stop_.stop_requested())) return false;
+      // Nothing to wait for (empty, invalid or cancelled reads).
+      if (!batch_.start(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;
     }
@@ -108,6 +109,7 @@ class ReadBatch {
     };
     ReadBatch& batch_;
     std::stop_token stop_;
+    detail::InlineCompletion inline_;
     std::optional<std::stop_callback<OnStop>> onStop_;
   };
 

@@ -118,10 +118,11 @@ class EpollOperation;
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
 /// - Fairness: at most kInlineTurnsPerIteration operations per loop
-///   iteration complete without suspending; later ones still make their
-///   system call at once but resume their coroutine in the next iteration,
-///   after timers and other fds. A socket that is always readable cannot
-///   starve the rest of the loop.
+///   iteration complete without suspending (a ready fd, an fd < 0, a stop
+///   already requested); later ones still make their system call at once
+///   but resume their coroutine in the next iteration, after timers and
+///   other fds (detail::InlineCompletion). A socket that is always readable
+///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
@@ -275,32 +276,11 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept {
-    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
-      result_ = -EBADF;
-      return true;
-    }
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    if constexpr (!Rearm) {
-      // Out of inline turns: await_suspend tries, and yields even if it succeeds.
-      if (!reactor_.takeInlineTurn()) return false;
-      if (tryNow()) return true;
-      tried_ = true;
-    }
-    return false;
-  }
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
 
   bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
-    if constexpr (!Rearm) {
-      if (!tried_ && tryNow()) {
-        reactor_.post(posted_, h);  // done, but the loop's other work goes first
-        return true;
-      }
-    }
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
       result_ = -err;
       return false;
@@ -325,6 +305,23 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
       self->reactor_.post(self->posted_, self->handle_);
     }
   };
+
+  // True (result_ set) if the operation is over without waiting.
+  bool tryComplete() {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      result_ = -EBADF;
+      return true;
+    }
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    if constexpr (Rearm) {
+      return false;
+    } else {
+      return tryNow();
+    }
+  }
 
   // The system call, if the fd may be ready; true if it did not block.
   bool tryNow() {
@@ -359,7 +356,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   int fd_;
   Direction dir_;
   bool waiting_ = false;
-  bool tried_ = false;  // await_ready made the attempt (and it would block)
+  InlineCompletion inline_;
   Attempt attempt_;
   std::stop_token stop_;
   long result_ = 0;

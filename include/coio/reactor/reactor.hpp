@@ -35,8 +35,12 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 /// - An exception escaping a spawned task, on whatever thread it ran last,
 ///   stops the reactor and is rethrown by its run() / runUntil().
 /// - Fairness: operations that could complete at once every time (an
-///   always-readable socket) still let the loop run its timers and other
-///   fds at least once per bounded batch of completions.
+///   always-readable or always-writable socket, data read ahead, an error
+///   known up front) still let the loop run its timers and other fds at
+///   least once per bounded batch of completions: per loop iteration at
+///   most `kInlineTurnsPerIteration` awaits complete without suspending,
+///   later ones resume in the next iteration. The disk layer's awaitables
+///   share the budget.
 /// - Every other awaitable resumes its coroutine on the loop thread and must
 ///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
 ///   system category) and take a std::stop_token: a stop requested on the

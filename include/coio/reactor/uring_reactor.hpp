@@ -233,10 +233,17 @@ inline std::string describeUringSetupError(int err) {
 ///   once every in-flight operation has been cancelled and has completed;
 ///   spawned tasks that never started are destroyed then, the others with
 ///   the reactor.
-/// - Fairness: one poll dispatches at most kReapRoundsPerPoll batches of
-///   completions before timers and ready coroutines run again. A stop
-///   callback or the wake-up path never throws: what it cannot submit (SQ
-///   full and refused by the kernel) goes out before the loop's next wait.
+/// - Fairness: at most kInlineTurnsPerIteration operations per loop
+///   iteration complete without suspending (a send the socket took, a read
+///   served from data a multishot recv kept, a stop already requested);
+///   later ones still complete at once but resume their coroutine in the
+///   next iteration (detail::InlineCompletion). And one poll dispatches at
+///   most kReapRoundsPerPoll batches of completions before timers and ready
+///   coroutines run again. So a coroutine whose operations are always
+///   ready, or a flood of completions, cannot starve the rest of the loop.
+/// - A stop callback or the wake-up path never throws: what it cannot
+///   submit (SQ full and refused by the kernel) goes out before the loop's
+///   next wait.
 /// - Timers wake the loop through one IORING_OP_TIMEOUT for the earliest
 ///   deadline, moved only when that deadline changes (a wait with a timeout
 ///   of its own costs the kernel an hrtimer per wait).
@@ -573,24 +580,13 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   UringIoOperation(const UringIoOperation&) = delete;
   UringIoOperation& operator=(const UringIoOperation&) = delete;
 
-  bool await_ready() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    // Operations that can finish without waiting (send) try that first.
-    if constexpr (requires(const Prep& p) { p.tryNow(); }) {
-      if (const std::optional<int> done = prep_.tryNow()) {
-        result_ = *done;
-        return true;
-      }
-    }
-    return false;
-  }
-  void await_suspend(std::coroutine_handle<> h) {
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
+  bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     reactor_.submit(*this, prep_);
     if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
   }
   Result<T> await_resume() {
     onStop_.reset();
@@ -605,6 +601,21 @@ class [[nodiscard]] UringIoOperation : UringOperation {
       self->reactor_.cancel(*self);
     }
   };
+  // True (result_ set) if the operation is over without an SQE: a stop
+  // already requested, or one that can finish at once (send) and did.
+  bool tryComplete() noexcept {
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    if constexpr (requires(const Prep& p) { p.tryNow(); }) {
+      if (const std::optional<int> done = prep_.tryNow()) {
+        result_ = *done;
+        return true;
+      }
+    }
+    return false;
+  }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<UringIoOperation*>(op);
     self->result_ = result;
@@ -615,6 +626,7 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   Prep prep_;
   std::stop_token stop_;
   int result_ = 0;
+  InlineCompletion inline_;
   std::coroutine_handle<> handle_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
@@ -757,15 +769,13 @@ class [[nodiscard]] MultishotRead {
     if (receiver_) receiver_->abandon(this);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    return receiver_->tryTake(buffer_, result_);
-  }
+  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
   bool await_suspend(std::coroutine_handle<> h) noexcept {
     handle_ = h;
+    if (inline_.deferred(reactor_, h)) {  // done, but the loop's other work goes first
+      receiver_ = nullptr;  // done with the receiver: the socket may be forgotten meanwhile
+      return true;
+    }
     if (!receiver_->wait(*this)) return false;
     if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
     return true;
@@ -778,6 +788,15 @@ class [[nodiscard]] MultishotRead {
 
  private:
   friend class UringReceiver;
+  // True (result_ set) if the read is over without waiting: a stop already
+  // requested, or data (or the end) the receiver kept.
+  bool tryComplete() noexcept {
+    if (stop_.stop_requested()) {
+      result_ = -ECANCELED;
+      return true;
+    }
+    return receiver_->tryTake(buffer_, result_);
+  }
   struct OnStop {
     MultishotRead* self;
     void operator()() const noexcept {
@@ -793,6 +812,7 @@ class [[nodiscard]] MultishotRead {
   std::stop_token stop_;
   UringReceiver* receiver_;  // null once the socket was forgotten
   int result_ = 0;
+  InlineCompletion inline_;
   std::coroutine_handle<> handle_;
   PostedResume posted_;
   std::optional<std::stop_callback<OnStop>> onStop_;

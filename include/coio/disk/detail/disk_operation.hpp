@@ -16,7 +16,8 @@ namespace coio::detail {
 /// One disk operation (read, write, fsync). `co_await` yields Result<T>;
 /// the coroutine resumes on the loop thread once the CQE arrived. A
 /// request that fails its checks before submission (`early`) completes at
-/// once with that error, as does a zero-length transfer (with 0).
+/// once with that error, as does a zero-length transfer (with 0), within
+/// the loop's inline budget (InlineCompletion).
 template <typename T>
 class [[nodiscard]] DiskOperation : DiskOp {
  public:
@@ -25,19 +26,13 @@ class [[nodiscard]] DiskOperation : DiskOp {
   DiskOperation(const DiskOperation&) = delete;
   DiskOperation& operator=(const DiskOperation&) = delete;
 
-  bool await_ready() noexcept {
-    if (early_) return true;
-    if (stop_.stop_requested()) {
-      early_ = std::make_error_code(std::errc::operation_canceled);
-      return true;
-    }
-    // Nothing to transfer: the kernel would answer 0 too.
-    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
-  }
-  void await_suspend(std::coroutine_handle<> h) {
+  bool await_ready() noexcept { return inline_.admit(ring_.loop(), tryComplete()); }
+  bool await_suspend(std::coroutine_handle<> h) {
     handle_ = h;
+    if (inline_.deferred(ring_.loop(), h)) return true;  // done, but the loop's other work goes first
     ring_.submit(*this, request_);
     if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
   }
   Result<T> await_resume() {
     onStop_.reset();
@@ -53,6 +48,16 @@ class [[nodiscard]] DiskOperation : DiskOp {
       if (self->state == State::inFlight) self->ring_.cancel(*self);
     }
   };
+  // True if the operation is over without an SQE.
+  bool tryComplete() noexcept {
+    if (early_) return true;
+    if (stop_.stop_requested()) {
+      early_ = std::make_error_code(std::errc::operation_canceled);
+      return true;
+    }
+    // Nothing to transfer: the kernel would answer 0 too.
+    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
+  }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<DiskOperation*>(op);
     self->state = State::done;
@@ -65,6 +70,7 @@ class [[nodiscard]] DiskOperation : DiskOp {
   std::stop_token stop_;
   std::error_code early_;
   int result_ = 0;
+  InlineCompletion inline_;
   std::coroutine_handle<> handle_;
   std::optional<std::stop_callback<OnStop>> onStop_;
 };

@@ -133,7 +133,9 @@ class DiskRing {
   /// io_uring_enter at the latest when the last batch closes.
   virtual void openBatch() = 0;
   virtual void closeBatch() = 0;
-  virtual bool ownedByCaller() const noexcept = 0;
+  /// The reactor's loop, whose thread owns the ring.
+  virtual LoopCore& loop() noexcept = 0;
+  bool ownedByCaller() noexcept { return loop().ownedByCaller(); }
   /// The Disk is going away: the kernel lets go of every pending operation.
   virtual void close() noexcept = 0;
 };
@@ -167,7 +169,7 @@ class ReactorRing final : public DiskRing {
     reactor_.setSubmitPolicy(saved_);
     if (saved_ == SubmitPolicy::eager) reactor_.flush();
   }
-  bool ownedByCaller() const noexcept override { return reactor_.ownedByCaller(); }
+  LoopCore& loop() noexcept override { return reactor_; }
   void close() noexcept override {}  // the reactor's quiesce drains its ring
 
  private:
@@ -249,7 +251,7 @@ class DedicatedRing final : public DiskRing {
       throw;
     }
   }
-  bool ownedByCaller() const noexcept override { return reactor_.ownedByCaller(); }
+  LoopCore& loop() noexcept override { return reactor_; }
 
   /// The pump, after the eventfd fired: dispatches the completions there
   /// are. One pass: reads that complete while being submitted (page-cache
