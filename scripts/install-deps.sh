@@ -8,7 +8,7 @@ packages=(
   catch2 libbenchmark-dev
   liburing-dev libibverbs-dev
   fio
-  iperf3 sockperf
+  iperf3 sockperf gnuplot-nox
 )
 
 missing=()

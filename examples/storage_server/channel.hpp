@@ -1,9 +1,9 @@
 #pragma once
 // What carries a connection's frames. The server and the client speak
-// PROTOCOL.md through a Channel: TcpChannel (tcp_channel.hpp) sends a
-// response's data inline after it, RdmaChannel (rdma_channel.hpp) writes it
-// into the client's registered memory first and sends the frames as RDMA
-// messages.
+// PROTOCOL.md through a Channel: TcpChannel (tcp_channel.hpp) sends each
+// piece of data inline after an IoData frame, RdmaChannel (rdma_channel.hpp)
+// writes it into the client's registered memory and sends the frames as
+// RDMA messages.
 #include "protocol.hpp"
 
 #include <coio/core/result.hpp>
@@ -37,19 +37,22 @@ struct ReadFailure {
   bool isProtocolError() const noexcept { return error.category() == proto::protocolCategory(); }
 };
 
-/// One IO's data in a response: the asked bytes, as pieces of the server's
-/// read buffers, and where the client wants them (RDMA only).
-struct OutgoingData {
+/// One piece of an IO's data: where it goes (`remote`, the IO's buffer:
+/// RDMA only) and which bytes of the IO it is.
+struct OutgoingPiece {
+  std::uint64_t requestId;
   proto::RemoteBuffer remote;
-  std::span<const std::span<std::byte>> pieces;
+  proto::IoData where;  // ioIndex, offset within the IO, length = bytes.size()
+  std::span<const std::byte> bytes;
 };
 
 /// One connection's frames, over TCP or RDMA.
 ///
 /// Guarantees (both transports):
 /// - Used on its reactor's loop thread; every awaitable resumes there.
-/// - Whole frames: concurrent senders never interleave, and a response's
-///   data is never split from its frame.
+/// - Whole frames: concurrent senders never interleave, and a piece's data
+///   is never split from its IoData frame. Sends start in the order they
+///   are called (so one sender's pieces go out in the order it sent them).
 /// - A send that fails breaks the channel: broken() is then true and every
 ///   later send fails at once.
 /// - `co_await close()` once, after every other use has ended, before
@@ -77,15 +80,13 @@ class Channel {
   virtual coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) = 0;
   /// Sends one frame.
   virtual coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) = 0;
-  /// Server: a response and its data. TCP: the frame, then each IO's pieces
-  /// in order. RDMA: each IO's pieces RDMA-written to its remote buffer
-  /// (only the last work request of a chain signalled), and once they are
-  /// written, the frame.
-  virtual coio::Task<coio::Result<void>> sendResponse(std::span<const std::byte> frame,
-                                                      std::span<const OutgoingData> data, std::stop_token stop) = 0;
-  /// Client: takes the next `into.size()` bytes of a response's data.
-  /// TCP reads them off the stream; RDMA has nothing to do (the server
-  /// wrote them before sending the response).
+  /// Server: one piece of data. TCP: its IoData frame and bytes in one
+  /// gather write. RDMA: an RDMA WRITE to remote.addr + where.offset.
+  /// Resumes once the piece's buffer may be reused (TCP: the kernel took
+  /// the bytes; RDMA: the write completed, so a response sent after it
+  /// arrives after the data).
+  virtual coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) = 0;
+  /// Client, TCP: takes the `into.size()` bytes that follow an IoData frame.
   virtual coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) = 0;
   /// Client: the ReadIo::remote field for an IO landing in `into`. TCP:
   /// zero. RDMA: `into` must lie in memory given to registerMemory(),

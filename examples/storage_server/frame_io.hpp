@@ -12,6 +12,8 @@
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
+#include <sys/uio.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -83,8 +85,10 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(Source& source, ReadFailure& f
 }
 
 /// Serialises writers on one stream: each send() writes all its parts
-/// back to back, so a response and its data are never split by another
-/// frame. Awaited on the stream's loop thread.
+/// back to back (one gather write where the socket takes it), so a frame
+/// and the data after it are never split by another frame. Sends go out
+/// in the order they were called (the lock is FIFO). Awaited on the
+/// stream's loop thread.
 ///
 /// A send that fails or is cancelled part-way leaves the byte stream
 /// unusable: the writer is then broken and every later send fails at once.
@@ -93,28 +97,20 @@ class FrameWriter {
  public:
   explicit FrameWriter(coio::TcpStream<R>& stream) noexcept : stream_(stream) {}
 
-  coio::Task<coio::Result<void>> send(std::span<const std::span<const std::byte>> parts, std::stop_token stop) {
+  /// `parts` is scratch for the write (see TcpStream::writeAll).
+  coio::Task<coio::Result<void>> send(std::span<iovec> parts, std::stop_token stop) {
     if (broken_) co_return coio::Errc::closed;
     const bool locked = co_await lock_.acquire(stop);
     if (!locked) co_return std::errc::operation_canceled;
-    coio::Result<void> written;
-    for (std::span<const std::byte> part : parts) {
-      if (broken_) {  // a send before us broke it while we queued
-        written = coio::Errc::closed;
-        break;
-      }
-      written = co_await stream_.writeAll(part, stop);
-      if (!written) {
-        broken_ = true;
-        break;
-      }
-    }
+    // A send before us may have broken it while we queued.
+    coio::Result<void> written = broken_ ? coio::Errc::closed : co_await stream_.writeAll(parts, stop);
+    if (!written) broken_ = true;
     lock_.release();
     co_return written;
   }
 
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) {
-    const std::span<const std::byte> parts[] = {frame};
+    iovec parts[] = {{const_cast<std::byte*>(frame.data()), frame.size()}};
     co_return co_await send(parts, std::move(stop));
   }
 

@@ -16,20 +16,23 @@
 namespace storage::proto {
 
 inline constexpr std::uint32_t kMagic = 0x4F494F43;  // the bytes "COIO"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::uint32_t kMaxPayload = 1u << 20;  // control payloads; data travels outside frames
 inline constexpr std::size_t kIoSize = 32;              // one ReadIo on the wire
 inline constexpr std::size_t kResultSize = 16;          // one IoResult on the wire
+inline constexpr std::uint32_t kIoDataPayload = 16;     // an IoData frame's payload (its data follows it)
 inline constexpr std::size_t kMaxErrorMessage = 1024;
 inline constexpr std::uint32_t kMaxIosPerFrame = (kMaxPayload - 8) / kIoSize;  // what a payload can hold
+inline constexpr std::uint8_t kGrantedFlag = 1;  // BatchReadRequest flags: transmission granted with the request
 
 enum class MessageType : std::uint16_t {
   batchReadRequest = 1,
   transmitRequest = 2,  // server -> client: may I send this request's data?
   transmitGrant = 3,    // client -> server: yes
-  batchReadResponse = 4,
-  error = 5,            // then the sender closes the connection
+  batchReadResponse = 4,  // a request's last frame
+  error = 5,              // then the sender closes the connection
+  ioData = 6,             // server -> client, TCP: one piece of an IO's data follows the frame
 };
 
 enum class ChecksumMode : std::uint8_t { none = 0, crc32c = 1 };
@@ -86,7 +89,17 @@ struct ReadIo {
 
 struct BatchReadRequest {
   ChecksumMode checksum = ChecksumMode::none;
+  bool granted = false;  // transmission granted with the request: no TransmitRequest
   std::vector<ReadIo> ios;
+};
+
+/// An IoData frame: `length` bytes of IO `ioIndex`, starting `offset`
+/// bytes into its requested range, follow the frame on the stream.
+struct IoData {
+  std::uint32_t ioIndex = 0;
+  std::uint32_t offset = 0;
+  std::uint32_t length = 0;
+  friend bool operator==(const IoData&, const IoData&) = default;
 };
 
 struct IoResult {
@@ -214,7 +227,7 @@ inline void encode(std::vector<std::byte>& out, std::uint64_t requestId, const B
   detail::Writer w(out);
   const std::size_t start = detail::beginFrame(w, MessageType::batchReadRequest, requestId);
   w.put(static_cast<std::uint8_t>(req.checksum));
-  w.put(std::uint8_t{0});
+  w.put(static_cast<std::uint8_t>(req.granted ? kGrantedFlag : 0));
   w.put(std::uint16_t{0});
   w.put(static_cast<std::uint32_t>(req.ios.size()));
   for (const ReadIo& io : req.ios) {
@@ -242,6 +255,16 @@ inline void encode(std::vector<std::byte>& out, std::uint64_t requestId, const B
   detail::endFrame(w, start);
 }
 
+inline void encode(std::vector<std::byte>& out, std::uint64_t requestId, const IoData& data) {
+  detail::Writer w(out);
+  const std::size_t start = detail::beginFrame(w, MessageType::ioData, requestId);
+  w.put(data.ioIndex);
+  w.put(data.offset);
+  w.put(data.length);
+  w.put(std::uint32_t{0});
+  detail::endFrame(w, start);
+}
+
 inline void encode(std::vector<std::byte>& out, std::uint64_t requestId, const ErrorFrame& err) {
   detail::Writer w(out);
   const std::size_t start = detail::beginFrame(w, MessageType::error, requestId);
@@ -265,12 +288,15 @@ inline coio::Result<FrameHeader> decodeHeader(std::span<const std::byte> bytes) 
   if (r.get<std::uint32_t>() != kMagic) return ProtocolErrc::badMagic;
   if (r.get<std::uint16_t>() != kVersion) return ProtocolErrc::unsupportedVersion;
   const auto type = r.get<std::uint16_t>();
-  if (type < 1 || type > 5) return ProtocolErrc::unknownType;
+  if (type < 1 || type > static_cast<std::uint16_t>(MessageType::ioData)) return ProtocolErrc::unknownType;
   FrameHeader h{static_cast<MessageType>(type), r.get<std::uint64_t>(), r.get<std::uint32_t>()};
   if (r.get<std::uint32_t>() != 0) return ProtocolErrc::reservedNotZero;
   if (h.payloadLength > kMaxPayload) return ProtocolErrc::payloadTooLarge;
   const bool empty = h.type == MessageType::transmitRequest || h.type == MessageType::transmitGrant;
   if (empty && h.payloadLength != 0) return ProtocolErrc::trailingBytes;
+  if (h.type == MessageType::ioData) {
+    if (auto ok = detail::expectSize(h.payloadLength, kIoDataPayload); !ok) return ok.error();
+  }
   return h;
 }
 
@@ -281,7 +307,9 @@ inline coio::Result<BatchReadRequest> decodeBatchReadRequest(std::span<const std
   const auto mode = r.get<std::uint8_t>();
   if (mode > 1) return ProtocolErrc::badChecksumMode;
   req.checksum = static_cast<ChecksumMode>(mode);
-  if (r.get<std::uint8_t>() != 0 || r.get<std::uint16_t>() != 0) return ProtocolErrc::reservedNotZero;
+  const auto flags = r.get<std::uint8_t>();
+  if ((flags & ~kGrantedFlag) != 0 || r.get<std::uint16_t>() != 0) return ProtocolErrc::reservedNotZero;
+  req.granted = (flags & kGrantedFlag) != 0;
   const auto count = r.get<std::uint32_t>();
   if (count > maxIos) return ProtocolErrc::tooManyIos;
   if (auto ok = detail::expectSize(r.remaining(), std::size_t{count} * kIoSize); !ok) return ok.error();
@@ -315,6 +343,14 @@ inline coio::Result<BatchReadResponse> decodeBatchReadResponse(std::span<const s
     if (r.get<std::uint32_t>() != 0) return ProtocolErrc::reservedNotZero;
   }
   return resp;
+}
+
+inline coio::Result<IoData> decodeIoData(std::span<const std::byte> payload) {
+  if (auto ok = detail::expectSize(payload.size(), kIoDataPayload); !ok) return ok.error();
+  detail::Reader r(payload);
+  IoData data{r.get<std::uint32_t>(), r.get<std::uint32_t>(), r.get<std::uint32_t>()};
+  if (r.get<std::uint32_t>() != 0) return ProtocolErrc::reservedNotZero;
+  return data;
 }
 
 inline coio::Result<ErrorFrame> decodeError(std::span<const std::byte> payload) {

@@ -1,9 +1,10 @@
 #pragma once
 // The RDMA transport: a reliable-connected queue pair per connection,
-// connected over the TCP connection the client opened (which is closed
-// once the queue pair is up). Frames travel as RDMA messages (one frame
-// per message); a response's data is RDMA-written straight from the
-// server's read buffers into the client's registered memory.
+// connected over the TCP connection the client opened (which then stays
+// open, silent: its end tells each side the other is gone). Frames travel
+// as RDMA messages (one frame per message); each piece of data is
+// RDMA-written straight from the server's read buffers into the client's
+// registered memory.
 #include "channel.hpp"
 
 #include <coio/core/batch_semaphore.hpp>
@@ -112,36 +113,27 @@ class RdmaChannel final : public Channel<R> {
     co_return sent;
   }
 
-  coio::Task<coio::Result<void>> sendResponse(std::span<const std::byte> frame, std::span<const OutgoingData> data,
-                                              std::stop_token stop) override {
+  coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) override {
     if (broken_) co_return coio::Errc::closed;
     coio::rdma::RdmaBatch<R> batch = qp_->rdmaBatch(coio::rdma::RdmaOp::write);
-    std::vector<coio::rdma::LocalBuffer> locals;
-    for (const OutgoingData& io : data) {
-      locals.clear();
-      for (std::span<std::byte> piece : io.pieces) {
-        if (!piece.empty()) locals.push_back(local_->local(piece));
-      }
-      if (locals.empty()) continue;
-      coio::Result<void> added = batch.add({io.remote.addr, io.remote.length, io.remote.rkey}, locals);
-      if (!added) co_return added;  // the server validated the lengths: a bug
-    }
-    if (batch.workRequests() > 0) {
-      const std::size_t weight = std::min(batch.workRequests(), budget_->tokens.capacity());
-      const bool admitted = co_await budget_->tokens.acquire(weight, stop);
-      if (!admitted) co_return std::errc::operation_canceled;
-      coio::Result<void> written = co_await batch.post();  // resumes once the NIC has read the buffers
-      budget_->tokens.release(weight);
-      if (!written) {
-        broken_ = true;
-        co_return written;
-      }
-    }
-    co_return co_await send(frame, std::move(stop));
+    const coio::rdma::LocalBuffer local = local_->local(std::span(const_cast<std::byte*>(piece.bytes.data()),
+                                                                  piece.bytes.size()));
+    const proto::RemoteBuffer& io = piece.remote;
+    // The server checked that the IO's buffer holds the IO: this piece lies inside it.
+    coio::Result<void> added =
+        batch.add({io.addr + piece.where.offset, io.length - piece.where.offset, io.rkey}, std::span(&local, 1));
+    if (!added) co_return added;
+    const std::size_t weight = std::min(batch.workRequests(), budget_->tokens.capacity());
+    const bool admitted = co_await budget_->tokens.acquire(weight, stop);
+    if (!admitted) co_return std::errc::operation_canceled;
+    coio::Result<void> written = co_await batch.post();  // resumes once the NIC has read the buffer
+    budget_->tokens.release(weight);
+    if (!written) broken_ = true;
+    co_return written;
   }
 
   coio::Task<coio::Result<void>> receiveData(std::span<std::byte>, std::stop_token) override {
-    co_return coio::Result<void>{};  // RDMA-written before the response was sent
+    co_return proto::ProtocolErrc::unexpectedMessage;  // no IoData over RDMA: the data is written
   }
 
   coio::Result<proto::RemoteBuffer> remoteBuffer(std::span<std::byte> into) const override {

@@ -53,6 +53,8 @@ class TransmissionLimiter {
  public:
   explicit TransmissionLimiter(std::size_t maxTransmissions = 64) : slots_(maxTransmissions) {}
   auto acquire(std::stop_token stop) noexcept { return slots_.acquire(std::move(stop)); }
+  /// A slot if one is free now (and nobody waits for one).
+  bool tryAcquire() noexcept { return slots_.tryAcquire(); }
   void release() noexcept { slots_.release(); }
 
  private:
@@ -73,9 +75,11 @@ struct ClientOptions {
 /// - Used on its reactor's loop thread only; every awaitable resumes there.
 /// - Many batchReads may be outstanding at once on one client; each gets
 ///   its own response (matched by request id).
-/// - A TransmitRequest is granted only while the limiter has a slot; the
-///   slot is freed when that request's response arrives, it times out, or
-///   the connection fails.
+/// - Transmission is granted only while the limiter has a slot: with the
+///   request when a slot is free as it is sent (no TransmitRequest round
+///   trip), else in answer to the server's TransmitRequest once one frees.
+///   The slot is freed when that request's response arrives, it times out,
+///   or the connection fails.
 /// - batchRead yields per-IO outcomes, or a request-level error: timed_out,
 ///   the transport's error (eof, connection_reset), a ProtocolErrc the
 ///   server or this client detected, Errc::invalidArgument for a batch the
@@ -135,12 +139,16 @@ class StorageClient {
     auto owned = std::make_unique<Call>();
     Call& call = *owned;
     call.ios.assign(ios.begin(), ios.end());
+    call.delivered.assign(ios.size(), 0);
     calls_.emplace(id, std::move(owned));
+    // A free slot grants transmission with the request (released by complete() or on timeout).
+    request.granted = call.granted = call.grantAsked = limiter_.tryAcquire();
 
     std::vector<std::byte> frame;
     proto::encode(frame, id, request);
     coio::Result<void> sent = co_await channel_->send(frame, stop_.get_token());
     if (!sent) {
+      releaseSlot(call);
       calls_.erase(id);
       co_return failure_ ? failure_ : sent.error();
     }
@@ -181,12 +189,13 @@ class StorageClient {
  private:
   struct Call {
     std::vector<ReadOp> ios;
+    std::vector<std::uint32_t> delivered;  // TCP: bytes of each IO received so far (IoData)
     std::stop_source done;  // requested when `result` is set
     coio::Result<std::vector<ReadOutcome>> result = coio::Errc::closed;
     bool grantAsked = false;
     bool granted = false;    // holds a limiter slot
     bool abandoned = false;  // timed out: its destinations are gone
-    bool receiving = false;  // its response's data is being read into `ios`
+    bool receiving = false;  // a piece of its data is being read into `ios`
   };
 
   // Gives a request slot back when batchRead returns.
@@ -241,12 +250,18 @@ class StorageClient {
         if (!call->abandoned && !stop_.stop_requested()) scope_.spawn(grant(id));  // close() may be joining
         continue;
       }
+      if (frame->header.type == proto::MessageType::ioData) {
+        call->receiving = true;
+        co_await receivePiece(*call, frame->payload, scratch, failure, id);
+        call->receiving = false;
+        if (failure.error) break;
+        continue;
+      }
       if (frame->header.type != proto::MessageType::batchReadResponse) {
         failure = {proto::ProtocolErrc::unexpectedMessage, id};
         break;
       }
-      call->receiving = true;
-      coio::Result<std::vector<ReadOutcome>> outcomes = co_await receiveData(*call, frame->payload, scratch, failure, id);
+      coio::Result<std::vector<ReadOutcome>> outcomes = outcomesOf(*call, frame->payload, failure, id);
       if (failure.error) break;
       complete(id, *call, std::move(outcomes));
     }
@@ -255,41 +270,66 @@ class StorageClient {
     if (!stop_.stop_requested()) channel_->abort();  // tell the server now; close() closes properly
   }
 
-  // Decodes a response and reads its data into the call's destinations
-  // (or into `scratch` for an abandoned call). Sets `failure` on errors.
-  coio::Task<coio::Result<std::vector<ReadOutcome>>> receiveData(Call& call, std::span<const std::byte> payload,
-                                                                 std::vector<std::byte>& scratch, ReadFailure& failure,
-                                                                 std::uint64_t id) {
+  // Reads the data after an IoData frame into the call's destination (or
+  // into `scratch` for an abandoned call). Sets `failure` on errors: a
+  // piece out of place (PROTOCOL.md's checks) is a protocol error.
+  coio::Task<void> receivePiece(Call& call, std::span<const std::byte> payload, std::vector<std::byte>& scratch,
+                                ReadFailure& failure, std::uint64_t id) {
+    coio::Result<proto::IoData> data = proto::decodeIoData(payload);
+    if (!data) {
+      failure = {data.error(), id};
+      co_return;
+    }
+    const std::size_t io = data->ioIndex;
+    if (channel_->writesRemote() || io >= call.ios.size() || data->offset != call.delivered[io] ||
+        std::uint64_t{data->offset} + data->length > call.ios[io].length) {
+      failure = {proto::ProtocolErrc::unexpectedMessage, id};
+      co_return;
+    }
+    std::span<std::byte> into;
+    if (call.abandoned) {
+      scratch.resize(data->length);
+      into = scratch;
+    } else {
+      into = call.ios[io].into.subspan(data->offset, data->length);
+    }
+    coio::Result<void> got = co_await channel_->receiveData(into, stop_.get_token());
+    if (!got) {
+      failure = {got.error(), id};
+      co_return;
+    }
+    call.delivered[io] += data->length;
+  }
+
+  // Decodes a response (the request's last frame) into per-IO outcomes,
+  // checking them against what was delivered. Sets `failure` on errors.
+  coio::Result<std::vector<ReadOutcome>> outcomesOf(const Call& call, std::span<const std::byte> payload,
+                                                    ReadFailure& failure, std::uint64_t id) const {
     const auto count = static_cast<std::uint32_t>(call.ios.size());
     coio::Result<proto::BatchReadResponse> response = proto::decodeBatchReadResponse(payload, count);
     if (response && response->results.size() != count) response = proto::ProtocolErrc::truncated;
     if (!response) {
       failure = {response.error(), id};
-      co_return response.error();
+      return response.error();
     }
     std::vector<ReadOutcome> outcomes(count);
     for (std::size_t i = 0; i < count; ++i) {
       const proto::IoResult& r = response->results[i];
       const bool ok = r.status == proto::IoStatus::ok;
-      if ((ok && r.bytes > call.ios[i].length) || (!ok && r.bytes != 0)) {
+      // TCP: an ok IO's pieces add up to its byte count (a failed IO may
+      // have sent some before it failed: they mean nothing).
+      const bool counted = channel_->writesRemote() || r.bytes == call.delivered[i];
+      if ((ok && (r.bytes > call.ios[i].length || !counted)) || (!ok && r.bytes != 0)) {
         failure = {proto::ProtocolErrc::unexpectedMessage, id};
-        co_return failure.error;
-      }
-      std::span<std::byte> into = call.ios[i].into;
-      if (call.abandoned) {
-        scratch.resize(r.bytes);
-        into = scratch;
-      }
-      into = into.first(r.bytes);
-      coio::Result<void> got = co_await channel_->receiveData(into, stop_.get_token());
-      if (!got) {
-        failure = {got.error(), id};
-        co_return got.error();
+        return failure.error;
       }
       outcomes[i] = {r.status, r.bytes, r.checksum, false};
-      if (ok && options_.verifyChecksums) outcomes[i].checksumMismatch = crc32c(into) != r.checksum;
+      // An abandoned call's destinations are the caller's again: not read.
+      if (ok && options_.verifyChecksums && !call.abandoned) {
+        outcomes[i].checksumMismatch = crc32c(call.ios[i].into.first(r.bytes)) != r.checksum;
+      }
     }
-    co_return outcomes;
+    return outcomes;
   }
 
   // Grants transmission of request `id` once a limiter slot is free.

@@ -44,7 +44,7 @@ struct ServerOptions {
   std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
   std::uint64_t maxBatchBytes = 64ull << 20;         ///< requested bytes per batch (--max-batch-bytes)
   std::chrono::steady_clock::duration transmitTimeout = std::chrono::seconds(10);  ///< --transmit-timeout
-  /// How long sending one response (and its data) may take before the
+  /// How long sending one frame or one piece of data may take before the
   /// connection is dropped: a client that stops reading cannot pin buffers.
   std::chrono::steady_clock::duration sendTimeout = std::chrono::seconds(10);
   /// Requests in flight per connection (--max-requests); one more is a
@@ -79,14 +79,18 @@ struct ServerStats {
 /// - Everything runs on the reactor's loop thread: create it there (or
 ///   before the loop runs), call adopt()/serve()/shutdown() there.
 /// - Per request: every IO is validated (an invalid one gets its own
-///   status), the valid ones are read with one ReadBatch into pool buffers
-///   (ranges widened to the O_DIRECT alignment), checksummed, and sent once
-///   the client has granted transmission (else, after transmitTimeout, the
-///   request is answered with timedOut). Pool buffers are returned on every
-///   path: completion, timeout, disconnect, shutdown.
+///   status), the valid ones are read with one streaming ReadBatch into
+///   pool buffers (ranges widened to the O_DIRECT alignment, split into
+///   pieces of pieceSize), and each piece is checksummed and sent as soon
+///   as it and the pieces before it in its IO are read, while the other
+///   reads go on (PROTOCOL.md, version 2). Nothing is sent before the
+///   client granted transmission (with the request, or by TransmitGrant;
+///   without it, after transmitTimeout, the request is answered timedOut).
+///   The response goes last. Pool buffers are returned on every path:
+///   completion, timeout, disconnect, shutdown.
 /// - Bounded per connection: at most maxRequestsPerConnection requests in
-///   flight, and a response that cannot be sent within sendTimeout drops
-///   the connection (and frees its buffers).
+///   flight, and a frame or piece that cannot be sent within sendTimeout
+///   drops the connection (and frees its buffers).
 /// - A protocol error on a connection gets an Error frame and closes that
 ///   connection only.
 /// - `co_await shutdown()` stops accepting, drains: requests in flight
@@ -190,8 +194,16 @@ class StorageServer {
     std::size_t pieces = 0;
   };
 
-  // A request waiting for its TransmitGrant.
+  struct Connection;
+  // A request waiting for its TransmitGrant: the connection's reader finds
+  // it by request id while it lives.
   struct GrantWait {
+    GrantWait(Connection& c, std::uint64_t requestId) : conn(c), id(requestId) { conn.awaiting.emplace(id, this); }
+    GrantWait(const GrantWait&) = delete;
+    GrantWait& operator=(const GrantWait&) = delete;
+    ~GrantWait() { conn.awaiting.erase(id); }
+    Connection& conn;
+    std::uint64_t id;
     std::stop_source arrived;
     bool granted = false;
   };
@@ -203,9 +215,9 @@ class StorageServer {
     coio::AsyncScope requests;
     std::unordered_set<std::uint64_t> inFlight;               // request ids being served
     std::unordered_map<std::uint64_t, GrantWait*> awaiting;   // ... of which these wait for a grant
-    std::deque<std::uint64_t> timedOut;                       // recent ids whose grant came too late
+    std::deque<std::uint64_t> ignoredGrants;                  // recent ids answered without their grant
   };
-  static constexpr std::size_t kRememberTimedOut = 1024;
+  static constexpr std::size_t kRememberIgnoredGrants = 1024;
 
   // Pool buffers for one request, and their semaphore tokens: both go back
   // on destruction.
@@ -361,9 +373,9 @@ class StorageServer {
             waiting->second->granted = true;
             waiting->second->arrived.request_stop();
             conn.awaiting.erase(waiting);
-          } else if (std::find(conn.timedOut.begin(), conn.timedOut.end(), id) == conn.timedOut.end()) {
+          } else if (std::find(conn.ignoredGrants.begin(), conn.ignoredGrants.end(), id) == conn.ignoredGrants.end()) {
             co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
-          }  // else: a grant that crossed our timedOut response
+          }  // else: a grant that crossed our response
           break;
         }
         case proto::MessageType::error:
@@ -434,6 +446,13 @@ class StorageServer {
       pieces.clear();
     }
     const std::stop_token stop = conn.stop.get_token();
+    // Not granted with the request: ask now, so that the grant's round trip
+    // overlaps the reads (a response without data needs no grant).
+    std::optional<GrantWait> grant;
+    if (!request.granted && !pieces.empty()) {
+      grant.emplace(conn, id);
+      co_await askForGrant(conn, id);
+    }
     Lease lease;
     if (!pieces.empty()) {
       const bool haveTokens = co_await tokens_.acquire(pieces.size(), stop);
@@ -446,56 +465,130 @@ class StorageServer {
     for (std::size_t p = 0; p < pieces.size(); ++p) {
       batch.add(files_[pieces[p].file], pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
     }
-    co_await batch.submit(stop);
-    if (stop.stop_requested()) co_return;
-
-    // Outcomes, checksums, and the asked part of each piece, IO by IO.
-    std::vector<std::span<std::byte>> asked;
-    asked.reserve(pieces.size());
-    std::vector<std::size_t> firstAsked(request.ios.size() + 1, 0);
-    for (std::size_t i = 0; i < request.ios.size(); ++i) {
-      proto::IoResult& r = results[i];
-      firstAsked[i] = asked.size();
-      if (r.status != proto::IoStatus::ok) continue;
-      for (std::size_t p = plans[i].firstPiece; p < plans[i].firstPiece + plans[i].pieces; ++p) {
-        coio::Result<std::size_t> n = batch.result(p);
-        if (!n || *n != pieces[p].length) r.status = proto::IoStatus::ioError;
-        asked.push_back(lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take));
+    batch.start();
+    // Stream each piece as soon as it and the pieces before it in its IO
+    // are read (PROTOCOL.md: an IO's pieces go in order), if transmission
+    // is granted; else once the grant comes (below). Sends start in order
+    // and overlap the reads still in flight.
+    RequestStream out(*this, request, results, plans, pieces, lease, id);
+    coio::AsyncScope sends;
+    const auto release = [&](std::size_t io) {
+      if (stop.stop_requested()) return;  // the connection is going away: a send now would only break it
+      for (const OutgoingPiece& piece : out.releasable(io, batch)) {
+        if (!out.transmitting) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
+        out.transmitting = true;
+        sends.spawn(sendPiece(conn, piece));
       }
-      if (r.status != proto::IoStatus::ok) {
-        asked.resize(firstAsked[i]);
-        continue;
-      }
-      r.bytes = request.ios[i].length;
-      if (request.checksum == proto::ChecksumMode::crc32c) {
-        r.checksum = checksum(request.ios[i], std::span(asked).subspan(firstAsked[i]));
-      }
+    };
+    while (std::optional<std::size_t> p = co_await batch.next(stop)) {
+      out.done[*p] = true;
+      if (!grant) release(out.ioOf[*p]);
     }
-    firstAsked.back() = asked.size();
-
-    // Client-centric flow control: send data only once the client grants
-    // it (a response without data needs no permission).
     bool granted = true;
-    if (!asked.empty()) granted = co_await awaitGrant(conn, id);
-    if (stop.stop_requested()) co_return;
-    std::vector<OutgoingData> data;
-    if (granted) {
-      for (std::size_t i = 0; i < request.ios.size(); ++i) {
-        if (results[i].status != proto::IoStatus::ok || firstAsked[i] == firstAsked[i + 1]) continue;
-        data.push_back({request.ios[i].remote,
-                        std::span(asked).subspan(firstAsked[i], firstAsked[i + 1] - firstAsked[i])});
+    if (grant) {
+      if (out.hasData()) {
+        granted = co_await awaitGrant(conn, *grant);
+      } else if (!grant->granted) {
+        ignoreLateGrant(conn, id);  // every read failed: nothing to wait for
       }
-    } else {
-      ++stats_.transmitTimeouts;
-      lease.release();
-      for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
+      if (granted) {
+        for (std::size_t io = 0; io < request.ios.size(); ++io) release(io);
+      }
     }
-    std::vector<std::byte> head;
-    proto::encode(head, id, proto::BatchReadResponse{std::move(results)});
-    if (granted) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
-    (void)co_await sendBounded(
-        conn, [&](std::stop_token token) { return conn.channel->sendResponse(head, data, std::move(token)); });
-    if (granted) --stats_.transmitting;
+    co_await sends.join();
+    if (out.transmitting) --stats_.transmitting;
+    if (stop.stop_requested()) co_return;  // the connection is going away
+    if (!granted) {
+      ++stats_.transmitTimeouts;
+      for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
+    } else {
+      out.finish(results);
+    }
+    lease.release();
+    std::vector<std::byte> frame;
+    proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
+    (void)co_await sendBounded(conn, [&](std::stop_token token) { return conn.channel->send(frame, std::move(token)); });
+  }
+
+  // One request's data on its way out: which pieces are read, and per IO
+  // how far its in-order stream has got, with the CRC of what was sent.
+  struct RequestStream {
+    RequestStream(const StorageServer& s, const proto::BatchReadRequest& r, std::vector<proto::IoResult>& res,
+                  const std::vector<IoPlan>& pl, const std::vector<Piece>& pi, const Lease& le, std::uint64_t requestId)
+        : server(s), request(r), results(res), plans(pl), pieces(pi), lease(le), id(requestId), done(pi.size(), false),
+          ioOf(pi.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0), crc(r.ios.size(), 0) {
+      for (std::size_t io = 0; io < plans.size(); ++io) {
+        for (std::size_t p = plans[io].firstPiece; p < plans[io].firstPiece + plans[io].pieces; ++p) ioOf[p] = io;
+      }
+    }
+
+    // The pieces of `io` that may go now, in order: read, with every piece
+    // before them read and sent. A piece whose read failed fails its IO
+    // (ioError): nothing more of it goes.
+    std::vector<OutgoingPiece> releasable(std::size_t io, const coio::ReadBatch& batch) {
+      std::vector<OutgoingPiece> ready;
+      for (; next[io] < plans[io].pieces; ++next[io]) {
+        const std::size_t p = plans[io].firstPiece + next[io];
+        if (!done[p] || results[io].status != proto::IoStatus::ok) break;
+        const coio::Result<std::size_t> n = batch.result(p);
+        if (!n || *n != pieces[p].length) {
+          results[io].status = proto::IoStatus::ioError;
+          break;
+        }
+        const std::span<std::byte> bytes = lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take);
+        if (request.checksum == proto::ChecksumMode::crc32c && !server.storedCrc(request.ios[io])) {
+          crc[io] = crc32c(bytes, crc[io]);
+        }
+        if (!bytes.empty()) {
+          ready.push_back({id, request.ios[io].remote,
+                           {static_cast<std::uint32_t>(io), sent[io], static_cast<std::uint32_t>(bytes.size())},
+                           bytes});
+        }
+        sent[io] += static_cast<std::uint32_t>(bytes.size());
+      }
+      return ready;
+    }
+
+    // Whether any IO still has data to send.
+    bool hasData() const noexcept {
+      for (std::size_t io = 0; io < plans.size(); ++io) {
+        if (results[io].status == proto::IoStatus::ok && plans[io].pieces > 0) return true;
+      }
+      return false;
+    }
+
+    // The response's byte counts and checksums, once every piece went.
+    void finish(std::vector<proto::IoResult>& out) const {
+      for (std::size_t io = 0; io < out.size(); ++io) {
+        proto::IoResult& r = out[io];
+        if (r.status != proto::IoStatus::ok) continue;
+        if (next[io] < plans[io].pieces) {  // never read (batch too large for the pool, stopped)
+          r.status = proto::IoStatus::ioError;
+          continue;
+        }
+        r.bytes = request.ios[io].length;
+        if (request.checksum == proto::ChecksumMode::crc32c) r.checksum = server.storedCrc(request.ios[io]).value_or(crc[io]);
+      }
+    }
+
+    const StorageServer& server;
+    const proto::BatchReadRequest& request;
+    std::vector<proto::IoResult>& results;
+    const std::vector<IoPlan>& plans;
+    const std::vector<Piece>& pieces;
+    const Lease& lease;
+    std::uint64_t id;
+    std::vector<bool> done;         // per piece: its read completed
+    std::vector<std::size_t> ioOf;  // per piece: its IO
+    std::vector<std::size_t> next;  // per IO: its first piece not sent yet
+    std::vector<std::uint32_t> sent;    // per IO: bytes sent so far
+    std::vector<std::uint32_t> crc;     // per IO: CRC32C of them
+    bool transmitting = false;      // a piece went: counted in stats_.transmitting
+  };
+
+  coio::Task<void> sendPiece(Connection& conn, OutgoingPiece piece) {
+    (void)co_await sendBounded(conn,
+                               [&](std::stop_token token) { return conn.channel->sendData(piece, std::move(token)); });
   }
 
   // Runs `send(token)` until it completes, the connection stops, or
@@ -519,35 +612,40 @@ class StorageServer {
     co_return sent;
   }
 
-  // The stored whole-chunk CRC when the whole chunk is read (so a byte
-  // corrupted on disk shows as a mismatch), else the CRC of the bytes read.
-  std::uint32_t checksum(const proto::ReadIo& io, std::span<const std::span<std::byte>> parts) const {
+  // The stored whole-chunk CRC when `io` reads the whole chunk (so a byte
+  // corrupted on disk shows as a mismatch), else nothing: the CRC of the
+  // bytes read is the checksum.
+  std::optional<std::uint32_t> storedCrc(const proto::ReadIo& io) const noexcept {
     if (io.offset == 0 && io.length == index_.layout.chunkSize) return index_.crcs[io.chunkId];
-    std::uint32_t crc = 0;
-    for (std::span<const std::byte> part : parts) crc = crc32c(part, crc);
-    return crc;
+    return std::nullopt;
   }
 
-  // Sends TransmitRequest and waits for the grant: true if granted, false
-  // on timeout or when the connection stops.
-  coio::Task<bool> awaitGrant(Connection& conn, std::uint64_t id) {
+  // Sends TransmitRequest (a send that fails stops the connection).
+  coio::Task<void> askForGrant(Connection& conn, std::uint64_t id) {
     std::vector<std::byte> frame;
     proto::encodeEmpty(frame, proto::MessageType::transmitRequest, id);
-    GrantWait wait;
-    conn.awaiting.emplace(id, &wait);
-    coio::Result<void> sent =
-        co_await sendBounded(conn, [&](std::stop_token stop) { return conn.channel->send(frame, std::move(stop)); });
-    if (sent) {
+    (void)co_await sendBounded(conn, [&](std::stop_token stop) { return conn.channel->send(frame, std::move(stop)); });
+  }
+
+  // After the reads: waits up to transmitTimeout for the grant asked for,
+  // unless it came already. True if granted; false on timeout (a grant
+  // that comes later is then ignored) or when the connection stops.
+  coio::Task<bool> awaitGrant(Connection& conn, GrantWait& wait) {
+    if (!wait.granted) {
       // The connection's stop ends the wait as a grant would.
       std::stop_callback onStop(conn.stop.get_token(), [&wait] { wait.arrived.request_stop(); });
       (void)co_await reactor_.sleepFor(options_.transmitTimeout, wait.arrived.get_token());
     }
-    conn.awaiting.erase(id);
-    if (!wait.granted && !conn.stop.stop_requested()) {
-      conn.timedOut.push_back(id);
-      if (conn.timedOut.size() > kRememberTimedOut) conn.timedOut.pop_front();
-    }
+    if (!wait.granted) ignoreLateGrant(conn, wait.id);
     co_return wait.granted;
+  }
+
+  // The request is answered without its grant: should the grant still
+  // come, it crossed the response and is ignored, not a protocol error.
+  void ignoreLateGrant(Connection& conn, std::uint64_t id) {
+    if (conn.stop.stop_requested()) return;
+    conn.ignoredGrants.push_back(id);
+    if (conn.ignoredGrants.size() > kRememberIgnoredGrants) conn.ignoredGrants.pop_front();
   }
 
   R& reactor_;

@@ -1,10 +1,12 @@
 #pragma once
-// The TCP transport: frames on a byte stream, a response's data inline
-// right after its frame.
+// The TCP transport: frames on a byte stream, each piece of data inline
+// right after its IoData frame.
 #include "channel.hpp"
 #include "frame_io.hpp"
 
 #include <coio/net/tcp_stream.hpp>
+
+#include <sys/uio.h>
 
 #include <memory>
 #include <span>
@@ -32,36 +34,12 @@ class TcpChannel final : public Channel<R> {
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) override {
     return writer_.send(frame, std::move(stop));
   }
-  coio::Task<coio::Result<void>> sendResponse(std::span<const std::byte> frame, std::span<const OutgoingData> data,
-                                              std::stop_token stop) override {
-    // Runs of small pieces (small IOs) are copied together, so that a batch
-    // of 4 KiB IOs is a few writes, not one per IO; large pieces go as they are.
-    std::vector<std::span<const std::byte>> parts;
-    std::vector<std::byte> merged;
-    std::size_t mergedBytes = frame.size();
-    for (const OutgoingData& io : data) {
-      for (std::span<const std::byte> piece : io.pieces) {
-        if (piece.size() < kMergeBelow) mergedBytes += piece.size();
-      }
-    }
-    merged.reserve(mergedBytes);  // exact: `parts` holds spans into it, so it must never reallocate
-    std::size_t runStart = 0;  // where the run of small pieces being merged starts in `merged`
-    const auto endRun = [&] {
-      if (merged.size() > runStart) parts.push_back(std::span(merged).subspan(runStart));
-      runStart = merged.size();
-    };
-    merged.insert(merged.end(), frame.begin(), frame.end());
-    for (const OutgoingData& io : data) {
-      for (std::span<const std::byte> piece : io.pieces) {
-        if (piece.size() < kMergeBelow) {
-          merged.insert(merged.end(), piece.begin(), piece.end());
-        } else {
-          endRun();
-          parts.push_back(piece);
-        }
-      }
-    }
-    endRun();
+  coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) override {
+    std::vector<std::byte> frame;
+    frame.reserve(proto::kHeaderSize + proto::kIoDataPayload);
+    proto::encode(frame, piece.requestId, piece.where);
+    iovec parts[] = {{frame.data(), frame.size()},
+                     {const_cast<std::byte*>(piece.bytes.data()), piece.bytes.size()}};
     co_return co_await writer_.send(parts, std::move(stop));
   }
   coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) override {
@@ -82,7 +60,6 @@ class TcpChannel final : public Channel<R> {
   }
 
  private:
-  static constexpr std::size_t kMergeBelow = 16 * 1024;
   // Frames and several small IOs' data per receive; larger reads bypass it.
   static constexpr std::size_t kReadAhead = 32 * 1024;
 

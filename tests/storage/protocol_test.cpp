@@ -44,7 +44,7 @@ TEST_CASE("The header is little-endian with the documented layout", "[protocol]"
   std::vector<std::byte> frame;
   encodeEmpty(frame, MessageType::transmitGrant, 0x0102030405060708);
   REQUIRE(frame.size() == kHeaderSize);
-  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 1, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 2, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                                                0,   0,   0,   0,   0, 0, 0, 0};
   CHECK(std::memcmp(frame.data(), expected, kHeaderSize) == 0);
 }
@@ -89,7 +89,8 @@ TEST_CASE("Bad headers are rejected with a reason", "[protocol]") {
     return decodeHeader(copy).error();
   };
   CHECK(corrupt(0, 'X') == ProtocolErrc::badMagic);
-  CHECK(corrupt(4, 2) == ProtocolErrc::unsupportedVersion);
+  CHECK(corrupt(4, 1) == ProtocolErrc::unsupportedVersion);  // a version 1 peer
+  CHECK(corrupt(4, 3) == ProtocolErrc::unsupportedVersion);
   CHECK(corrupt(6, 0) == ProtocolErrc::unknownType);
   CHECK(corrupt(6, 77) == ProtocolErrc::unknownType);
   CHECK(corrupt(20, 1) == ProtocolErrc::reservedNotZero);
@@ -109,8 +110,51 @@ TEST_CASE("Request bodies: IO count limit, checksum mode and reserved bytes are 
   copy = frame;
   copy[kHeaderSize + 2] = std::byte{1};
   CHECK(decodeBatchReadRequest(payloadOf(copy), 256).error() == ProtocolErrc::reservedNotZero);
+  copy = frame;
+  copy[kHeaderSize + 1] = std::byte{2};  // a flag this version does not define
+  CHECK(decodeBatchReadRequest(payloadOf(copy), 256).error() == ProtocolErrc::reservedNotZero);
   // A count claiming 2^32-1 IOs in a small payload: rejected before any allocation.
   copy = frame;
   for (int i = 4; i < 8; ++i) copy[kHeaderSize + static_cast<std::size_t>(i)] = std::byte{0xFF};
   CHECK(decodeBatchReadRequest(payloadOf(copy), 0xFFFFFFFFu).error() == ProtocolErrc::truncated);
+}
+
+TEST_CASE("The granted flag is the request's second byte", "[protocol]") {
+  BatchReadRequest req = sampleRequest(1);
+  std::vector<std::byte> frame;
+  encode(frame, 1, req);
+  CHECK(frame[kHeaderSize + 1] == std::byte{0});
+  CHECK_FALSE(decodeBatchReadRequest(payloadOf(frame), 256)->granted);
+  req.granted = true;
+  frame.clear();
+  encode(frame, 1, req);
+  CHECK(frame[kHeaderSize + 1] == std::byte{1});
+  auto back = decodeBatchReadRequest(payloadOf(frame), 256);
+  REQUIRE(back);
+  CHECK(back->granted);
+  CHECK(back->ios == req.ios);
+}
+
+TEST_CASE("IoData frames: a 16-byte payload, little-endian, checked in the header", "[protocol]") {
+  std::vector<std::byte> frame;
+  encode(frame, 5, IoData{3, 0x40000, 0x1000});
+  REQUIRE(frame.size() == kHeaderSize + kIoDataPayload);
+  auto header = decodeHeader(std::span(frame).first(kHeaderSize));
+  REQUIRE(header);
+  CHECK(header->type == MessageType::ioData);
+  CHECK(header->payloadLength == kIoDataPayload);
+  const unsigned char payload[kIoDataPayload] = {3, 0, 0, 0, 0, 0, 4, 0, 0, 0x10, 0, 0, 0, 0, 0, 0};
+  CHECK(std::memcmp(frame.data() + kHeaderSize, payload, kIoDataPayload) == 0);
+  auto data = decodeIoData(payloadOf(frame));
+  REQUIRE(data);
+  CHECK(*data == IoData{3, 0x40000, 0x1000});
+  auto copy = frame;
+  copy[16] = std::byte{15};  // payloadLength 15
+  CHECK(decodeHeader(std::span(copy).first(kHeaderSize)).error() == ProtocolErrc::truncated);
+  copy[16] = std::byte{17};
+  CHECK(decodeHeader(std::span(copy).first(kHeaderSize)).error() == ProtocolErrc::trailingBytes);
+  copy = frame;
+  copy[kHeaderSize + 12] = std::byte{1};
+  CHECK(decodeIoData(payloadOf(copy)).error() == ProtocolErrc::reservedNotZero);
+  CHECK(decodeIoData(payloadOf(frame).first(8)).error() == ProtocolErrc::truncated);
 }

@@ -4,7 +4,9 @@
 #   TCP ceiling   iperf3 over loopback
 #   coio          coio-storage-bench --transport tcp against a coio-storage-server started here
 # for 4 KiB, 512 KiB and 4 MiB IOs, and prints coio's throughput as a ratio to
-# min(fio, iperf3). Goal: >= 0.7 at 4 KiB, >= 0.8 at 512 KiB and 4 MiB.
+# min(fio, iperf3). Goals: >= 0.9 at every size; the disk queue under coio >= 0.9 of fio's; coio's
+# server + bench CPU per GiB <= iperf3's at 512 KiB and 4 MiB; the unloaded 4 KiB latency (LATENCY)
+# p50 <= fio's QD1 p50 + one sockperf round trip.
 #
 #   tests/bench/storage/run_storage_bench.sh [BUILD_DIR]        (default build-sbench)
 #
@@ -19,6 +21,12 @@
 #                    the client checks every byte). Whatever VERIFY says, every size is first checked
 #                    with a VERIFY_SECONDS [1] --verify run, which must report 0 errors.
 #   TMPDIR [/var/tmp] where the dataset goes (must allow O_DIRECT; tmpfs does not)
+#   LATENCY [1]      1: also the unloaded-latency row: one 4 KiB IO at a time (coio batch 1, depth 1,
+#                    1 connection) against fio's QD1 p50 plus one sockperf round trip (TCP ping-pong,
+#                    64 B: twice sockperf's reported p50, which is half a round trip)
+#   SWEEP ["1 2 4 8 16 32 64"]  outstanding 512 KiB IOs for the depth sweep (coio batch 1, depth D,
+#                    2 connections; fio iodepth D), "" to skip; SWEEP_SECONDS [3] per point
+#   PLOT [$TMPDIR/...] where the sweep's SVG plot goes (gnuplot; skipped with a notice without it)
 #
 # Workload per IO size ("outstanding" = IOs the bench keeps in flight):
 #   io size  batch  depth  connections  outstanding   fio iodepth   iperf3
@@ -64,6 +72,9 @@ reactors=${REACTORS:-1}
 reactor=${REACTOR:-uring}
 verify=${VERIFY:-0}
 verify_seconds=${VERIFY_SECONDS:-1}
+latency=${LATENCY:-1}
+sweep=${SWEEP-1 2 4 8 16 32 64}
+sweep_seconds=${SWEEP_SECONDS:-3}
 
 die() { echo "run_storage_bench.sh: $*" >&2; exit 1; }
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds, not '$duration'"
@@ -127,23 +138,25 @@ children_cpu() { python3 -c '
 import re, sys
 print(sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", open(sys.argv[1]).read().splitlines()[1])))' "$1"; }
 
-run_fio() {  # size iodepth round
-  local size=$1 depth=$2 round=$3 out=$work/fio.json d0 d1
+run_fio() {  # size iodepth round [seconds label]
+  local size=$1 depth=$2 round=$3 seconds=${4:-$duration} label=${5:-fio} out=$work/fio.json d0 d1
   d0=$(cat "$diskstat")
   GLIBC_TUNABLES=glibc.malloc.hugetlb=1 fio --name=sbench --filename="$files" --file_service_type=random \
     --rw=randread --bs="$size" --blockalign="$size" --iodepth="$depth" --direct=1 --ioengine=io_uring \
-    --runtime="$duration" --time_based --norandommap --randrepeat=0 --output-format=json >"$out" ||
+    --runtime="$seconds" --time_based --norandommap --randrepeat=0 --output-format=json >"$out" ||
     die "fio failed (bs=$size iodepth=$depth)"
   d1=$(cat "$diskstat")
-  python3 - "$out" "$size" "$round" "$(disk_queue "$d0" "$d1" "$duration")" >>"$results" <<'PY' || die "fio's output is unusable"
+  python3 - "$out" "$size" "$round" "$(disk_queue "$d0" "$d1" "$seconds")" "$label" "$depth" >>"$results" <<'PY' ||
 import json, sys
 job = json.load(open(sys.argv[1]))["jobs"][0]
 assert job["error"] == 0, job["error"]
 r = job["read"]
 assert r["io_bytes"] > 0 and r["runtime"] > 0
-print(json.dumps({"tool": "fio", "size": sys.argv[2], "round": int(sys.argv[3]), "gib": r["bw_bytes"] / 2**30,
-                  "iops": r["iops"], "cpu": job["usr_cpu"] + job["sys_cpu"], "queue": float(sys.argv[4])}))
+print(json.dumps({"tool": sys.argv[5], "size": sys.argv[2], "round": int(sys.argv[3]), "gib": r["bw_bytes"] / 2**30,
+                  "iops": r["iops"], "cpu": job["usr_cpu"] + job["sys_cpu"], "queue": float(sys.argv[4]),
+                  "depth": int(sys.argv[6]), "p50_ms": r["clat_ns"]["percentile"]["50.000000"] / 1e6}))
 PY
+    die "fio's output is unusable"
 }
 
 port=$((20000 + RANDOM % 20000))
@@ -178,6 +191,24 @@ print(json.dumps({"tool": "iperf3", "size": sys.argv[2], "round": int(sys.argv[3
                   "cpu_per_gib": (end["cpu_utilization_percent"]["host_total"] + end["cpu_utilization_percent"]["remote_total"])
                                  / 100 / (end["sum_received"]["bits_per_second"] / 8 / 2**30)}))
 PY
+}
+
+# sockperf ping-pong, 64 B, TCP: its p50 latency in ms (half a round trip, as sockperf reports it).
+run_sockperf() {  # round
+  local round=$1 out
+  port=$((port + 1))
+  sockperf sr --tcp -i 127.0.0.1 -p $port >"$work/sockperf-server.log" 2>&1 &
+  iperf_pid=$!
+  wait_for_port $port || { cat "$work/sockperf-server.log" >&2; die "the sockperf server did not start on port $port"; }
+  out=$(sockperf pp --tcp -i 127.0.0.1 -p $port -m 64 -t "$duration" 2>&1) || { echo "$out" >&2; die "sockperf failed"; }
+  kill "$iperf_pid" 2>/dev/null || true
+  wait "$iperf_pid" 2>/dev/null || true
+  iperf_pid=""
+  python3 -c '
+import json, re, sys
+m = re.search(r"percentile 50.000 =\s*([0-9.]+)", sys.stdin.read())
+print(json.dumps({"tool": "sockperf", "size": "64", "round": int(sys.argv[1]), "p50_ms": float(m.group(1)) / 1e3}))' \
+    "$round" <<<"$out" >>"$results" || { echo "$out" >&2; die "sockperf's output is unusable"; }
 }
 
 run_coio() {  # size batch depth connections seconds round verify(0|1) [label]
@@ -227,16 +258,29 @@ for size in $sizes; do
   done
 done
 
+if ((latency)); then
+  echo "== unloaded latency: fio 4K QD1, sockperf ping-pong, coio 4K batch 1 depth 1, $duration s each" >&2
+  run_fio 4K 1 1 "$duration" fio-qd1
+  run_sockperf 1
+  run_coio 4K 1 1 1 "$duration" 1 0 coio-qd1
+fi
+for depth in $sweep; do
+  echo "== 512K depth sweep: $depth outstanding, fio then coio, $sweep_seconds s each" >&2
+  run_fio 512K "$depth" 1 "$sweep_seconds" fio-sweep
+  run_coio 512K 1 "$depth" $((depth < 2 ? depth : 2)) "$sweep_seconds" 1 0 coio-sweep
+done
+
 stop_server || die "the server exited with an error"
 tail -n +1 "$work/server.log" | grep -E "stopped|error" >&2 || true
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+plot=${PLOT:-${TMPDIR:-/var/tmp}/coio-storage-sweep.svg}
 
 # --- the report -------------------------------------------------------------------
 python3 - "$results" "$duration" "$rounds" "$reactors" "$reactor" "$verify" "$chunks" "$load_before" "$load_after" <<'PY'
 import json, statistics, sys
 path, duration, rounds, reactors, reactor, verify, chunks, load0, load1 = sys.argv[1:]
 rows = [json.loads(line) for line in open(path)]
-goal = {"4K": 0.7, "512K": 0.8, "4M": 0.8}
+goal = {"4K": 0.9, "512K": 0.9, "4M": 0.9}
 sizes = list(dict.fromkeys(r["size"] for r in rows))
 def med(size, tool, key="gib"):
     return statistics.median(r[key] for r in rows if r["size"] == size and r["tool"] == tool)
@@ -269,9 +313,55 @@ for s in sizes:
           f"{med(s, 'coio', 'p50_ms'):.2f} / {med(s, 'coio', 'p99_ms'):.2f} | {med(s, 'fio', 'cpu'):.0f} | "
           f"{med(s, 'iperf3', 'cpu'):.0f} | {med(s, 'coio', 'server_cpu'):.0f} / {med(s, 'coio', 'bench_cpu'):.0f} | "
           f"{med(s, 'iperf3', 'cpu_per_gib'):.2f} / {med(s, 'coio', 'cpu_per_gib'):.2f} |")
+print()
+print("Goals beside the ratio: disk queue coio / fio >= 0.9; CPU s per GiB coio <= iperf3 at 512K and 4M: " + "; ".join(
+    f"{s}: queue {med(s, 'coio', 'queue') / med(s, 'fio', 'queue'):.2f}"
+    + (f", CPU {med(s, 'coio', 'cpu_per_gib') / med(s, 'iperf3', 'cpu_per_gib'):.2f} of iperf3's" if s != "4K" else "")
+    for s in sizes if med(s, 'fio', 'queue') > 0))
+qd1 = [r for r in rows if r["tool"] in ("fio-qd1", "sockperf", "coio-qd1")]
+if qd1:
+    f = next(r["p50_ms"] for r in qd1 if r["tool"] == "fio-qd1") * 1e3
+    rtt = 2 * next(r["p50_ms"] for r in qd1 if r["tool"] == "sockperf") * 1e3
+    c = next(r["p50_ms"] for r in qd1 if r["tool"] == "coio-qd1") * 1e3
+    print()
+    print(f"Unloaded latency, 4 KiB: coio p50 {c:.0f} us; fio QD1 p50 {f:.0f} us + sockperf round trip {rtt:.0f} us "
+          f"= {f + rtt:.0f} us -> {'met' if c <= f + rtt else 'NOT met'} ({c / (f + rtt):.2f} of the bound)")
+fs = sorted((r for r in rows if r["tool"] == "fio-sweep"), key=lambda r: r["depth"])
+cs = {r["depth"]: r for r in rows if r["tool"] == "coio-sweep"}
+if fs:
+    print()
+    print("512 KiB depth sweep (outstanding IOs; coio batch 1 over 2 connections, fio iodepth):")
+    print()
+    print("| outstanding | fio GiB/s | coio GiB/s | ratio | disk queue fio / coio |")
+    print("|---|---|---|---|---|")
+    with open(path + ".sweep", "w") as out:
+        for r in fs:
+            c = cs[r["depth"]]
+            print(f"| {r['depth']} | {r['gib']:.3f} | {c['gib']:.3f} | {c['gib'] / r['gib']:.2f} | {r['queue']:.1f} / {c['queue']:.1f} |")
+            out.write(f"{r['depth']} {r['gib']:.4f} {c['gib']:.4f}\n")
 if int(rounds) > 1:
     print()
     print("Per round, fio / iperf3 / coio GiB/s -> ratio: " + "; ".join(
         f"{s}: " + ", ".join(f"{rf:.2f}/{ri:.2f}/{rc:.2f} -> {rc / min(rf, ri):.2f}" for rf, ri, rc in per_round(s))
         for s in sizes))
 PY
+
+if [[ -s $results.sweep ]]; then
+  if command -v gnuplot >/dev/null; then
+    gnuplot <<EOF || die "gnuplot failed"
+set terminal svg size 640,400 font "sans,12" background rgb "white"
+set output "$plot"
+set title "512 KiB random reads: throughput vs outstanding IOs ($(date -u +%F), $(nproc) vCPUs)"
+set xlabel "outstanding IOs (fio iodepth; coio: batchReads of 1 IO in flight)"
+set ylabel "GiB/s"
+set logscale x 2
+set key bottom right
+set grid
+plot "$results.sweep" using 1:2 with linespoints title "fio (disk)", \
+     "$results.sweep" using 1:3 with linespoints title "coio over TCP (disk + loopback)"
+EOF
+    echo "sweep plot: $plot" >&2
+  else
+    echo "run_storage_bench.sh: gnuplot not installed (scripts/install-deps.sh installs it): no sweep plot" >&2
+  fi
+fi

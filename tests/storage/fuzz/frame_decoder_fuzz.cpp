@@ -47,6 +47,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case MessageType::error:
       if (auto err = decodeError(payload)) checkRoundTrip(*header, *err, frame);
       break;
+    case MessageType::ioData:
+      if (auto data = decodeIoData(payload)) checkRoundTrip(*header, *data, frame);
+      break;
     case MessageType::transmitRequest:
     case MessageType::transmitGrant:
       break;  // no payload: decodeHeader already insisted on that

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
                                                             static_cast<std::streamsize>(frame.size()));
   };
   std::vector<std::byte> f;
-  BatchReadRequest req{ChecksumMode::crc32c, {{1, 0, 4096, {}}, {2, 512, 100, {0x7f0000001000, 4096, 77}}}};
+  BatchReadRequest req{ChecksumMode::crc32c, true, {{1, 0, 4096, {}}, {2, 512, 100, {0x7f0000001000, 4096, 77}}}};
   encode(f, 1, req);
   write("batch_read_request", f);
   f.clear();
@@ -27,4 +27,7 @@ int main(int argc, char** argv) {
   f.clear();
   encodeEmpty(f, MessageType::transmitGrant, 4);
   write("transmit_grant", f);
+  f.clear();
+  encode(f, 5, IoData{1, 4096, 65536});
+  write("io_data", f);
 }
