@@ -23,6 +23,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -710,6 +711,137 @@ TEMPLATE_LIST_TEST_CASE("every chunk size 3FS uses: whole chunks and parts acros
 }
 
 #if !COIO_E2E_RDMA
+namespace {
+
+// One piece a scripted server sends: `length` bytes of IO `io` at `offset`.
+struct ScriptedPiece {
+  std::uint32_t io, offset, length;
+};
+
+std::byte scriptedByte(std::size_t io, std::size_t offset) { return static_cast<std::byte>((io * 97 + offset * 7) & 0xff); }
+
+// A server written from PROTOCOL.md that answers one batchRead with the
+// given pieces, in the given order, and then a response saying each IO is
+// ok with `bytes[i]` bytes (and their CRC); then reads until the client
+// goes. Yields the code of the Error frame the client sent, if it did.
+template <typename R>
+Task<std::optional<storage::proto::ProtocolErrc>> scriptedServer(coio::TcpListener<R>& listener, std::vector<ScriptedPiece> pieces,
+                          std::vector<std::uint32_t> bytes) {
+  Result<coio::TcpStream<R>> stream = co_await listener.accept();
+  REQUIRE(stream);
+  storage::TcpChannel<R> channel(std::move(*stream));
+  storage::ReadFailure failure;
+  Result<storage::IncomingFrame> frame = co_await channel.readFrame(failure, {});
+  REQUIRE(frame);
+  REQUIRE(frame->header.type == storage::proto::MessageType::batchReadRequest);
+  Result<storage::proto::BatchReadRequest> request = storage::proto::decodeBatchReadRequest(frame->payload, 16);
+  REQUIRE(request);
+  CHECK(request->granted);  // the client had a free slot
+  const std::uint64_t id = frame->header.requestId;
+  for (const ScriptedPiece& p : pieces) {
+    std::vector<std::byte> data(p.length);
+    for (std::size_t k = 0; k < p.length; ++k) data[k] = scriptedByte(p.io, p.offset + k);
+    const Result<void> sent = co_await channel.sendData({id, {}, {p.io, p.offset, p.length}, data}, {});
+    REQUIRE(sent);
+  }
+  storage::proto::BatchReadResponse response;
+  for (std::size_t io = 0; io < bytes.size(); ++io) {
+    std::vector<std::byte> whole(bytes[io]);
+    for (std::size_t k = 0; k < whole.size(); ++k) whole[k] = scriptedByte(io, k);
+    response.results.push_back({IoStatus::ok, bytes[io], storage::crc32c(whole)});
+  }
+  std::vector<std::byte> encoded;
+  storage::proto::encode(encoded, id, response);
+  const Result<void> sent = co_await channel.send(encoded, {});
+  REQUIRE(sent);
+  std::optional<storage::proto::ProtocolErrc> said;
+  for (;;) {  // until the client closes
+    Result<storage::IncomingFrame> next = co_await channel.readFrame(failure, {});
+    if (!next) break;
+    REQUIRE(next->header.type == storage::proto::MessageType::error);
+    Result<storage::proto::ErrorFrame> error = storage::proto::decodeError(next->payload);
+    REQUIRE(error);
+    said = error->code;
+  }
+  co_await channel.close();
+  co_return said;
+}
+
+// batchRead of IOs of `lengths` against scriptedServer(pieces, bytes);
+// `clientSaid`: the Error frame the client sent the server, if any.
+template <typename R>
+Result<std::vector<ReadOutcome>> readFromScript(std::vector<std::uint32_t> lengths, std::vector<ScriptedPiece> pieces,
+                                                std::vector<std::uint32_t> bytes,
+                                                std::vector<std::vector<std::byte>>& into,
+                                                std::optional<storage::proto::ProtocolErrc>& clientSaid) {
+  R reactor;
+  auto listener = coio::TcpListener<R>::bind(reactor, coio::SocketAddress::loopbackV4());
+  REQUIRE(listener);
+  storage::TransmissionLimiter limiter(4);
+  auto client = [&]() -> Task<Result<std::vector<ReadOutcome>>> {
+    auto connected = co_await storage::StorageClient<R>::connect(reactor, *listener->localAddress(), limiter,
+                                                                 {.timeout = 5s, .verifyChecksums = true});
+    REQUIRE(connected);
+    std::vector<ReadOp> ios;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      into.emplace_back(lengths[i], std::byte{0xEE});
+      ios.push_back({i, 0, lengths[i], into.back()});
+    }
+    Result<std::vector<ReadOutcome>> outcomes = co_await (*connected)->batchRead(ios);
+    co_await (*connected)->close();
+    co_return outcomes;
+  };
+  auto [served, read] =
+      reactor.runUntil(coio::collectAll(scriptedServer(*listener, std::move(pieces), std::move(bytes)), client()));
+  clientSaid = served;
+  return read;
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("pieces out of order, interleaved across IOs, each land in their own IO", "[storage][tcp]",
+                        Setups) {
+  using R = typename TestType::R;
+  const std::vector<std::uint32_t> lengths = {10000, 5000, 7000};
+  std::vector<std::vector<std::byte>> into;
+  std::optional<storage::proto::ProtocolErrc> said;
+  SECTION("in any order between IOs, in order within each") {
+    Result<std::vector<ReadOutcome>> outcomes = readFromScript<R>(
+        lengths, {{2, 0, 3000}, {0, 0, 4000}, {1, 0, 5000}, {2, 3000, 4000}, {0, 4000, 6000}}, lengths, into, said);
+    REQUIRE(outcomes);
+    CHECK_FALSE(said.has_value());
+    for (std::size_t io = 0; io < lengths.size(); ++io) {
+      CHECK((*outcomes)[io].status == IoStatus::ok);
+      CHECK((*outcomes)[io].bytes == lengths[io]);
+      CHECK_FALSE((*outcomes)[io].checksumMismatch);
+      std::size_t wrong = 0;
+      for (std::size_t k = 0; k < lengths[io]; ++k) wrong += into[io][k] != scriptedByte(io, k);
+      CHECK(wrong == 0);
+    }
+  }
+  // PROTOCOL.md's checks: each is a protocol error for the whole connection.
+  SECTION("a piece that skips ahead within its IO") {
+    Result<std::vector<ReadOutcome>> outcomes =
+        readFromScript<R>(lengths, {{0, 4000, 6000}, {0, 0, 4000}}, {10000, 0, 0}, into, said);
+    CHECK(outcomes.error() == storage::proto::ProtocolErrc::unexpectedMessage);
+    CHECK(said == storage::proto::ProtocolErrc::unexpectedMessage);  // and the server was told
+  }
+  SECTION("a piece past its IO's length") {
+    Result<std::vector<ReadOutcome>> outcomes = readFromScript<R>(lengths, {{1, 0, 5001}}, {0, 5001, 0}, into, said);
+    CHECK(outcomes.error() == storage::proto::ProtocolErrc::unexpectedMessage);
+    CHECK(said == storage::proto::ProtocolErrc::unexpectedMessage);  // and the server was told
+  }
+  SECTION("a piece of an IO the request does not have") {
+    Result<std::vector<ReadOutcome>> outcomes = readFromScript<R>(lengths, {{3, 0, 10}}, {0, 0, 0}, into, said);
+    CHECK(outcomes.error() == storage::proto::ProtocolErrc::unexpectedMessage);
+    CHECK(said == storage::proto::ProtocolErrc::unexpectedMessage);  // and the server was told
+  }
+  SECTION("a response claiming more bytes than its pieces delivered") {
+    Result<std::vector<ReadOutcome>> outcomes = readFromScript<R>(lengths, {{0, 0, 4000}}, {10000, 0, 0}, into, said);
+    CHECK(outcomes.error() == storage::proto::ProtocolErrc::unexpectedMessage);
+    CHECK(said == storage::proto::ProtocolErrc::unexpectedMessage);  // and the server was told
+  }
+}
 TEMPLATE_LIST_TEST_CASE("the TCP channel's read-ahead: reads of every size across fills come out intact",
                         "[storage][tcp]", Setups) {
   using R = typename TestType::R;
