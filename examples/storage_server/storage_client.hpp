@@ -62,7 +62,9 @@ class TransmissionLimiter {
 };
 
 struct ClientOptions {
-  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);  ///< per batchRead
+  /// Per batchRead, whatever the server does: waiting for a grant, for the
+  /// response, or in the middle of its data (see StorageClient).
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
   bool verifyChecksums = false;  ///< ask for CRC32C and check it against the bytes received
   /// batchReads sent at once on this connection; more wait for a slot.
   /// At most the server's --max-requests (256 by default).
@@ -85,12 +87,24 @@ struct ClientOptions {
 ///   server or this client detected, Errc::invalidArgument for a batch the
 ///   transport cannot carry (a destination smaller than its IO, more IOs
 ///   than a frame holds, RDMA: a destination outside registered memory),
-///   or Errc::closed after close(). After a transport or protocol error
-///   every later batchRead fails at once.
+///   or Errc::closed after close(). After a transport or protocol error,
+///   or a timeout that cut the connection (below), every later batchRead
+///   fails at once with that error.
+/// - batchRead returns within `timeout` (plus the time to cancel a read)
+///   even if the server stalls at any point of the exchange.
 /// - When batchRead returns, nothing writes into its destinations any more:
-///   over RDMA a request that times out after it was granted transmission
-///   aborts the connection (the queue pair goes to ERR, so no late RDMA
-///   WRITE can land), and every call on it fails.
+///   - a request that times out before its data arrives is abandoned: the
+///     connection stays, a late response's data is read into scratch;
+///   - over TCP, a request that times out while its data is being read
+///     (the server stalled mid-response) cuts the connection: the read is
+///     cancelled (batchRead returns once the kernel has let go of the
+///     buffers), the connection is shut down, and every call on it fails
+///     with timed_out (the timed-out call itself returns its response if
+///     its read completed before the cancellation); the stream's place in
+///     the data is lost, so no later call could use it;
+///   - over RDMA, a request that times out after it was granted
+///     transmission aborts the connection (the queue pair goes to ERR, so
+///     no late RDMA WRITE can land), and every call on it fails.
 /// - `co_await close()` before destruction, once no batchRead is pending.
 template <coio::Reactor R>
 class StorageClient {
@@ -152,14 +166,17 @@ class StorageClient {
       calls_.erase(id);
       co_return failure_ ? failure_ : sent.error();
     }
-    bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
-    while (due && call.receiving) {
-      // Its data is being read into the caller's buffers right now: returning
-      // would let them be freed under the read. The read ends with the
-      // response or with the connection (fail() completes every call).
-      due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
-    }
-    if (due) {
+    const bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+    if (due && call.receiving) {
+      // Its data is being read into the caller's buffers and the rest is
+      // late: only cancelling the read gets them back now. The stream's
+      // place is then lost, so the reader fails every call (this one with
+      // timed_out, unless its read won the race) and shuts the connection.
+      readStop_.request_stop();
+      // A cancelled read resumes the reader once the kernel has let go of
+      // the buffers; returning before that would let them be freed under it.
+      while (!call.done.stop_requested()) (void)co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+    } else if (due) {
       // The response may still come: the reader then drains its data.
       call.abandoned = true;
       const bool mayBeWriting = call.granted && channel_->writesRemote();
@@ -179,6 +196,7 @@ class StorageClient {
   /// Closes the connection; pending batchReads fail with Errc::closed.
   coio::Task<void> close() {
     stop_.request_stop();
+    readStop_.request_stop();
     co_await scope_.join();
     co_await channel_->close();
   }
@@ -230,7 +248,7 @@ class StorageClient {
     bool peerClosing = false;  // the server sent Error: it closes, nothing to answer
     std::vector<std::byte> scratch;
     for (;;) {
-      coio::Result<IncomingFrame> frame = co_await channel_->readFrame(failure, stop_.get_token());
+      coio::Result<IncomingFrame> frame = co_await channel_->readFrame(failure, readStop_.get_token());
       if (!frame) break;
       const std::uint64_t id = frame->header.requestId;
       const auto found = calls_.find(id);
@@ -293,7 +311,7 @@ class StorageClient {
     } else {
       into = call.ios[io].into.subspan(data->offset, data->length);
     }
-    coio::Result<void> got = co_await channel_->receiveData(into, stop_.get_token());
+    coio::Result<void> got = co_await channel_->receiveData(into, readStop_.get_token());
     if (!got) {
       failure = {got.error(), id};
       co_return;
@@ -352,7 +370,11 @@ class StorageClient {
   // Fails every call: the connection is unusable from now on.
   void fail(const ReadFailure& failure) {
     failure_ = failure.error ? failure.error : make_error_code(coio::Errc::closed);
-    if (failure_ == std::errc::operation_canceled) failure_ = coio::Errc::closed;
+    // A cancelled read: close(), or a batchRead that timed out mid-response.
+    if (failure_ == std::errc::operation_canceled) {
+      failure_ = stop_.stop_requested() ? make_error_code(coio::Errc::closed)
+                                        : std::make_error_code(std::errc::timed_out);
+    }
     std::vector<std::uint64_t> ids;
     for (auto& [id, call] : calls_) ids.push_back(id);
     for (std::uint64_t id : ids) complete(id, *calls_.at(id), failure_);
@@ -367,6 +389,7 @@ class StorageClient {
   std::unordered_map<std::uint64_t, std::unique_ptr<Call>> calls_;
   std::error_code failure_;
   std::stop_source stop_;
+  std::stop_source readStop_;  // cancels the reader's read: close(), or a timeout mid-response
   coio::AsyncScope scope_;  // the reader and grant tasks
 };
 
