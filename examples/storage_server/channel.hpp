@@ -74,6 +74,11 @@ class Channel {
   /// Most IOs one BatchReadRequest frame may carry on this channel.
   virtual std::uint32_t maxIosPerFrame() const noexcept = 0;
   virtual bool broken() const noexcept = 0;
+  /// True if a frame sent after a piece (sendData) reaches the peer after
+  /// it as soon as that piece's send has started (TCP: one byte stream,
+  /// sends in call order); false if the piece's send must complete first
+  /// (RDMA: the WRITE must be posted before the SEND that announces it).
+  virtual bool sendsInOrder() const noexcept = 0;
 
   /// Reads the next frame. On failure `failure` says why (and for which
   /// request id); a header that fails validation is a protocol error.

@@ -79,6 +79,7 @@ class RdmaChannel final : public Channel<R> {
     return static_cast<std::uint32_t>((qp_->config().messageSize - proto::kHeaderSize - 8) / proto::kIoSize);
   }
   bool broken() const noexcept override { return broken_ || qp_->state() != coio::rdma::QueuePairState::ready; }
+  bool sendsInOrder() const noexcept override { return false; }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
     coio::Result<std::size_t> n = co_await qp_->recv(inbox_, std::move(stop));

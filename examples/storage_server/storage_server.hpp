@@ -495,19 +495,23 @@ class StorageServer {
         for (std::size_t io = 0; io < request.ios.size(); ++io) release(io);
       }
     }
+    // The response, once every piece has gone, or at least (a channel that
+    // sends in order) started: queued right behind the request's last piece,
+    // not behind the pieces of other requests queued while they went out.
+    if (!conn.channel->sendsInOrder()) co_await sends.join();
+    std::vector<std::byte> frame;
+    if (!stop.stop_requested()) {  // else the connection is going away
+      if (!granted) {
+        ++stats_.transmitTimeouts;
+        for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
+      } else {
+        out.finish(results);
+      }
+      proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
+      sends.spawn(sendFrame(conn, frame));
+    }
     co_await sends.join();
     if (out.transmitting) --stats_.transmitting;
-    if (stop.stop_requested()) co_return;  // the connection is going away
-    if (!granted) {
-      ++stats_.transmitTimeouts;
-      for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
-    } else {
-      out.finish(results);
-    }
-    lease.release();
-    std::vector<std::byte> frame;
-    proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
-    (void)co_await sendBounded(conn, [&](std::stop_token token) { return conn.channel->send(frame, std::move(token)); });
   }
 
   // One request's data on its way out: which pieces are read, and per IO
@@ -590,6 +594,9 @@ class StorageServer {
     (void)co_await sendBounded(conn,
                                [&](std::stop_token token) { return conn.channel->sendData(piece, std::move(token)); });
   }
+  coio::Task<void> sendFrame(Connection& conn, std::span<const std::byte> frame) {
+    (void)co_await sendBounded(conn, [&](std::stop_token token) { return conn.channel->send(frame, std::move(token)); });
+  }
 
   // Runs `send(token)` until it completes, the connection stops, or
   // sendTimeout passes. A send that fails or times out ends the connection
@@ -624,7 +631,7 @@ class StorageServer {
   coio::Task<void> askForGrant(Connection& conn, std::uint64_t id) {
     std::vector<std::byte> frame;
     proto::encodeEmpty(frame, proto::MessageType::transmitRequest, id);
-    (void)co_await sendBounded(conn, [&](std::stop_token stop) { return conn.channel->send(frame, std::move(stop)); });
+    co_await sendFrame(conn, frame);
   }
 
   // After the reads: waits up to transmitTimeout for the grant asked for,

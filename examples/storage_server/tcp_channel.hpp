@@ -27,6 +27,7 @@ class TcpChannel final : public Channel<R> {
   bool writesRemote() const noexcept override { return false; }
   std::uint32_t maxIosPerFrame() const noexcept override { return proto::kMaxIosPerFrame; }
   bool broken() const noexcept override { return writer_.broken(); }
+  bool sendsInOrder() const noexcept override { return true; }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
     return storage::readFrame(reader_, failure, std::move(stop));
