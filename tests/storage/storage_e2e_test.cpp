@@ -140,6 +140,14 @@ struct Fixture {
     co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<storage::TcpChannel<R>>(std::move(*stream)));
 #endif
   }
+  // The server's end of a channel over an accepted stream (a stand-in server's).
+  Task<Result<std::unique_ptr<storage::Channel<R>>>> acceptChannel(coio::TcpStream<R> stream) {
+#if COIO_E2E_RDMA
+    co_return co_await storage::RdmaChannel<R>::connect(reactor, *device, std::move(stream), {}, 10s);
+#else
+    co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<storage::TcpChannel<R>>(std::move(stream)));
+#endif
+  }
   // A connected channel to the server.
   Task<std::unique_ptr<storage::Channel<R>>> channel() {
     Result<std::unique_ptr<storage::Channel<R>>> c = co_await connectChannel(address);
@@ -147,9 +155,13 @@ struct Fixture {
     REQUIRE(c);
     co_return std::move(*c);
   }
+  // A client that reconnects to the server after an idle close.
   Task<std::unique_ptr<storage::StorageClient<R>>> client(storage::ClientOptions options = {.verifyChecksums = true}) {
-    std::unique_ptr<storage::Channel<R>> c = co_await channel();
-    co_return storage::StorageClient<R>::open(std::move(c), limiter, options);
+    Result<std::unique_ptr<storage::StorageClient<R>>> c = co_await storage::StorageClient<R>::connect(
+        [this](std::stop_token stop) { return connectChannel(address, std::move(stop)); }, limiter, options);
+    INFO(c.error().message());
+    REQUIRE(c);
+    co_return std::move(*c);
   }
   // `n` bytes of the arena, 64-byte aligned.
   std::span<std::byte> buffer(std::size_t n) {
@@ -874,6 +886,86 @@ TEMPLATE_LIST_TEST_CASE("a connection with nothing in flight is closed after the
     CHECK(fx.server->stats().protocolErrors == 0);
     co_await idle->close();
     co_await busy->close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("after the server closes an idle connection the client reconnects: no error reaches the caller",
+                        "[storage][e2e][deadline]", Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.idleTimeout = 200ms;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    int connects = 0;
+    auto connected = co_await storage::StorageClient<typename TestType::R>::connect(
+        [&fx, &connects](std::stop_token stop) {
+          ++connects;
+          return fx.connectChannel(fx.address, std::move(stop));
+        },
+        fx.limiter, {.verifyChecksums = true});
+    REQUIRE(connected);
+    auto& client = **connected;
+    const std::vector<ReadOp> ios = {{2, 10, 3000, {}}};
+    const std::vector<ReadOutcome> first = co_await readAndCheck(fx, client, ios);
+    CHECK(first[0].status == IoStatus::ok);
+    auto& server = *fx.server;
+    const bool closed = co_await eventually(
+        fx.reactor, [&server] { return server.stats().idleTimeouts == 1 && server.admittedConnections() == 0; });
+    CHECK(closed);
+    CHECK_FALSE(client.failure());
+    // Three at once share one new connection.
+    std::vector<Task<std::vector<ReadOutcome>>> reads;
+    for (int i = 0; i < 3; ++i) reads.push_back(readAndCheck(fx, client, ios));
+    const std::vector<std::vector<ReadOutcome>> again = co_await coio::collectAllRange(std::move(reads));
+    for (const auto& outcomes : again) CHECK(outcomes[0].status == IoStatus::ok);
+    CHECK(connects == 2);
+    CHECK(server.stats().idleTimeouts == 1);
+    CHECK(server.admittedConnections() == 1);
+    co_await client.close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a request that crosses the server's idle close is sent again on a new connection",
+                        "[storage][e2e][deadline]", Setups) {
+  using R = typename TestType::R;
+  Fixture<TestType> f;
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    // The first connection goes to a stand-in server that reads the request
+    // and answers Error(idleTimeout), as the real one does when it decided
+    // the connection was idle just before the request came.
+    auto bound = coio::TcpListener<R>::bind(fx.reactor, *coio::SocketAddress::parse("127.0.0.1:0"));
+    REQUIRE(bound);
+    const coio::SocketAddress standIn = *bound->localAddress();
+    int connects = 0;
+    auto connectClient = [&]() -> Task<Result<std::unique_ptr<storage::StorageClient<R>>>> {
+      co_return co_await storage::StorageClient<R>::connect(
+          [&](std::stop_token stop) {
+            return fx.connectChannel(connects++ == 0 ? standIn : fx.address, std::move(stop));
+          },
+          fx.limiter,
+          {.verifyChecksums = true});
+    };
+    auto acceptStandIn = [&]() -> Task<Result<std::unique_ptr<storage::Channel<R>>>> {
+      Result<coio::TcpStream<R>> stream = co_await bound->accept();
+      if (!stream) co_return stream.error();
+      co_return co_await fx.acceptChannel(std::move(*stream));
+    };
+    auto [client, standInChannel] = co_await coio::collectAll(connectClient(), acceptStandIn());
+    REQUIRE(client);
+    REQUIRE(standInChannel);
+    auto answerIdle = [&](storage::Channel<R>& channel) -> Task<void> {
+      Result<storage::IncomingFrame> request = co_await readRaw(channel);
+      REQUIRE(request);
+      CHECK(request->header.type == storage::proto::MessageType::batchReadRequest);
+      co_await channel.sendError({storage::proto::ProtocolErrc::idleTimeout, 0}, 1s);
+    };
+    const std::vector<ReadOp> ios = {{3, 7, 2000, {}}};
+    auto [outcomes, unit] = co_await coio::collectAll(readAndCheck(fx, **client, ios), answerIdle(**standInChannel));
+    (void)unit;
+    CHECK(outcomes[0].status == IoStatus::ok);
+    CHECK(connects == 2);
+    CHECK_FALSE((*client)->failure());
+    co_await (*standInChannel)->close();
+    co_await (*client)->close();
   });
 }
 
