@@ -170,6 +170,19 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
               u(tally.timedOutRequests), u(tally.failedRequests));
 }
 
+#if COIO_STORAGE_RDMA
+// A queue pair brought up over a new TCP connection: how an RDMA client
+// connects, and reconnects after an idle close.
+template <coio::Reactor R>
+coio::Task<coio::Result<std::unique_ptr<storage::Channel<R>>>> connectRdma(R& reactor, const Settings& settings,
+                                                                           std::stop_token stop) {
+  coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, settings.server, stop);
+  if (!stream) co_return stream.error();
+  co_return co_await storage::RdmaChannel<R>::connect(reactor, *settings.device, std::move(*stream), std::move(stop),
+                                                      std::chrono::seconds(10));
+}
+#endif
+
 // One client over the chosen transport; `memory` is where its IOs land.
 template <coio::Reactor R>
 coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& reactor, const Settings& settings,
@@ -178,17 +191,15 @@ coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& 
   const storage::ClientOptions options{.timeout = settings.timeout, .verifyChecksums = settings.verify};
 #if COIO_STORAGE_RDMA
   if (settings.device) {
-    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, settings.server);
-    if (!stream) co_return stream.error();
-    coio::Result<std::unique_ptr<storage::Channel<R>>> channel = co_await storage::RdmaChannel<R>::connect(
-        reactor, *settings.device, std::move(*stream), {}, std::chrono::seconds(10));
-    if (!channel) co_return channel.error();
-    auto client = storage::StorageClient<R>::open(std::move(*channel), limiter, options);
-    if (coio::Result<void> registered = client->registerMemory(memory); !registered) {
-      co_await client->close();
+    coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(
+        [&reactor, &settings](std::stop_token stop) { return connectRdma(reactor, settings, std::move(stop)); },
+        limiter, options);
+    if (!client) co_return client.error();
+    if (coio::Result<void> registered = (*client)->registerMemory(memory); !registered) {
+      co_await (*client)->close();
       co_return registered.error();
     }
-    co_return std::move(client);
+    co_return std::move(*client);
   }
 #endif
   (void)memory;  // TCP reads into any memory

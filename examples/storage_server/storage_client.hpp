@@ -14,10 +14,12 @@
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stop_token>
@@ -71,7 +73,8 @@ struct ClientOptions {
   std::size_t maxRequestsInFlight = 256;
 };
 
-/// A connection to a storage server.
+/// One connection to a storage server; StorageClient (below) is the
+/// client, which replaces a connection the server closed as idle.
 ///
 /// Guarantees:
 /// - Used on its reactor's loop thread only; every awaitable resumes there.
@@ -107,28 +110,18 @@ struct ClientOptions {
 ///     no late RDMA WRITE can land), and every call on it fails.
 /// - `co_await close()` before destruction, once no batchRead is pending.
 template <coio::Reactor R>
-class StorageClient {
+class ClientConnection {
  public:
-  /// Connects over TCP.
-  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(R& reactor, coio::SocketAddress server,
-                                                                          TransmissionLimiter& limiter,
-                                                                          ClientOptions options = {}) {
-    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server);
-    if (!stream) co_return stream.error();
-    (void)stream->setNoDelay(true);
-    co_return open(std::make_unique<TcpChannel<R>>(std::move(*stream)), limiter, options);
-  }
-
-  /// A client over a connected channel (e.g. RdmaChannel::connect's).
-  static std::unique_ptr<StorageClient> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
-                                             ClientOptions options = {}) {
-    auto client = std::unique_ptr<StorageClient>(new StorageClient(std::move(channel), limiter, options));
+  /// A connection over a connected channel (e.g. RdmaChannel::connect's).
+  static std::unique_ptr<ClientConnection> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
+                                                ClientOptions options = {}) {
+    auto client = std::unique_ptr<ClientConnection>(new ClientConnection(std::move(channel), limiter, options));
     client->scope_.spawn(client->readResponses());
     return client;
   }
 
-  StorageClient(const StorageClient&) = delete;
-  StorageClient& operator=(const StorageClient&) = delete;
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
 
   /// Registers memory that IOs may land in, once (RDMA needs it; TCP
   /// accepts any memory and this does nothing). Errors: the registration's.
@@ -222,7 +215,7 @@ class StorageClient {
     ~RequestSlot() { slots.release(); }
   };
 
-  StorageClient(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter, ClientOptions options)
+  ClientConnection(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter, ClientOptions options)
       : channel_(std::move(channel)),
         reactor_(channel_->reactor()),
         limiter_(limiter),
@@ -391,6 +384,155 @@ class StorageClient {
   std::stop_source stop_;
   std::stop_source readStop_;  // cancels the reader's read: close(), or a timeout mid-response
   coio::AsyncScope scope_;  // the reader and grant tasks
+};
+
+/// Opens a fresh connected channel to the server (giving up when `stop` is
+/// requested): how StorageClient replaces a connection the server closed
+/// as idle. TCP: connect; RDMA: connect over TCP, then RdmaChannel::connect.
+template <coio::Reactor R>
+using ChannelConnector = std::function<coio::Task<coio::Result<std::unique_ptr<Channel<R>>>>(std::stop_token stop)>;
+
+/// A client of a storage server: batchReads over one ClientConnection at a
+/// time (its guarantees hold for each).
+///
+/// Guarantees, beyond those:
+/// - The server closing a connection as idle (Error `idleTimeout`,
+///   PROTOCOL.md) is routine: the next batchRead opens a new connection
+///   with the connector and registers again the memory given to
+///   registerMemory(); no error reaches the caller. A batchRead that
+///   crossed the close (the server never served it) is sent again, once,
+///   on the new connection. One reconnection at a time, bounded by
+///   ClientOptions::timeout; the batchRead that made one that failed
+///   fails with its error (e.g. connection_refused, timed_out), and the
+///   next batchRead tries again.
+/// - Any other failure of the connection stays: every later batchRead
+///   fails at once. A client made by open() has no connector: an idle
+///   close is then a failure like any other.
+/// - Used on its reactor's loop thread only; every awaitable resumes there.
+/// - `co_await close()` before destruction, once no batchRead is pending.
+template <coio::Reactor R>
+class StorageClient {
+ public:
+  using Connection = ClientConnection<R>;
+
+  /// Connects over TCP, and reconnects the same way.
+  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(R& reactor, coio::SocketAddress server,
+                                                                          TransmissionLimiter& limiter,
+                                                                          ClientOptions options = {}) {
+    co_return co_await connect(
+        [&reactor, server](std::stop_token stop) { return connectTcp(reactor, server, std::move(stop)); }, limiter,
+        options);
+  }
+
+  /// Connects with `connector`, and reconnects with it.
+  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(ChannelConnector<R> connector,
+                                                                          TransmissionLimiter& limiter,
+                                                                          ClientOptions options = {}) {
+    coio::Result<std::unique_ptr<Channel<R>>> channel = co_await connector({});
+    if (!channel) co_return channel.error();
+    std::unique_ptr<StorageClient> client = open(std::move(*channel), limiter, options);
+    client->connector_ = std::move(connector);
+    co_return std::move(client);
+  }
+
+  /// A client over a connected channel (e.g. RdmaChannel::connect's); it
+  /// never reconnects.
+  static std::unique_ptr<StorageClient> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
+                                             ClientOptions options = {}) {
+    R& reactor = channel->reactor();
+    return std::unique_ptr<StorageClient>(
+        new StorageClient(Connection::open(std::move(channel), limiter, options), reactor, limiter, options));
+  }
+
+  StorageClient(const StorageClient&) = delete;
+  StorageClient& operator=(const StorageClient&) = delete;
+
+  /// Registers memory that IOs may land in, once (RDMA needs it; TCP
+  /// accepts any memory and this does nothing). Errors: the registration's.
+  coio::Result<void> registerMemory(std::span<std::byte> memory) {
+    coio::Result<void> registered = connection_->registerMemory(memory);
+    if (registered) memory_.push_back(memory);
+    return registered;
+  }
+
+  /// See ClientConnection::batchRead.
+  coio::Task<coio::Result<std::vector<ReadOutcome>>> batchRead(std::span<const ReadOp> ios) {
+    for (bool resent = false;; resent = true) {
+      coio::Result<std::shared_ptr<Connection>> connection = co_await usableConnection();
+      if (!connection) co_return connection.error();
+      coio::Result<std::vector<ReadOutcome>> result = co_await (*connection)->batchRead(ios);
+      const bool crossedIdleClose = !result && connector_ && closedIdle(**connection) &&
+                                    result.error() == (*connection)->failure();
+      co_await release(std::move(*connection));
+      if (!crossedIdleClose || resent) co_return result;
+    }
+  }
+
+  /// Closes the connection; pending batchReads fail with Errc::closed.
+  coio::Task<void> close() { co_await connection_->close(); }
+
+  /// Why the connection failed, or an empty error_code (also after an idle
+  /// close that the next batchRead repairs).
+  std::error_code failure() const noexcept {
+    return connector_ && closedIdle(*connection_) ? std::error_code{} : connection_->failure();
+  }
+
+ private:
+  StorageClient(std::unique_ptr<Connection> connection, R& reactor, TransmissionLimiter& limiter,
+                ClientOptions options)
+      : connection_(std::move(connection)), reactor_(reactor), limiter_(limiter), options_(options) {}
+
+  static coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> connectTcp(R& reactor, coio::SocketAddress server,
+                                                                         std::stop_token stop) {
+    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server, std::move(stop));
+    if (!stream) co_return stream.error();
+    (void)stream->setNoDelay(true);
+    co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(*stream)));
+  }
+
+  static bool closedIdle(const Connection& connection) noexcept {
+    return connection.failure() == proto::ProtocolErrc::idleTimeout;
+  }
+
+  // The connection to use: a new one if the server closed the current one
+  // as idle (one reconnection at a time; the others wait for it).
+  coio::Task<coio::Result<std::shared_ptr<Connection>>> usableConnection() {
+    if (!connector_ || !closedIdle(*connection_)) co_return connection_;
+    co_await reconnecting_.acquire();
+    struct Unlock {
+      coio::Semaphore& lock;
+      ~Unlock() { lock.release(); }
+    };
+    const Unlock unlock{reconnecting_};
+    if (!closedIdle(*connection_)) co_return connection_;  // replaced while this one waited
+    coio::Result<std::unique_ptr<Channel<R>>> channel =
+        co_await coio::withTimeout(reactor_, connector_, options_.timeout);
+    if (!channel) co_return channel.error();
+    for (std::span<std::byte> memory : memory_) {
+      coio::Result<void> registered = (*channel)->registerMemory(memory);
+      if (!registered) {
+        co_await (*channel)->close();
+        co_return registered.error();
+      }
+    }
+    std::shared_ptr<Connection> old =
+        std::exchange(connection_, Connection::open(std::move(*channel), limiter_, options_));
+    co_await release(std::move(old));
+    co_return connection_;
+  }
+
+  // Closes a replaced connection once its last batchRead is done with it.
+  coio::Task<void> release(std::shared_ptr<Connection> connection) {
+    if (connection != connection_ && connection.use_count() == 1) co_await connection->close();
+  }
+
+  std::shared_ptr<Connection> connection_;
+  R& reactor_;
+  TransmissionLimiter& limiter_;
+  ClientOptions options_;
+  ChannelConnector<R> connector_;  // empty: never reconnects
+  std::vector<std::span<std::byte>> memory_;  // registered with every connection
+  coio::Semaphore reconnecting_{1};
 };
 
 }  // namespace storage
