@@ -45,8 +45,9 @@ struct ServerOptions {
   std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
   std::uint64_t maxBatchBytes = 64ull << 20;         ///< requested bytes per batch (--max-batch-bytes)
   std::chrono::steady_clock::duration transmitTimeout = std::chrono::seconds(10);  ///< --transmit-timeout
-  /// How long sending one frame or one piece of data may take before the
-  /// connection is dropped: a client that stops reading cannot pin buffers.
+  /// How long a connection's sends may make no progress (none finishes
+  /// while some are pending) before it is dropped, within 1.25 x this: a
+  /// client that stops reading cannot pin buffers.
   std::chrono::steady_clock::duration sendTimeout = std::chrono::seconds(10);
   /// Requests in flight per connection (--max-requests); one more is a
   /// protocol error (tooManyRequests): one client cannot queue unbounded work.
@@ -77,7 +78,7 @@ struct ServerStats {
   std::uint64_t requests = 0;
   std::uint64_t protocolErrors = 0;
   std::uint64_t transmitTimeouts = 0;
-  std::uint64_t sendTimeouts = 0;       ///< connections dropped because a response could not be sent in time
+  std::uint64_t sendTimeouts = 0;       ///< connections dropped because their sends made no progress in time
   std::uint64_t handshakeFailures = 0;  ///< accepted connections whose transport did not come up (RDMA)
   std::uint64_t frameTimeouts = 0;      ///< connections cut because a frame or an RDMA handshake stalled
   std::uint64_t idleTimeouts = 0;       ///< connections closed after idleTimeout with nothing in flight
@@ -107,8 +108,8 @@ struct ServerStats {
 ///   The response goes last. Pool buffers are returned on every path:
 ///   completion, timeout, disconnect, shutdown.
 /// - Bounded per connection: at most maxRequestsPerConnection requests in
-///   flight, and a frame or piece that cannot be sent within sendTimeout
-///   drops the connection (and frees its buffers).
+///   flight, and sends that make no progress for sendTimeout (a client
+///   that stopped reading) drop the connection (and free its buffers).
 /// - A protocol error on a connection gets an Error frame and closes that
 ///   connection only.
 /// - Deadlines: a frame must be complete within frameTimeout of its first
@@ -242,7 +243,7 @@ class StorageServer {
     bool granted = false;
   };
 
-  enum class Expiry { none, frame, idle };
+  enum class Expiry { none, frame, idle, send };
 
   struct Connection {
     explicit Connection(std::unique_ptr<Channel<R>> c) : channel(std::move(c)) {}
@@ -250,6 +251,8 @@ class StorageServer {
     std::stop_source stop;  // cancels the reader and every request
     std::chrono::steady_clock::time_point idleSince = std::chrono::steady_clock::now();  // inFlight last emptied
     Expiry expired = Expiry::none;  // why enforceDeadlines() stopped it
+    std::size_t sendsPending = 0;   // sends started and not finished (sendTracked)
+    std::uint64_t sendsDone = 0;    // sends finished: enforceDeadlines sees progress by it
     coio::AsyncScope requests;
     std::unordered_set<std::uint64_t> inFlight;               // request ids being served
     std::unordered_map<std::uint64_t, GrantWait*> awaiting;   // ... of which these wait for a grant
@@ -416,6 +419,8 @@ class StorageServer {
     } else if (conn.expired == Expiry::idle) {
       ++stats_.idleTimeouts;
       failure = {proto::ProtocolErrc::idleTimeout, 0};
+    } else if (conn.expired == Expiry::send) {
+      ++stats_.sendTimeouts;  // the client stopped reading: no Error frame could reach it
     } else if (failure.isProtocolError()) {
       ++stats_.protocolErrors;
     }
@@ -426,15 +431,28 @@ class StorageServer {
   }
 
   // Stops the connection once a frame has taken frameTimeout since its
-  // first byte, or once it has had nothing in flight for idleTimeout. It
-  // wakes at least every min(frameTimeout, idleTimeout), so that a deadline
-  // set while it sleeps (never sooner than that from now) is not missed:
-  // nothing on the request path arms a timer.
+  // first byte, once it has had nothing in flight for idleTimeout, or once
+  // its sends have made no progress (none finished while some were
+  // pending) for sendTimeout: a client that stops reading must not pin
+  // buffers. It wakes at least every min(frameTimeout, idleTimeout,
+  // sendTimeout / 4), so that a deadline set while it sleeps (never sooner
+  // than that from now) is not missed, and a stalled send is seen within
+  // 1.25 x sendTimeout: nothing on the request path arms a timer.
   coio::Task<void> enforceDeadlines(Connection& conn) {
     using Clock = std::chrono::steady_clock;
-    const Clock::duration tick = std::min(options_.frameTimeout, options_.idleTimeout);
+    const Clock::duration tick = std::min({options_.frameTimeout, options_.idleTimeout, options_.sendTimeout / 4});
+    std::uint64_t sendsSeen = conn.sendsDone;
+    Clock::time_point sendProgress = Clock::now();  // when sends were last seen idle or progressing
     for (;;) {
       const Clock::time_point now = Clock::now();
+      if (conn.sendsPending == 0 || conn.sendsDone != sendsSeen) {
+        sendsSeen = conn.sendsDone;
+        sendProgress = now;
+      } else if (now - sendProgress >= options_.sendTimeout) {
+        conn.expired = Expiry::send;
+        conn.stop.request_stop();
+        co_return;
+      }
       Clock::time_point due = Clock::time_point::max();
       Expiry expiry = Expiry::none;
       if (const std::optional<Clock::time_point> started = conn.channel->frameStartedAt()) {
@@ -709,32 +727,23 @@ class StorageServer {
   };
 
   coio::Task<void> sendPiece(Connection& conn, OutgoingPiece piece) {
-    (void)co_await sendBounded(conn,
-                               [&](std::stop_token token) { return conn.channel->sendData(piece, std::move(token)); });
+    co_await sendTracked(conn, [&](std::stop_token token) { return conn.channel->sendData(piece, std::move(token)); });
   }
   coio::Task<void> sendFrame(Connection& conn, std::span<const std::byte> frame) {
-    (void)co_await sendBounded(conn, [&](std::stop_token token) { return conn.channel->send(frame, std::move(token)); });
+    co_await sendTracked(conn, [&](std::stop_token token) { return conn.channel->send(frame, std::move(token)); });
   }
 
-  // Runs `send(token)` until it completes, the connection stops, or
-  // sendTimeout passes. A send that fails or times out ends the connection
-  // (a TCP stream cut mid-frame, a QP in error; or a client that stopped
-  // reading, which must not pin buffers).
+  // Runs `send(token)` under the connection's stop, watched by
+  // enforceDeadlines (no timer of its own: one per piece would cost more
+  // than the send). A send that fails ends the connection (a TCP stream cut
+  // mid-frame, a QP in error).
   template <typename Send>
-  coio::Task<coio::Result<void>> sendBounded(Connection& conn, Send send) {
-    auto untilStopped = [&](std::stop_token timeout) -> coio::Task<coio::Result<void>> {
-      std::stop_source either;
-      const auto forward = [&either] { either.request_stop(); };
-      const std::stop_callback onTimeout(timeout, forward);
-      const std::stop_callback onStop(conn.stop.get_token(), forward);
-      co_return co_await send(either.get_token());
-    };
-    coio::Result<void> sent = co_await coio::withTimeout(reactor_, untilStopped, options_.sendTimeout);
-    if (!sent) {
-      if (sent.error() == std::errc::timed_out) ++stats_.sendTimeouts;
-      conn.stop.request_stop();
-    }
-    co_return sent;
+  coio::Task<void> sendTracked(Connection& conn, Send send) {
+    ++conn.sendsPending;
+    const coio::Result<void> sent = co_await send(conn.stop.get_token());
+    --conn.sendsPending;
+    ++conn.sendsDone;
+    if (!sent) conn.stop.request_stop();
   }
 
   // The stored whole-chunk CRC when `io` reads the whole chunk (so a byte
