@@ -39,12 +39,13 @@ struct ReadFailure {
 };
 
 /// One piece of an IO's data: where it goes (`remote`, the IO's buffer:
-/// RDMA only) and which bytes of the IO it is.
+/// RDMA only), which bytes of the IO it is, and where they are: in order,
+/// in one or more of the server's read buffers.
 struct OutgoingPiece {
   std::uint64_t requestId;
   proto::RemoteBuffer remote;
-  proto::IoData where;  // ioIndex, offset within the IO, length = bytes.size()
-  std::span<const std::byte> bytes;
+  proto::IoData where;  // ioIndex, offset within the IO, length = the buffers' total
+  std::span<const std::span<std::byte>> buffers;
 };
 
 /// One connection's frames, over TCP or RDMA.

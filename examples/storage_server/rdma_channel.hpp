@@ -119,12 +119,15 @@ class RdmaChannel final : public Channel<R> {
   coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) override {
     if (broken_) co_return coio::Errc::closed;
     coio::rdma::RdmaBatch<R> batch = qp_->rdmaBatch(coio::rdma::RdmaOp::write);
-    const coio::rdma::LocalBuffer local = local_->local(std::span(const_cast<std::byte*>(piece.bytes.data()),
-                                                                  piece.bytes.size()));
+    std::vector<coio::rdma::LocalBuffer> locals;
+    locals.reserve(piece.buffers.size());
+    for (std::span<std::byte> buffer : piece.buffers) {
+      if (!buffer.empty()) locals.push_back(local_->local(buffer));
+    }
     const proto::RemoteBuffer& io = piece.remote;
     // The server checked that the IO's buffer holds the IO: this piece lies inside it.
     coio::Result<void> added =
-        batch.add({io.addr + piece.where.offset, io.length - piece.where.offset, io.rkey}, std::span(&local, 1));
+        batch.add({io.addr + piece.where.offset, io.length - piece.where.offset, io.rkey}, locals);
     if (!added) co_return added;
     const std::size_t weight = std::min(batch.workRequests(), budget_->tokens.capacity());
     const bool admitted = co_await budget_->tokens.acquire(weight, stop);

@@ -602,18 +602,18 @@ class StorageServer {
       batch.add(files_[pieces[p].file], pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
     }
     batch.start();
-    // Stream each piece as soon as it and the pieces before it in its IO
-    // are read (PROTOCOL.md: an IO's pieces go in order), if transmission
-    // is granted; else once the grant comes (below). Sends start in order
-    // and overlap the reads still in flight.
+    // Stream each run of pieces as soon as it and the pieces before it in
+    // its IO are read (PROTOCOL.md: an IO's data goes in order), if
+    // transmission is granted; else once the grant comes (below). Sends
+    // start in order and overlap the reads still in flight.
     RequestStream out(*this, request, results, plans, pieces, lease, id);
     coio::AsyncScope sends;
     const auto release = [&](std::size_t io) {
       if (stop.stop_requested()) return;  // the connection is going away: a send now would only break it
-      for (const OutgoingPiece& piece : out.releasable(io, batch)) {
+      if (const std::optional<OutgoingPiece> piece = out.releasable(io, batch)) {
         if (!out.transmitting) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
         out.transmitting = true;
-        sends.spawn(sendPiece(conn, piece));
+        sends.spawn(sendPiece(conn, *piece));
       }
     };
     while (std::optional<std::size_t> p = co_await batch.next(stop)) {
@@ -656,17 +656,22 @@ class StorageServer {
     RequestStream(const StorageServer& s, const proto::BatchReadRequest& r, std::vector<proto::IoResult>& res,
                   const std::vector<IoPlan>& pl, const std::vector<Piece>& pi, const Lease& le, std::uint64_t requestId)
         : server(s), request(r), results(res), plans(pl), pieces(pi), lease(le), id(requestId), done(pi.size(), false),
-          ioOf(pi.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0), crc(r.ios.size(), 0) {
+          ioOf(pi.size()), asked(pi.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0), crc(r.ios.size(), 0) {
       for (std::size_t io = 0; io < plans.size(); ++io) {
         for (std::size_t p = plans[io].firstPiece; p < plans[io].firstPiece + plans[io].pieces; ++p) ioOf[p] = io;
       }
+      for (std::size_t p = 0; p < pieces.size(); ++p) {
+        asked[p] = lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take);
+      }
     }
 
-    // The pieces of `io` that may go now, in order: read, with every piece
-    // before them read and sent. A piece whose read failed fails its IO
-    // (ioError): nothing more of it goes.
-    std::vector<OutgoingPiece> releasable(std::size_t io, const coio::ReadBatch& batch) {
-      std::vector<OutgoingPiece> ready;
+    // The run of `io`'s pieces that may go now, as one piece of data: read,
+    // with every piece before them read and sent (one IoData frame, one
+    // gather write or RDMA chain, however many buffers it spans). A piece
+    // whose read failed fails its IO (ioError): nothing more of it goes.
+    std::optional<OutgoingPiece> releasable(std::size_t io, const coio::ReadBatch& batch) {
+      const std::size_t first = plans[io].firstPiece + next[io];
+      const std::uint32_t offset = sent[io];
       for (; next[io] < plans[io].pieces; ++next[io]) {
         const std::size_t p = plans[io].firstPiece + next[io];
         if (!done[p] || results[io].status != proto::IoStatus::ok) break;
@@ -675,18 +680,15 @@ class StorageServer {
           results[io].status = proto::IoStatus::ioError;
           break;
         }
-        const std::span<std::byte> bytes = lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take);
         if (request.checksum == proto::ChecksumMode::crc32c && !server.storedCrc(request.ios[io])) {
-          crc[io] = crc32c(bytes, crc[io]);
+          crc[io] = crc32c(asked[p], crc[io]);
         }
-        if (!bytes.empty()) {
-          ready.push_back({id, request.ios[io].remote,
-                           {static_cast<std::uint32_t>(io), sent[io], static_cast<std::uint32_t>(bytes.size())},
-                           bytes});
-        }
-        sent[io] += static_cast<std::uint32_t>(bytes.size());
+        sent[io] += static_cast<std::uint32_t>(asked[p].size());
       }
-      return ready;
+      if (sent[io] == offset) return std::nullopt;
+      return OutgoingPiece{id, request.ios[io].remote,
+                           {static_cast<std::uint32_t>(io), offset, sent[io] - offset},
+                           std::span(asked).subspan(first, plans[io].firstPiece + next[io] - first)};
     }
 
     // Whether any IO still has data to send.
@@ -720,6 +722,7 @@ class StorageServer {
     std::uint64_t id;
     std::vector<bool> done;         // per piece: its read completed
     std::vector<std::size_t> ioOf;  // per piece: its IO
+    std::vector<std::span<std::byte>> asked;  // per piece: the asked bytes in its buffer
     std::vector<std::size_t> next;  // per IO: its first piece not sent yet
     std::vector<std::uint32_t> sent;    // per IO: bytes sent so far
     std::vector<std::uint32_t> crc;     // per IO: CRC32C of them

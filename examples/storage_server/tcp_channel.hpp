@@ -44,8 +44,10 @@ class TcpChannel final : public Channel<R> {
     std::vector<std::byte> frame;
     frame.reserve(proto::kHeaderSize + proto::kIoDataPayload);
     proto::encode(frame, piece.requestId, piece.where);
-    iovec parts[] = {{frame.data(), frame.size()},
-                     {const_cast<std::byte*>(piece.bytes.data()), piece.bytes.size()}};
+    std::vector<iovec> parts;
+    parts.reserve(1 + piece.buffers.size());
+    parts.push_back({frame.data(), frame.size()});
+    for (std::span<std::byte> buffer : piece.buffers) parts.push_back({buffer.data(), buffer.size()});
     co_return co_await writer_.send(parts, std::move(stop));
   }
   coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) override {

@@ -2089,10 +2089,11 @@ class TcpStream {
   }
 
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
-  /// bytes read so far are then in the buffer but not counted).
+  /// bytes read so far are then in the buffer but not counted). Where the
+  /// reactor can (UringReactor::recvAll), one receive asks for all of it.
   Task<Result<void>> readExact(std::span<std::byte> buffer, std::stop_token stop = {}) {
     while (!buffer.empty()) {
-      Result<std::size_t> n = co_await read(buffer, stop);
+      Result<std::size_t> n = co_await readMost(buffer, stop);
       if (!n) co_return n.error();
       buffer = buffer.subspan(*n);
     }
@@ -2164,6 +2165,15 @@ class TcpStream {
   R& reactor() const noexcept { return *reactor_; }
 
  private:
+  // read(), or where the reactor can, a read that asks for all of `buffer`.
+  ReadAwaiter readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
+    if constexpr (requires(R& r) { r.recvAll(0, buffer, stop); }) {
+      return ReadAwaiter{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+    } else {
+      return read(buffer, std::move(stop));
+    }
+  }
+
   R* reactor_;
   detail::FileDescriptor fd_;
 };

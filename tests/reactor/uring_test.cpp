@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -678,3 +679,48 @@ TEST_CASE("adaptive recv: release refuses a socket whose data the reactor reads 
   reactor.runUntil(test(reactor));
 }
 #endif
+
+TEST_CASE("recvAll fills the whole buffer in one completion as data trickles in; cancelled, it yields what it read",
+          "[uring]") {
+  const coio::RecvMode mode = GENERATE(coio::RecvMode::plain, coio::RecvMode::adaptive);
+  UringReactor reactor(UringReactor::Options{.recvMode = mode});
+  auto test = [](UringReactor& r) -> Task<void> {
+    StreamPair pair = co_await connectPair(r);
+    constexpr std::size_t kBytes = 64 * 1024, kChunk = 4096;
+    std::vector<std::byte> data(kBytes);
+    for (std::size_t i = 0; i < kBytes; ++i) data[i] = patternByte(i);
+    // 16 chunks 2 ms apart: a recv without MSG_WAITALL would return the first.
+    auto trickle = [&](std::size_t chunks) -> Task<void> {
+      for (std::size_t c = 0; c < chunks; ++c) {
+        co_await r.sleepFor(2ms);
+        coio::Result<void> w = co_await pair.server.writeAll(std::span(data).subspan(c * kChunk, kChunk));
+        CHECK(w.hasValue());
+      }
+    };
+    std::vector<std::byte> got(kBytes);
+    auto whole = [&]() -> Task<coio::Result<std::size_t>> { co_return co_await r.recvAll(pair.client.fd(), got); };
+    auto [written, read] = co_await coio::collectAll(trickle(kBytes / kChunk), whole());
+    (void)written;
+    REQUIRE(read.hasValue());
+    CHECK(*read == kBytes);
+    CHECK(got == data);
+
+    // Half the data, then a stop: the recv yields the half, not operation_canceled.
+    std::stop_source stop;
+    auto stopLater = [&]() -> Task<void> {
+      co_await trickle(kBytes / kChunk / 2);
+      co_await r.sleepFor(20ms);
+      stop.request_stop();
+    };
+    std::fill(got.begin(), got.end(), std::byte{0});
+    auto partial = [&]() -> Task<coio::Result<std::size_t>> {
+      co_return co_await r.recvAll(pair.client.fd(), got, stop.get_token());
+    };
+    auto [stopped, half] = co_await coio::collectAll(stopLater(), partial());
+    (void)stopped;
+    REQUIRE(half.hasValue());
+    CHECK(*half == kBytes / 2);
+    CHECK(std::equal(got.begin(), got.begin() + kBytes / 2, data.begin()));
+  };
+  reactor.runUntil(test(reactor));
+}

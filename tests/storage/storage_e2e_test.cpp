@@ -1136,7 +1136,9 @@ Task<std::optional<storage::proto::ProtocolErrc>> scriptedServer(coio::TcpListen
   for (const ScriptedPiece& p : pieces) {
     std::vector<std::byte> data(p.length);
     for (std::size_t k = 0; k < p.length; ++k) data[k] = scriptedByte(p.io, p.offset + k);
-    const Result<void> sent = co_await channel.sendData({id, {}, {p.io, p.offset, p.length}, data}, {});
+    const std::span<std::byte> buffers[] = {data};
+    const storage::OutgoingPiece piece{id, {}, {p.io, p.offset, p.length}, buffers};
+    const Result<void> sent = co_await channel.sendData(piece, {});
     REQUIRE(sent);
   }
   storage::proto::BatchReadResponse response;

@@ -146,8 +146,9 @@ namespace detail {
 struct RecvPrep {
   int fd;
   std::span<std::byte> buffer;
+  int flags = 0;  // MSG_WAITALL for recvAll
   void operator()(io_uring_sqe* sqe) const noexcept {
-    io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), 0);
+    io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), flags);
   }
 };
 // A socket with room in its send buffer takes the data at once: one
@@ -155,7 +156,11 @@ struct RecvPrep {
 // and one to reap). So the send operations try a non-blocking call first;
 // this is its outcome as tryNow() reports it: the byte count (at most
 // MAX_RW_COUNT, as an io_uring result), -errno, or nothing if the socket
-// is full.
+// is full. What the socket did not take goes in an SQE with MSG_WAITALL:
+// the kernel sends the rest as room frees (one completion, not one loop
+// iteration per socket-buffer's worth) and completes with all of it, or
+// with what it sent before an error or a cancellation.
+inline constexpr int kSendSqeFlags = MSG_NOSIGNAL | MSG_WAITALL;
 inline std::optional<int> sentNow(ssize_t n) noexcept {
   if (n >= 0) return static_cast<int>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
@@ -165,7 +170,7 @@ struct SendPrep {
   int fd;
   std::span<const std::byte> buffer;
   void operator()(io_uring_sqe* sqe) const noexcept {
-    io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), MSG_NOSIGNAL);
+    io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), kSendSqeFlags);
   }
   std::optional<int> tryNow() const noexcept {
     return sentNow(::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
@@ -174,7 +179,7 @@ struct SendPrep {
 struct SendvPrep {
   int fd;
   msghdr message;  // lives in the operation until the kernel has read it
-  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_sendmsg(sqe, fd, &message, MSG_NOSIGNAL); }
+  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_sendmsg(sqe, fd, &message, kSendSqeFlags); }
   std::optional<int> tryNow() const noexcept {
     return sentNow(::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT));
   }
@@ -322,6 +327,13 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// A plain recv SQE, or a read served by the socket's multishot recv, as
   /// Options::recvMode and (adaptive) the socket's traffic say.
   detail::UringRecv recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  /// recv for a reader that wants the whole buffer (TcpStream::readExact):
+  /// a plain recv SQE asks for all of it (MSG_WAITALL), so the kernel
+  /// fills it as data arrives and completes once, with fewer bytes only at
+  /// the end of the stream, on an error, or when cancelled (what it read
+  /// by then). A read served by the socket's multishot recv yields what is
+  /// there, as recv does.
+  detail::UringRecv recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
@@ -455,6 +467,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   friend class detail::UringReceiver;
   friend class detail::MultishotRead;
   detail::UringReceiver* receiverFor(int fd) noexcept;  // null: no memory
+  detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
   void destroyReceiver(detail::UringReceiver* receiver) noexcept;
 
   bool trySubmitCancel(UringOperation& op) noexcept {
@@ -1116,11 +1129,18 @@ inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t len
   return {*this, prep, std::move(stop)};
 }
 inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+  return recvWith(fd, buffer, std::move(stop), 0);
+}
+inline detail::UringRecv UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+  return recvWith(fd, buffer, std::move(stop), MSG_WAITALL);
+}
+inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop,
+                                                int flags) noexcept {
   // No receiver (no memory for a new socket's, or a negative fd): nothing
   // is read ahead on it, so a plain recv is safe.
   detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? receiverFor(fd) : nullptr;
   if (receiver && !receiver->readsDirect()) return {*this, *receiver, buffer, std::move(stop)};
-  return {*this, detail::RecvPrep{fd, buffer}, std::move(stop), receiver};
+  return {*this, detail::RecvPrep{fd, buffer, flags}, std::move(stop), receiver};
 }
 
 inline bool UringReactor::readsAhead(int fd) const noexcept {
