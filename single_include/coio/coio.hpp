@@ -1640,6 +1640,26 @@ struct StampedPtr {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
 // end <coio/core/stamped_ptr.hpp>
+// begin <coio/core/version.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+/// @file
+/// coio's version. coio follows semantic versioning with a 0.x major
+/// version: until 1.0 a minor release (0.1 -> 0.2) may change the API, a
+/// patch release (0.1.0 -> 0.1.1) only fixes. project(VERSION) in
+/// CMakeLists.txt, the Conan and vcpkg recipes and these macros agree (CI
+/// checks it with .ci/check_version.py).
+
+/// Major version.
+#define COIO_VERSION_MAJOR 0
+/// Minor version.
+#define COIO_VERSION_MINOR 1
+/// Patch version.
+#define COIO_VERSION_PATCH 0
+/// The version as a string, "MAJOR.MINOR.PATCH".
+#define COIO_VERSION "0.1.0"
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+// end <coio/core/version.hpp>
 // begin <coio/net/socket_address.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
