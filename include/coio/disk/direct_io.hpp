@@ -21,8 +21,10 @@ enum class DiskErrc {
 
 }  // namespace coio
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::DiskErrc> : std::true_type {};
+/// @endcond
 
 namespace coio {
 

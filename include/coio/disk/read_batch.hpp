@@ -55,6 +55,7 @@ class ReadBatch {
   struct Read;
 
  public:
+  /// An empty batch submitting to `disk`'s ring.
   explicit ReadBatch(Disk& disk) noexcept : ring_(disk.queue()) {}
   ReadBatch(const ReadBatch&) = delete;
   ReadBatch& operator=(const ReadBatch&) = delete;
@@ -70,7 +71,9 @@ class ReadBatch {
     return add(file, offset, destination.data, destination.size, destination.fixedIndex);
   }
 
+  /// Reserves room for `n` reads.
   void reserve(std::size_t n) { reads_.reserve(n); }
+  /// Number of reads added.
   std::size_t size() const noexcept { return reads_.size(); }
 
   /// Read i's outcome; meaningful once the batch has been awaited.
@@ -115,6 +118,7 @@ class ReadBatch {
 
   /// Submits the reads; the awaiter resumes when all have completed.
   Awaiter submit(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
+  /// Same as `submit()` without a stop token.
   Awaiter operator co_await() noexcept { return submit(); }
 
  private:

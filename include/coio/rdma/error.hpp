@@ -22,8 +22,10 @@ enum class RdmaErrc {
 
 }  // namespace coio::rdma
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::rdma::RdmaErrc> : std::true_type {};
+/// @endcond
 
 namespace coio::rdma {
 

@@ -76,6 +76,7 @@ inline Result<std::uint64_t> appendWorkRequests(const RemoteBuffer& remote, std:
 template <Reactor R>
 class RdmaBatch {
  public:
+  /// An empty batch of `op` operations on `qp`.
   RdmaBatch(QueuePair<R>& qp, RdmaOp op) noexcept : qp_(&qp), op_(op) {}
 
   /// Errc::invalidArgument if the local buffers are empty or exceed `remote`.
@@ -86,12 +87,15 @@ class RdmaBatch {
     bytes_ += *added;
     return {};
   }
+  /// Adds one local buffer; see the other overload.
   Result<void> add(const RemoteBuffer& remote, const LocalBuffer& local) { return add(remote, std::span(&local, 1)); }
 
   /// Posts everything added; see the class comment.
   Task<Result<void>> post() { return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_); }
 
+  /// Work requests the batch has made so far.
   std::size_t workRequests() const noexcept { return wrs_.size(); }
+  /// Bytes added so far.
   std::uint64_t bytes() const noexcept { return bytes_; }
 
  private:
