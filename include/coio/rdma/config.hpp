@@ -58,8 +58,11 @@ struct QueuePairConfig {
 /// The device limits a QueuePairConfig is checked against (from
 /// ibv_query_device / ibv_query_port).
 struct DeviceLimits {
+  /// Work requests per queue (max_qp_wr).
   std::uint32_t maxQpWr = 0;
+  /// Scatter/gather elements per work request (max_sge).
   std::uint32_t maxSge = 0;
+  /// Completions per CQ (max_cqe).
   std::uint32_t maxCqe = 0;
   std::uint32_t maxQpRdAtom = 0;      ///< as responder
   std::uint32_t maxQpInitRdAtom = 0;  ///< as initiator
@@ -79,6 +82,7 @@ struct QueuePairSizes {
   std::uint64_t maxRecvWr;    ///< recvBuffers
   std::uint64_t cqe;          ///< maxSendWr + maxRecvWr
 
+  /// The sizes `c` needs.
   static QueuePairSizes of(const QueuePairConfig& c) noexcept {
     QueuePairSizes s{};
     const std::uint64_t buffers = c.messageBuffers;

@@ -131,16 +131,22 @@ class QueuePair {
     co_return Result<void>{};
   }
 
+  /// Where the queue pair is in its life (init, connecting, ready, close, error).
   QueuePairState state() const noexcept { return state_; }
   /// The error that moved the queue pair to `error` (empty otherwise).
   std::error_code error() const noexcept { return error_; }
+  /// The configuration it was created with.
   const QueuePairConfig& config() const noexcept { return config_; }
+  /// The device it was created on.
   const Device& device() const noexcept { return device_; }
+  /// The reactor its operations resume on.
   R& reactor() const noexcept { return reactor_; }
+  /// The queue pair number (QPN) the peer addresses.
   std::uint32_t qpNumber() const noexcept { return qp_->qp_num; }
 
   // --- RDMA ----------------------------------------------------------------
 
+  /// An empty batch of RDMA WRITEs or READs on this queue pair, to fill with add() and post().
   RdmaBatch<R> rdmaBatch(RdmaOp op) noexcept { return RdmaBatch<R>(*this, op); }
 
   /// Writes the local buffers, in order, to the contiguous `remote` range.
