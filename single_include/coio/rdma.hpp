@@ -1452,11 +1452,13 @@ class CoioCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::Errc ("coio").
 inline const std::error_category& coioCategory() noexcept {
   static const detail::CoioCategory category;
   return category;
 }
 
+/// Makes coio::Errc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(Errc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), coioCategory()};
 }
@@ -2062,6 +2064,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.
@@ -3905,16 +3908,19 @@ class CompletionCategory final : public std::error_category {
 
 }  // namespace detail
 
+/// The error category of RdmaErrc.
 inline const std::error_category& rdmaCategory() noexcept {
   static const detail::RdmaCategory category;
   return category;
 }
 
+/// The error category of failed work completions (ibv_wc_status values); see completionError().
 inline const std::error_category& completionCategory() noexcept {
   static const detail::CompletionCategory category;
   return category;
 }
 
+/// Makes RdmaErrc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(RdmaErrc e) noexcept {  // NOLINT: found by ADL
   return {static_cast<int>(e), rdmaCategory()};
 }
@@ -4422,6 +4428,7 @@ enum class Access : int {
   remoteWrite = IBV_ACCESS_REMOTE_WRITE,  ///< peers may RDMA WRITE into it (needs localWrite)
   remoteRead = IBV_ACCESS_REMOTE_READ,    ///< peers may RDMA READ from it
 };
+/// Combines access flags.
 constexpr Access operator|(Access a, Access b) noexcept { return static_cast<Access>(static_cast<int>(a) | static_cast<int>(b)); }
 /// Everything a buffer used for RDMA in both directions needs.
 constexpr Access kAccessAll = Access::localWrite | Access::remoteWrite | Access::remoteRead;
@@ -4699,6 +4706,7 @@ namespace coio::rdma {
 /// `close`. Work can be posted only in `ready`.
 enum class QueuePairState : std::uint8_t { init, connecting, ready, close, error };
 
+/// Whether the state machine allows `from` -> `to`.
 constexpr bool canTransition(QueuePairState from, QueuePairState to) noexcept {
   using S = QueuePairState;
   switch (to) {
@@ -4711,6 +4719,7 @@ constexpr bool canTransition(QueuePairState from, QueuePairState to) noexcept {
   return false;
 }
 
+/// The state's name, for messages.
 constexpr std::string_view toString(QueuePairState s) noexcept {
   switch (s) {
     case QueuePairState::init: return "init";
@@ -4741,6 +4750,7 @@ namespace coio::rdma {
 template <Reactor R>
 class QueuePair;
 
+/// The RDMA operation of an RdmaBatch.
 enum class RdmaOp { write = IBV_WR_RDMA_WRITE, read = IBV_WR_RDMA_READ };
 
 namespace detail {

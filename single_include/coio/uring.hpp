@@ -1452,11 +1452,13 @@ class CoioCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::Errc ("coio").
 inline const std::error_category& coioCategory() noexcept {
   static const detail::CoioCategory category;
   return category;
 }
 
+/// Makes coio::Errc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(Errc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), coioCategory()};
 }
@@ -2062,6 +2064,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.
@@ -4106,11 +4109,13 @@ class DiskCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::DiskErrc ("coio.disk").
 inline const std::error_category& diskCategory() noexcept {
   static const detail::DiskCategory category;
   return category;
 }
 
+/// Makes coio::DiskErrc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(DiskErrc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), diskCategory()};
 }
@@ -4325,6 +4330,7 @@ enum class TaskRun {
   deferred,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(TaskRun mode) noexcept {
   switch (mode) {
     case TaskRun::immediate: return "immediate";
@@ -4357,6 +4363,7 @@ enum class RecvMode {
   adaptive,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(RecvMode mode) noexcept {
   switch (mode) {
     case RecvMode::plain: return "plain";
@@ -6591,8 +6598,10 @@ class ReadBatch {
 
 namespace coio {
 
+/// Which reactor to run: chosen at run time, e.g. from a command line.
 enum class ReactorKind { epoll, uring };
 
+/// "epoll" or "uring".
 inline std::string_view toString(ReactorKind kind) noexcept { return kind == ReactorKind::epoll ? "epoll" : "uring"; }
 
 /// "epoll" or "uring"; Errc::invalidArgument otherwise.

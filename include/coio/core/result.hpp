@@ -45,11 +45,13 @@ class CoioCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::Errc ("coio").
 inline const std::error_category& coioCategory() noexcept {
   static const detail::CoioCategory category;
   return category;
 }
 
+/// Makes coio::Errc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(Errc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), coioCategory()};
 }

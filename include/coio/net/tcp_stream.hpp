@@ -48,6 +48,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.

@@ -19,6 +19,7 @@ enum class Access : int {
   remoteWrite = IBV_ACCESS_REMOTE_WRITE,  ///< peers may RDMA WRITE into it (needs localWrite)
   remoteRead = IBV_ACCESS_REMOTE_READ,    ///< peers may RDMA READ from it
 };
+/// Combines access flags.
 constexpr Access operator|(Access a, Access b) noexcept { return static_cast<Access>(static_cast<int>(a) | static_cast<int>(b)); }
 /// Everything a buffer used for RDMA in both directions needs.
 constexpr Access kAccessAll = Access::localWrite | Access::remoteWrite | Access::remoteRead;

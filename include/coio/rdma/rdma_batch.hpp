@@ -17,6 +17,7 @@ namespace coio::rdma {
 template <Reactor R>
 class QueuePair;
 
+/// The RDMA operation of an RdmaBatch.
 enum class RdmaOp { write = IBV_WR_RDMA_WRITE, read = IBV_WR_RDMA_READ };
 
 namespace detail {
