@@ -76,6 +76,7 @@ enum class TaskRun {
   deferred,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(TaskRun mode) noexcept {
   switch (mode) {
     case TaskRun::immediate: return "immediate";
@@ -108,6 +109,7 @@ enum class RecvMode {
   adaptive,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(RecvMode mode) noexcept {
   switch (mode) {
     case RecvMode::plain: return "plain";
