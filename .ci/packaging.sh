@@ -211,7 +211,9 @@ check_vcpkg() {
     local toolchain=(-DCOIO_CONSUMER_MODE=package "-DCMAKE_TOOLCHAIN_FILE=$VCPKG_ROOT/scripts/buildsystems/vcpkg.cmake"
       "-DVCPKG_INSTALLED_DIR=$dir/installed")
     configure_and_run "$work/consumer-vcpkg-$name" "${toolchain[@]}" "-DCOIO_CONSUMER_COMPONENTS=$components"
-    [[ -z $features ]] && expect_missing_component "$work/consumer-vcpkg-core-uring" "${toolchain[@]}"
+    if [[ -z $features ]]; then
+      expect_missing_component "$work/consumer-vcpkg-core-uring" "${toolchain[@]}"
+    fi
   done
 }
 
