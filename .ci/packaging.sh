@@ -193,7 +193,7 @@ check_vcpkg() {
   fi
   echo "building vcpkg with $offline"
   eval "$("$offline")"
-  vcpkg version | head -1
+  vcpkg version | sed -n 1p  # all of it: head would make a SIGPIPE fail the pipe
   local features name components dir
   for features in "" io-uring io-uring,rdma; do
     name=${features:-core}
