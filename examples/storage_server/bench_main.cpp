@@ -39,6 +39,8 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --connections 4            spread over this many connections
   --max-transmissions 64     the client's transmission limit
   --duration 10              seconds
+  --timeout-ms 30000         per batchRead; a stalled server shows as timed-out requests
+                             (the run ends within --duration plus this)
   --reactor uring|epoll
   --verify                   ask for CRC32C and check it, and check every byte's content
   --json                     print the report as one JSON object
@@ -50,6 +52,7 @@ struct Settings {
   std::uint32_t ioSize = 64 * 1024;
   std::size_t batch = 16, depth = 8, connections = 4, maxTransmissions = 64;
   double duration = 10;
+  std::chrono::milliseconds timeout{30000};
   coio::ReactorKind kind = coio::ReactorKind::uring;
   bool verify = false, json = false;
   std::string transport = "tcp";
@@ -60,9 +63,11 @@ struct Settings {
 
 struct Tally {
   std::uint64_t ios = 0, bytes = 0;
-  std::uint64_t badStatus = 0, checksumMismatches = 0, contentMismatches = 0, failedRequests = 0;
+  std::uint64_t badStatus = 0, checksumMismatches = 0, contentMismatches = 0, timedOutRequests = 0, failedRequests = 0;
   std::vector<double> latencies;  // seconds per batchRead
-  std::uint64_t errors() const { return badStatus + checksumMismatches + contentMismatches + failedRequests; }
+  std::uint64_t errors() const {
+    return badStatus + checksumMismatches + contentMismatches + timedOutRequests + failedRequests;
+  }
 };
 
 bool contentMatches(const storage::ReadOp& op, std::uint32_t bytes) {
@@ -84,7 +89,7 @@ coio::Task<void> worker(storage::StorageClient<R>& client, const Settings& setti
     const Clock::time_point start = Clock::now();
     coio::Result<std::vector<storage::ReadOutcome>> outcomes = co_await client.batchRead(ios);
     if (!outcomes) {
-      ++tally.failedRequests;
+      ++(outcomes.error() == std::errc::timed_out ? tally.timedOutRequests : tally.failedRequests);
       if (client.failure()) co_return;  // the connection is gone: this worker is done
       continue;
     }
@@ -141,11 +146,13 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
     std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
                 "\"io_size\":%u,\"verify\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
-                "\"errors\":{\"total\":%llu,\"io_status\":%llu,\"checksum\":%llu,\"content\":%llu,\"request\":%llu}}\n",
+                "\"errors\":{\"total\":%llu,\"io_status\":%llu,\"checksum\":%llu,\"content\":%llu,\"timed_out\":%llu,"
+                "\"request\":%llu}}\n",
                 settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(), settings.connections,
                 settings.depth, settings.batch, settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios),
                 u(tally.bytes), iops, gib, p50, p99, p999, u(tally.errors()), u(tally.badStatus),
-                u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.failedRequests));
+                u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.timedOutRequests),
+                u(tally.failedRequests));
     return;
   }
   std::printf("coio-storage-bench: %s to %s, %s reactor, %zu connection(s), depth %zu, batch %zu x %u bytes, "
@@ -157,30 +164,42 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
   std::printf("  throughput      %.3f GiB/s\n", gib);
   std::printf("  batch latency   p50 %.3f ms   p99 %.3f ms   p999 %.3f ms   (%zu batches)\n", p50, p99, p999,
               tally.latencies.size());
-  std::printf("  errors          %llu (IO status %llu, checksum %llu, content %llu, failed requests %llu)\n",
+  std::printf("  errors          %llu (IO status %llu, checksum %llu, content %llu, timed out %llu, "
+              "failed requests %llu)\n",
               u(tally.errors()), u(tally.badStatus), u(tally.checksumMismatches), u(tally.contentMismatches),
-              u(tally.failedRequests));
+              u(tally.timedOutRequests), u(tally.failedRequests));
 }
+
+#if COIO_STORAGE_RDMA
+// A queue pair brought up over a new TCP connection: how an RDMA client
+// connects, and reconnects after an idle close.
+template <coio::Reactor R>
+coio::Task<coio::Result<std::unique_ptr<storage::Channel<R>>>> connectRdma(R& reactor, const Settings& settings,
+                                                                           std::stop_token stop) {
+  coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, settings.server, stop);
+  if (!stream) co_return stream.error();
+  co_return co_await storage::RdmaChannel<R>::connect(reactor, *settings.device, std::move(*stream), std::move(stop),
+                                                      std::chrono::seconds(10));
+}
+#endif
 
 // One client over the chosen transport; `memory` is where its IOs land.
 template <coio::Reactor R>
 coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& reactor, const Settings& settings,
                                                                              storage::TransmissionLimiter& limiter,
                                                                              std::span<std::byte> memory) {
-  const storage::ClientOptions options{.verifyChecksums = settings.verify};
+  const storage::ClientOptions options{.timeout = settings.timeout, .verifyChecksums = settings.verify};
 #if COIO_STORAGE_RDMA
   if (settings.device) {
-    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, settings.server);
-    if (!stream) co_return stream.error();
-    coio::Result<std::unique_ptr<storage::Channel<R>>> channel = co_await storage::RdmaChannel<R>::connect(
-        reactor, *settings.device, std::move(*stream), {}, std::chrono::seconds(10));
-    if (!channel) co_return channel.error();
-    auto client = storage::StorageClient<R>::open(std::move(*channel), limiter, options);
-    if (coio::Result<void> registered = client->registerMemory(memory); !registered) {
-      co_await client->close();
+    coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(
+        [&reactor, &settings](std::stop_token stop) { return connectRdma(reactor, settings, std::move(stop)); },
+        limiter, options);
+    if (!client) co_return client.error();
+    if (coio::Result<void> registered = (*client)->registerMemory(memory); !registered) {
+      co_await (*client)->close();
       co_return registered.error();
     }
-    co_return std::move(client);
+    co_return std::move(*client);
   }
 #endif
   (void)memory;  // TCP reads into any memory
@@ -226,6 +245,7 @@ coio::Task<int> run(R& reactor, const Settings& settings) {
     all.badStatus += t.badStatus;
     all.checksumMismatches += t.checksumMismatches;
     all.contentMismatches += t.contentMismatches;
+    all.timedOutRequests += t.timedOutRequests;
     all.failedRequests += t.failedRequests;
     all.latencies.insert(all.latencies.end(), t.latencies.begin(), t.latencies.end());
   }
@@ -292,6 +312,9 @@ int main(int argc, char** argv) {
     } else if (name == "--duration") {
       ok = count && *count > 0;
       settings.duration = static_cast<double>(count.value_or(0));
+    } else if (name == "--timeout-ms") {
+      ok = count && *count > 0 && *count <= 24 * 3600 * 1000;
+      settings.timeout = std::chrono::milliseconds(count.value_or(0));
     } else if (name == "--reactor") {
       ok = coio::parseReactorKind(value).hasValue();
       if (ok) settings.kind = *coio::parseReactorKind(value);

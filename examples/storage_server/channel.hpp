@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <string_view>
@@ -75,6 +76,10 @@ class Channel {
   /// Reads the next frame. On failure `failure` says why (and for which
   /// request id); a header that fails validation is a protocol error.
   virtual coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) = 0;
+  /// While readFrame waits for the rest of a frame: when its first byte
+  /// was there (a frame deadline counts from it). Empty between frames,
+  /// and always over RDMA, where a frame arrives whole.
+  virtual std::optional<std::chrono::steady_clock::time_point> frameStartedAt() const noexcept = 0;
   /// Sends one frame.
   virtual coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) = 0;
   /// Server: a response and its data. TCP: the frame, then each IO's pieces
@@ -111,7 +116,9 @@ class Channel {
 /// How a server shard turns an accepted TCP connection into a Channel:
 /// TcpTransport uses the stream itself, RdmaTransport uses it to connect a
 /// queue pair. accept() runs on the shard's loop thread; `stop` (the
-/// server's shutdown) ends a handshake in progress.
+/// server's shutdown) ends a handshake in progress, and so does
+/// `handshakeTimeout` (std::errc::timed_out): a peer that stalls in the
+/// handshake cannot hold its connection.
 template <coio::Reactor R>
 class Transport {
  public:
@@ -120,8 +127,8 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
   virtual ~Transport() = default;
   virtual std::string_view name() const noexcept = 0;
-  virtual coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream,
-                                                                      std::stop_token stop) = 0;
+  virtual coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(
+      coio::TcpStream<R> stream, std::stop_token stop, std::chrono::steady_clock::duration handshakeTimeout) = 0;
 };
 
 /// The failure for a frame header that did not validate. The request id

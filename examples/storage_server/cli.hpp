@@ -4,6 +4,9 @@
 #include "rdma_channel.hpp"
 #endif
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +42,32 @@ inline std::optional<std::uint64_t> parseCount(std::string_view text) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
   return value;
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (allowed without
+/// privilege); returns the soft limit in force afterwards.
+inline std::uint64_t raiseFdLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;  // the usual default
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? UINT64_MAX : limit.rlim_cur;
+}
+
+/// The fds a connection holds: its TCP socket, and over RDMA also its
+/// queue pair's completion channel.
+inline std::uint64_t fdsPerConnection(bool rdma) { return rdma ? 2 : 1; }
+
+/// The default --max-connections: 10,000, or, if less, half of the fds
+/// that `reservedFds` (data files, rings, the listener) leave under
+/// `fdLimit`, at `perConnection` fds each; at least 1.
+inline std::uint64_t defaultMaxConnections(std::uint64_t fdLimit, std::uint64_t reservedFds,
+                                           std::uint64_t perConnection) {
+  const std::uint64_t spare = fdLimit > reservedFds ? fdLimit - reservedFds : 0;
+  return std::clamp<std::uint64_t>(spare / 2 / perConnection, 1, 10000);
 }
 
 /// --transport rdma: opens the RDMA device `name` (the first one if empty)

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <system_error>
@@ -36,6 +37,17 @@ class BufferedReader {
  public:
   BufferedReader(coio::TcpStream<R>& stream, std::size_t capacity) : stream_(stream), buffer_(capacity) {}
 
+  /// Unread bytes in the buffer.
+  std::size_t buffered() const noexcept { return end_ - begin_; }
+  /// With the buffer empty: waits for the stream's next bytes and buffers them.
+  coio::Task<coio::Result<void>> fill(std::stop_token stop) {
+    coio::Result<std::size_t> got = co_await stream_.read(buffer_, std::move(stop));
+    if (!got) co_return got.error();
+    begin_ = 0;
+    end_ = *got;
+    co_return coio::Result<void>{};
+  }
+
   coio::Task<coio::Result<void>> readExact(std::span<std::byte> into, std::stop_token stop) {
     for (;;) {
       const std::size_t n = std::min(into.size(), end_ - begin_);
@@ -45,9 +57,8 @@ class BufferedReader {
       if (into.empty()) co_return coio::Result<void>{};
       begin_ = end_ = 0;  // drained
       if (into.size() >= buffer_.size()) co_return co_await stream_.readExact(into, std::move(stop));
-      coio::Result<std::size_t> got = co_await stream_.read(buffer_, stop);
-      if (!got) co_return got.error();
-      end_ = *got;
+      coio::Result<void> filled = co_await fill(stop);
+      if (!filled) co_return filled;
     }
   }
 
@@ -57,13 +68,26 @@ class BufferedReader {
   std::size_t begin_ = 0, end_ = 0;  // unread bytes: [begin_, end_)
 };
 
-/// Reads one frame from `source` (a TcpStream or a BufferedReader). A
-/// header that fails validation is a protocol error before any payload
-/// byte is read, so an absurd length never allocates.
-template <typename Source>
-coio::Task<coio::Result<IncomingFrame>> readFrame(Source& source, ReadFailure& failure, std::stop_token stop) {
+/// Reads one frame from `source`. A header that fails validation is a
+/// protocol error before any payload byte is read, so an absurd length
+/// never allocates. `startedAt` holds when the frame's first byte was
+/// there, until the frame is read or fails.
+template <coio::Reactor R>
+coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, ReadFailure& failure,
+                                                  std::stop_token stop,
+                                                  std::optional<std::chrono::steady_clock::time_point>& startedAt) {
+  struct Ended {
+    std::optional<std::chrono::steady_clock::time_point>& startedAt;
+    ~Ended() { startedAt.reset(); }
+  };
+  const Ended ended{startedAt};
   std::byte raw[proto::kHeaderSize];
-  coio::Result<void> got = co_await source.readExact(raw, stop);
+  coio::Result<void> got;
+  if (source.buffered() == 0) got = co_await source.fill(stop);  // between frames: the idle wait
+  if (got) {
+    startedAt = std::chrono::steady_clock::now();
+    got = co_await source.readExact(raw, stop);
+  }
   if (!got) {
     failure = {got.error(), 0};
     co_return got.error();

@@ -61,6 +61,8 @@ enum class ProtocolErrc {
   tooManyIos,
   unexpectedMessage,  // a valid frame that is not allowed at this point
   tooManyRequests,    // more requests in flight on the connection than the server allows
+  frameTimeout,       // a frame (or an RDMA handshake) stalled past the deadline after its first byte
+  idleTimeout,        // nothing in flight for longer than the idle timeout: a routine close
 };
 
 struct FrameHeader {
@@ -136,6 +138,8 @@ class CategoryImpl final : public std::error_category {
       case ProtocolErrc::tooManyIos: return "more IOs than the limit";
       case ProtocolErrc::unexpectedMessage: return "message not expected here";
       case ProtocolErrc::tooManyRequests: return "too many requests in flight on this connection";
+      case ProtocolErrc::frameTimeout: return "frame not completed within the deadline";
+      case ProtocolErrc::idleTimeout: return "connection idle for longer than the idle timeout";
     }
     return "unknown protocol error";
   }

@@ -104,6 +104,8 @@ class RdmaChannel final : public Channel<R> {
     }
     co_return IncomingFrame{*header, std::vector<std::byte>(payload.begin(), payload.end())};
   }
+  // One message is one whole frame: it never stalls half-way.
+  std::optional<std::chrono::steady_clock::time_point> frameStartedAt() const noexcept override { return {}; }
 
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) override {
     if (broken_) co_return coio::Errc::closed;
@@ -238,9 +240,10 @@ class RdmaTransport final : public Transport<R> {
   }
 
   std::string_view name() const noexcept override { return "rdma"; }
-  coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token stop) override {
-    return RdmaChannel<R>::connect(reactor_, device_, std::move(stream), std::move(stop), std::chrono::seconds(10),
-                                   &pool_, &budget_);
+  coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(
+      coio::TcpStream<R> stream, std::stop_token stop, std::chrono::steady_clock::duration handshakeTimeout) override {
+    return RdmaChannel<R>::connect(reactor_, device_, std::move(stream), std::move(stop), handshakeTimeout, &pool_,
+                                   &budget_);
   }
 
  private:

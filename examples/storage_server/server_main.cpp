@@ -34,11 +34,18 @@ constexpr const char* kUsage = R"(usage:
   coio-storage-server serve --dir D [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--buffered]
+      [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
       [--rdma-device NAME] [--rdma-writes 256]
       Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
       finish). --pool is the read-buffer pool per reactor; --buffered reads
       through the page cache instead of O_DIRECT; --max-requests bounds the
-      requests in flight per connection. RDMA: clients connect over TCP to
+      requests in flight per connection. A frame must arrive whole within
+      --frame-timeout-ms of its first byte (an RDMA handshake within it of the
+      accept), and a connection with nothing in flight is closed after
+      --idle-timeout-ms. --max-connections bounds the connections (split
+      between the reactors; more are accepted and closed at once); the
+      default is 10000, or half of what the fd limit (raised to the hard
+      limit at start) leaves, if less. RDMA: clients connect over TCP to
       --listen and bring up a queue pair on it; --rdma-device picks the
       device (default: the first with an ACTIVE port), --rdma-writes bounds
       the RDMA WRITEs in flight on it (split between the reactors).
@@ -111,6 +118,8 @@ struct ServeSettings {
   std::size_t reactors = 1;
   coio::ReactorKind kind = coio::ReactorKind::uring;
   storage::ServerOptions server;
+  std::optional<std::uint64_t> maxConnections;  // in all; default: from the fd limit
+  std::uint64_t fdLimit = 0;
   std::string transport = "tcp";
 #if COIO_STORAGE_RDMA
   std::string rdmaDevice;
@@ -177,6 +186,27 @@ coio::Task<void> startAccepting(R& reactor, const ServeSettings& settings, std::
   shards.front()->serve(*listener, std::move(shards));
 }
 
+// Raises the fd limit and sets the connection limit: the default from it,
+// a warning if the one given may not fit. Splits it between the reactors.
+void limitConnections(ServeSettings& settings) {
+  settings.fdLimit = storage::cli::raiseFdLimit();
+  coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(settings.dir);
+  const std::uint64_t files = index ? index->layout.files() : 0;  // else opening the shards reports it
+  // Each reactor opens every data file, and has its ring (or epoll) and wake-up fds.
+  const std::uint64_t reserved = settings.reactors * (files + 8) + 64;
+  const std::uint64_t perConnection = storage::cli::fdsPerConnection(settings.transport == "rdma");
+  if (!settings.maxConnections) {
+    settings.maxConnections = storage::cli::defaultMaxConnections(settings.fdLimit, reserved, perConnection);
+  } else if (settings.fdLimit < reserved + *settings.maxConnections * perConnection) {
+    std::fprintf(stderr,
+                 "coio-storage-server: warning: --max-connections %llu may exceed the fd limit (%llu); accepts "
+                 "then fail with EMFILE and are retried every 10 ms\n",
+                 static_cast<unsigned long long>(*settings.maxConnections),
+                 static_cast<unsigned long long>(settings.fdLimit));
+  }
+  settings.server.maxConnections = (*settings.maxConnections + settings.reactors - 1) / settings.reactors;
+}
+
 template <coio::Reactor R>
 int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   coio::ReactorPool<R> pool(settings.reactors);
@@ -211,6 +241,9 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
                 static_cast<unsigned long long>(layout.chunks), layout.chunkSize, settings.dir.c_str(),
                 settings.transport.c_str(), pool.size(), std::string(coio::toString(settings.kind)).c_str());
     std::printf("  %s\n", shards.front()->note().c_str());
+    std::printf("  at most %llu connections (fd limit %llu)\n",
+                static_cast<unsigned long long>(*settings.maxConnections),
+                static_cast<unsigned long long>(settings.fdLimit));
     std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
     std::fflush(stdout);
     int signal = 0;
@@ -218,17 +251,30 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     std::printf("%s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
   }
   // The accepting shard first, so that no connection is handed to a stopped one.
-  std::uint64_t requests = 0;
+  storage::ServerStats total;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     runOn(pool.reactor(i), shards[i]->shutdown());
-    requests += shards[i]->stats().requests;
+    const storage::ServerStats& stats = shards[i]->stats();
+    total.requests += stats.requests;
+    total.refusedConnections += stats.refusedConnections;
+    total.frameTimeouts += stats.frameTimeouts;
+    total.idleTimeouts += stats.idleTimeouts;
   }
   pool.stop();
   shards.clear();  // no loop runs now: the Disks may go
   listener.reset();
-  if (status == 0) std::printf("stopped after %llu requests\n", static_cast<unsigned long long>(requests));
+  if (status == 0) {
+    std::printf("stopped after %llu requests (connections: %llu refused over the limit, %llu cut at the frame "
+                "deadline, %llu closed idle)\n",
+                static_cast<unsigned long long>(total.requests),
+                static_cast<unsigned long long>(total.refusedConnections),
+                static_cast<unsigned long long>(total.frameTimeouts),
+                static_cast<unsigned long long>(total.idleTimeouts));
+  }
   return status;
 }
+
+constexpr std::uint64_t kDayMs = 24 * 3600 * 1000;  // the longest deadline taken: no clock arithmetic overflows
 
 int serve(const std::map<std::string, std::string>& options) {
   ServeSettings settings;
@@ -257,6 +303,15 @@ int serve(const std::map<std::string, std::string>& options) {
     } else if (name == "--max-requests" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= 65536) {
       settings.server.maxRequestsPerConnection = static_cast<std::uint32_t>(*number);
+    } else if (name == "--frame-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= kDayMs) {
+      settings.server.frameTimeout = std::chrono::milliseconds(*number);
+    } else if (name == "--idle-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= kDayMs) {
+      settings.server.idleTimeout = std::chrono::milliseconds(*number);
+    } else if (name == "--max-connections" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= (1u << 24)) {
+      settings.maxConnections = *number;
     } else if (name == "--buffered") {
       settings.server.directIo = false;
 #if COIO_STORAGE_RDMA
@@ -283,6 +338,7 @@ int serve(const std::map<std::string, std::string>& options) {
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-server", settings.rdmaDevice, settings)) {
     return 1;
   }
+  limitConnections(settings);
   std::string why;
   if (const coio::ReactorKind usable = coio::usableReactorKind(settings.kind, &why); usable != settings.kind) {
     std::fprintf(stderr, "coio-storage-server: %s; using epoll\n", why.c_str());

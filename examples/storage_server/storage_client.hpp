@@ -14,10 +14,12 @@
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stop_token>
@@ -60,14 +62,17 @@ class TransmissionLimiter {
 };
 
 struct ClientOptions {
-  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);  ///< per batchRead
+  /// Per batchRead, whatever the server does: waiting for a grant, for the
+  /// response, or in the middle of its data (see StorageClient).
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
   bool verifyChecksums = false;  ///< ask for CRC32C and check it against the bytes received
   /// batchReads sent at once on this connection; more wait for a slot.
   /// At most the server's --max-requests (256 by default).
   std::size_t maxRequestsInFlight = 256;
 };
 
-/// A connection to a storage server.
+/// One connection to a storage server; StorageClient (below) is the
+/// client, which replaces a connection the server closed as idle.
 ///
 /// Guarantees:
 /// - Used on its reactor's loop thread only; every awaitable resumes there.
@@ -81,36 +86,38 @@ struct ClientOptions {
 ///   server or this client detected, Errc::invalidArgument for a batch the
 ///   transport cannot carry (a destination smaller than its IO, more IOs
 ///   than a frame holds, RDMA: a destination outside registered memory),
-///   or Errc::closed after close(). After a transport or protocol error
-///   every later batchRead fails at once.
+///   or Errc::closed after close(). After a transport or protocol error,
+///   or a timeout that cut the connection (below), every later batchRead
+///   fails at once with that error.
+/// - batchRead returns within `timeout` (plus the time to cancel a read)
+///   even if the server stalls at any point of the exchange.
 /// - When batchRead returns, nothing writes into its destinations any more:
-///   over RDMA a request that times out after it was granted transmission
-///   aborts the connection (the queue pair goes to ERR, so no late RDMA
-///   WRITE can land), and every call on it fails.
+///   - a request that times out before its data arrives is abandoned: the
+///     connection stays, a late response's data is read into scratch;
+///   - over TCP, a request that times out while its data is being read
+///     (the server stalled mid-response) cuts the connection: the read is
+///     cancelled (batchRead returns once the kernel has let go of the
+///     buffers), the connection is shut down, and every call on it fails
+///     with timed_out (the timed-out call itself returns its response if
+///     its read completed before the cancellation); the stream's place in
+///     the data is lost, so no later call could use it;
+///   - over RDMA, a request that times out after it was granted
+///     transmission aborts the connection (the queue pair goes to ERR, so
+///     no late RDMA WRITE can land), and every call on it fails.
 /// - `co_await close()` before destruction, once no batchRead is pending.
 template <coio::Reactor R>
-class StorageClient {
+class ClientConnection {
  public:
-  /// Connects over TCP.
-  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(R& reactor, coio::SocketAddress server,
-                                                                          TransmissionLimiter& limiter,
-                                                                          ClientOptions options = {}) {
-    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server);
-    if (!stream) co_return stream.error();
-    (void)stream->setNoDelay(true);
-    co_return open(std::make_unique<TcpChannel<R>>(std::move(*stream)), limiter, options);
-  }
-
-  /// A client over a connected channel (e.g. RdmaChannel::connect's).
-  static std::unique_ptr<StorageClient> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
-                                             ClientOptions options = {}) {
-    auto client = std::unique_ptr<StorageClient>(new StorageClient(std::move(channel), limiter, options));
+  /// A connection over a connected channel (e.g. RdmaChannel::connect's).
+  static std::unique_ptr<ClientConnection> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
+                                                ClientOptions options = {}) {
+    auto client = std::unique_ptr<ClientConnection>(new ClientConnection(std::move(channel), limiter, options));
     client->scope_.spawn(client->readResponses());
     return client;
   }
 
-  StorageClient(const StorageClient&) = delete;
-  StorageClient& operator=(const StorageClient&) = delete;
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
 
   /// Registers memory that IOs may land in, once (RDMA needs it; TCP
   /// accepts any memory and this does nothing). Errors: the registration's.
@@ -144,14 +151,17 @@ class StorageClient {
       calls_.erase(id);
       co_return failure_ ? failure_ : sent.error();
     }
-    bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
-    while (due && call.receiving) {
-      // Its data is being read into the caller's buffers right now: returning
-      // would let them be freed under the read. The read ends with the
-      // response or with the connection (fail() completes every call).
-      due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
-    }
-    if (due) {
+    const bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+    if (due && call.receiving) {
+      // Its data is being read into the caller's buffers and the rest is
+      // late: only cancelling the read gets them back now. The stream's
+      // place is then lost, so the reader fails every call (this one with
+      // timed_out, unless its read won the race) and shuts the connection.
+      readStop_.request_stop();
+      // A cancelled read resumes the reader once the kernel has let go of
+      // the buffers; returning before that would let them be freed under it.
+      while (!call.done.stop_requested()) (void)co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+    } else if (due) {
       // The response may still come: the reader then drains its data.
       call.abandoned = true;
       const bool mayBeWriting = call.granted && channel_->writesRemote();
@@ -171,6 +181,7 @@ class StorageClient {
   /// Closes the connection; pending batchReads fail with Errc::closed.
   coio::Task<void> close() {
     stop_.request_stop();
+    readStop_.request_stop();
     co_await scope_.join();
     co_await channel_->close();
   }
@@ -195,7 +206,7 @@ class StorageClient {
     ~RequestSlot() { slots.release(); }
   };
 
-  StorageClient(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter, ClientOptions options)
+  ClientConnection(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter, ClientOptions options)
       : channel_(std::move(channel)),
         reactor_(channel_->reactor()),
         limiter_(limiter),
@@ -221,7 +232,7 @@ class StorageClient {
     bool peerClosing = false;  // the server sent Error: it closes, nothing to answer
     std::vector<std::byte> scratch;
     for (;;) {
-      coio::Result<IncomingFrame> frame = co_await channel_->readFrame(failure, stop_.get_token());
+      coio::Result<IncomingFrame> frame = co_await channel_->readFrame(failure, readStop_.get_token());
       if (!frame) break;
       const std::uint64_t id = frame->header.requestId;
       const auto found = calls_.find(id);
@@ -281,7 +292,7 @@ class StorageClient {
         into = scratch;
       }
       into = into.first(r.bytes);
-      coio::Result<void> got = co_await channel_->receiveData(into, stop_.get_token());
+      coio::Result<void> got = co_await channel_->receiveData(into, readStop_.get_token());
       if (!got) {
         failure = {got.error(), id};
         co_return got.error();
@@ -312,7 +323,11 @@ class StorageClient {
   // Fails every call: the connection is unusable from now on.
   void fail(const ReadFailure& failure) {
     failure_ = failure.error ? failure.error : make_error_code(coio::Errc::closed);
-    if (failure_ == std::errc::operation_canceled) failure_ = coio::Errc::closed;
+    // A cancelled read: close(), or a batchRead that timed out mid-response.
+    if (failure_ == std::errc::operation_canceled) {
+      failure_ = stop_.stop_requested() ? make_error_code(coio::Errc::closed)
+                                        : std::make_error_code(std::errc::timed_out);
+    }
     std::vector<std::uint64_t> ids;
     for (auto& [id, call] : calls_) ids.push_back(id);
     for (std::uint64_t id : ids) complete(id, *calls_.at(id), failure_);
@@ -327,7 +342,157 @@ class StorageClient {
   std::unordered_map<std::uint64_t, std::unique_ptr<Call>> calls_;
   std::error_code failure_;
   std::stop_source stop_;
+  std::stop_source readStop_;  // cancels the reader's read: close(), or a timeout mid-response
   coio::AsyncScope scope_;  // the reader and grant tasks
+};
+
+/// Opens a fresh connected channel to the server (giving up when `stop` is
+/// requested): how StorageClient replaces a connection the server closed
+/// as idle. TCP: connect; RDMA: connect over TCP, then RdmaChannel::connect.
+template <coio::Reactor R>
+using ChannelConnector = std::function<coio::Task<coio::Result<std::unique_ptr<Channel<R>>>>(std::stop_token stop)>;
+
+/// A client of a storage server: batchReads over one ClientConnection at a
+/// time (its guarantees hold for each).
+///
+/// Guarantees, beyond those:
+/// - The server closing a connection as idle (Error `idleTimeout`,
+///   PROTOCOL.md) is routine: the next batchRead opens a new connection
+///   with the connector and registers again the memory given to
+///   registerMemory(); no error reaches the caller. A batchRead that
+///   crossed the close (the server never served it) is sent again, once,
+///   on the new connection. One reconnection at a time, bounded by
+///   ClientOptions::timeout; the batchRead that made one that failed
+///   fails with its error (e.g. connection_refused, timed_out), and the
+///   next batchRead tries again.
+/// - Any other failure of the connection stays: every later batchRead
+///   fails at once. A client made by open() has no connector: an idle
+///   close is then a failure like any other.
+/// - Used on its reactor's loop thread only; every awaitable resumes there.
+/// - `co_await close()` before destruction, once no batchRead is pending.
+template <coio::Reactor R>
+class StorageClient {
+ public:
+  using Connection = ClientConnection<R>;
+
+  /// Connects over TCP, and reconnects the same way.
+  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(R& reactor, coio::SocketAddress server,
+                                                                          TransmissionLimiter& limiter,
+                                                                          ClientOptions options = {}) {
+    co_return co_await connect(
+        [&reactor, server](std::stop_token stop) { return connectTcp(reactor, server, std::move(stop)); }, limiter,
+        options);
+  }
+
+  /// Connects with `connector`, and reconnects with it.
+  static coio::Task<coio::Result<std::unique_ptr<StorageClient>>> connect(ChannelConnector<R> connector,
+                                                                          TransmissionLimiter& limiter,
+                                                                          ClientOptions options = {}) {
+    coio::Result<std::unique_ptr<Channel<R>>> channel = co_await connector({});
+    if (!channel) co_return channel.error();
+    std::unique_ptr<StorageClient> client = open(std::move(*channel), limiter, options);
+    client->connector_ = std::move(connector);
+    co_return std::move(client);
+  }
+
+  /// A client over a connected channel (e.g. RdmaChannel::connect's); it
+  /// never reconnects.
+  static std::unique_ptr<StorageClient> open(std::unique_ptr<Channel<R>> channel, TransmissionLimiter& limiter,
+                                             ClientOptions options = {}) {
+    R& reactor = channel->reactor();
+    return std::unique_ptr<StorageClient>(
+        new StorageClient(Connection::open(std::move(channel), limiter, options), reactor, limiter, options));
+  }
+
+  StorageClient(const StorageClient&) = delete;
+  StorageClient& operator=(const StorageClient&) = delete;
+
+  /// Registers memory that IOs may land in, once (RDMA needs it; TCP
+  /// accepts any memory and this does nothing). Errors: the registration's.
+  coio::Result<void> registerMemory(std::span<std::byte> memory) {
+    coio::Result<void> registered = connection_->registerMemory(memory);
+    if (registered) memory_.push_back(memory);
+    return registered;
+  }
+
+  /// See ClientConnection::batchRead.
+  coio::Task<coio::Result<std::vector<ReadOutcome>>> batchRead(std::span<const ReadOp> ios) {
+    for (bool resent = false;; resent = true) {
+      coio::Result<std::shared_ptr<Connection>> connection = co_await usableConnection();
+      if (!connection) co_return connection.error();
+      coio::Result<std::vector<ReadOutcome>> result = co_await (*connection)->batchRead(ios);
+      const bool crossedIdleClose = !result && connector_ && closedIdle(**connection) &&
+                                    result.error() == (*connection)->failure();
+      co_await release(std::move(*connection));
+      if (!crossedIdleClose || resent) co_return result;
+    }
+  }
+
+  /// Closes the connection; pending batchReads fail with Errc::closed.
+  coio::Task<void> close() { co_await connection_->close(); }
+
+  /// Why the connection failed, or an empty error_code (also after an idle
+  /// close that the next batchRead repairs).
+  std::error_code failure() const noexcept {
+    return connector_ && closedIdle(*connection_) ? std::error_code{} : connection_->failure();
+  }
+
+ private:
+  StorageClient(std::unique_ptr<Connection> connection, R& reactor, TransmissionLimiter& limiter,
+                ClientOptions options)
+      : connection_(std::move(connection)), reactor_(reactor), limiter_(limiter), options_(options) {}
+
+  static coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> connectTcp(R& reactor, coio::SocketAddress server,
+                                                                         std::stop_token stop) {
+    coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server, std::move(stop));
+    if (!stream) co_return stream.error();
+    (void)stream->setNoDelay(true);
+    co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(*stream)));
+  }
+
+  static bool closedIdle(const Connection& connection) noexcept {
+    return connection.failure() == proto::ProtocolErrc::idleTimeout;
+  }
+
+  // The connection to use: a new one if the server closed the current one
+  // as idle (one reconnection at a time; the others wait for it).
+  coio::Task<coio::Result<std::shared_ptr<Connection>>> usableConnection() {
+    if (!connector_ || !closedIdle(*connection_)) co_return connection_;
+    co_await reconnecting_.acquire();
+    struct Unlock {
+      coio::Semaphore& lock;
+      ~Unlock() { lock.release(); }
+    };
+    const Unlock unlock{reconnecting_};
+    if (!closedIdle(*connection_)) co_return connection_;  // replaced while this one waited
+    coio::Result<std::unique_ptr<Channel<R>>> channel =
+        co_await coio::withTimeout(reactor_, connector_, options_.timeout);
+    if (!channel) co_return channel.error();
+    for (std::span<std::byte> memory : memory_) {
+      coio::Result<void> registered = (*channel)->registerMemory(memory);
+      if (!registered) {
+        co_await (*channel)->close();
+        co_return registered.error();
+      }
+    }
+    std::shared_ptr<Connection> old =
+        std::exchange(connection_, Connection::open(std::move(*channel), limiter_, options_));
+    co_await release(std::move(old));
+    co_return connection_;
+  }
+
+  // Closes a replaced connection once its last batchRead is done with it.
+  coio::Task<void> release(std::shared_ptr<Connection> connection) {
+    if (connection != connection_ && connection.use_count() == 1) co_await connection->close();
+  }
+
+  std::shared_ptr<Connection> connection_;
+  R& reactor_;
+  TransmissionLimiter& limiter_;
+  ClientOptions options_;
+  ChannelConnector<R> connector_;  // empty: never reconnects
+  std::vector<std::span<std::byte>> memory_;  // registered with every connection
+  coio::Semaphore reconnecting_{1};
 };
 
 }  // namespace storage

@@ -24,6 +24,7 @@
 #include <coio/reactor/with_timeout.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +59,17 @@ struct ServerOptions {
   bool directIo = true;                              ///< O_DIRECT, if the file system allows it
   /// How long a connection dropped for a protocol error gets to read its Error frame.
   std::chrono::steady_clock::duration errorGrace = std::chrono::seconds(1);
+  /// How long a frame may take from its first byte to its last, and an
+  /// RDMA handshake from the accept (--frame-timeout-ms): a peer that
+  /// stalls mid-frame cannot hold its connection.
+  std::chrono::steady_clock::duration frameTimeout = std::chrono::seconds(10);
+  /// How long a connection may have nothing in flight (no request being
+  /// served, no frame begun) before it is closed (--idle-timeout-ms).
+  std::chrono::steady_clock::duration idleTimeout = std::chrono::seconds(60);
+  /// Connections this server serves at once, from accept to close; one
+  /// more is accepted and closed at once (--max-connections, split
+  /// between the reactors).
+  std::size_t maxConnections = 1024;
 };
 
 /// Counters of one server (read on its loop thread, or once it is idle).
@@ -67,6 +79,12 @@ struct ServerStats {
   std::uint64_t transmitTimeouts = 0;
   std::uint64_t sendTimeouts = 0;       ///< connections dropped because a response could not be sent in time
   std::uint64_t handshakeFailures = 0;  ///< accepted connections whose transport did not come up (RDMA)
+  std::uint64_t frameTimeouts = 0;      ///< connections cut because a frame or an RDMA handshake stalled
+  std::uint64_t idleTimeouts = 0;       ///< connections closed after idleTimeout with nothing in flight
+  /// Accepted and closed at once: every shard was at maxConnections (on the accepting shard).
+  std::uint64_t refusedConnections = 0;
+  /// Failed accepts (e.g. EMFILE), each followed by a 10 ms back-off (on the accepting shard).
+  std::uint64_t acceptErrors = 0;
   std::size_t connections = 0;
   std::size_t transmitting = 0;      ///< requests between grant and the end of their data
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
@@ -89,6 +107,15 @@ struct ServerStats {
 ///   the connection (and frees its buffers).
 /// - A protocol error on a connection gets an Error frame and closes that
 ///   connection only.
+/// - Deadlines: a frame must be complete within frameTimeout of its first
+///   byte (an RDMA handshake within frameTimeout of the accept), and a
+///   connection with nothing in flight is closed after idleTimeout; both
+///   with an Error frame (frameTimeout, idleTimeout) where the transport
+///   is up.
+/// - At most maxConnections connections per server, from accept to close
+///   (the accepting shard hands a connection to the next one with room);
+///   one more is accepted and closed at once. A failed accept (EMFILE)
+///   backs off for 10 ms: the accept loop neither stalls nor spins.
 /// - `co_await shutdown()` stops accepting, drains: requests in flight
 ///   finish (new ones are answered `unavailable`) for up to drainTimeout,
 ///   then every connection is cut (what is still in flight fails; clients
@@ -105,7 +132,8 @@ class StorageServer {
     coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(dir);
     if (!index) return index.error();
     if (options.pieceSize == 0 || options.pieceSize % 4096 != 0 || options.poolBytes < options.pieceSize ||
-        index->layout.chunkSize % 4096 != 0) {
+        index->layout.chunkSize % 4096 != 0 || options.frameTimeout <= std::chrono::steady_clock::duration::zero() ||
+        options.idleTimeout <= std::chrono::steady_clock::duration::zero() || options.maxConnections == 0) {
       return coio::Errc::invalidArgument;
     }
     auto server = std::unique_ptr<StorageServer>(new StorageServer(reactor, std::move(*index), options));
@@ -137,6 +165,9 @@ class StorageServer {
   const ChunkStoreLayout& layout() const noexcept { return index_.layout; }
   const ServerOptions& options() const noexcept { return options_; }
   const ServerStats& stats() const noexcept { return stats_; }
+  /// Connections between accept and close right now (counted against
+  /// maxConnections; stats().connections counts those past the handshake).
+  std::size_t admittedConnections() const noexcept { return admitted_.load(std::memory_order_relaxed); }
   /// Pool buffers held by requests right now.
   std::size_t buffersInUse() const noexcept { return pool_.count() - pool_.available(); }
   /// O_DIRECT and buffer-registration notes, for the start-up banner.
@@ -147,11 +178,14 @@ class StorageServer {
   void useTransport(std::unique_ptr<Transport<R>> transport) { transport_ = std::move(transport); }
   const Transport<R>& transport() const noexcept { return *transport_; }
 
-  /// Serves `stream` until it closes (loop thread). After shutdown() began
-  /// the stream is closed at once.
+  /// Serves `stream` until it closes (loop thread). After shutdown() began,
+  /// or at maxConnections, the stream is closed at once.
   void adopt(coio::TcpStream<R> stream) {
-    if (stopping_) return;
-    scope_.spawn(serveConnection(std::move(stream)));
+    if (!tryAdmit()) {
+      ++stats_.refusedConnections;
+      return;
+    }
+    serveAdmitted(std::move(stream));
   }
 
   /// Accepts connections on `listener` until shutdown(), handing them round
@@ -196,10 +230,14 @@ class StorageServer {
     bool granted = false;
   };
 
+  enum class Expiry { none, frame, idle };
+
   struct Connection {
     explicit Connection(std::unique_ptr<Channel<R>> c) : channel(std::move(c)) {}
     std::unique_ptr<Channel<R>> channel;
     std::stop_source stop;  // cancels the reader and every request
+    std::chrono::steady_clock::time_point idleSince = std::chrono::steady_clock::now();  // inFlight last emptied
+    Expiry expired = Expiry::none;  // why enforceDeadlines() stopped it
     coio::AsyncScope requests;
     std::unordered_set<std::uint64_t> inFlight;               // request ids being served
     std::unordered_map<std::uint64_t, GrantWait*> awaiting;   // ... of which these wait for a grant
@@ -245,7 +283,9 @@ class StorageServer {
     ~InFlightEntry() {
       if (!counted) return;
       conn.inFlight.erase(id);
-      if (server.stopping_ && conn.inFlight.empty()) conn.stop.request_stop();
+      if (!conn.inFlight.empty()) return;
+      conn.idleSince = std::chrono::steady_clock::now();
+      if (server.stopping_) conn.stop.request_stop();
     }
   };
 
@@ -274,6 +314,7 @@ class StorageServer {
       coio::Result<coio::TcpStream<R>> stream = co_await listener.accept(stop_.get_token());
       if (!stream) {
         if (stop_.stop_requested()) co_return;
+        ++stats_.acceptErrors;
         // e.g. EMFILE: that connection is lost, the listener is not. Back off:
         // the error repeats without ever suspending, which would keep this
         // reactor from running anything else (other connections, shutdown).
@@ -281,47 +322,124 @@ class StorageServer {
         (void)slept;
         continue;
       }
+      // The next shard in turn with room; none: over the limit, closed at once.
+      StorageServer* shard = nullptr;
+      for (std::size_t i = 0; i < shards.size() && shard == nullptr; ++i) {
+        StorageServer* candidate = shards[(next + i) % shards.size()];
+        if (candidate->tryAdmit()) shard = candidate;
+      }
+      if (shard == nullptr) {
+        ++stats_.refusedConnections;
+        continue;
+      }
       (void)stream->setNoDelay(true);
-      StorageServer* shard = shards[next % shards.size()];
       if (shard != this) {
         // Not read yet, so nothing is read ahead and the release succeeds
-        // (if it did not, this shard would serve the connection).
+        // (if it did not, this shard would serve the connection, moving
+        // the admission here even past this shard's limit).
         coio::Result<coio::detail::FileDescriptor> fd = stream->release();
         if (fd) {
           shard->reactor().spawn(adoptOn(shard, std::move(*fd)));
           continue;
         }
+        shard->unadmit();
+        admitted_.fetch_add(1, std::memory_order_relaxed);
       }
-      adopt(std::move(*stream));
+      serveAdmitted(std::move(*stream));
     }
   }
 
   // Runs on `shard`'s loop thread.
   static coio::Task<void> adoptOn(StorageServer* shard, coio::detail::FileDescriptor fd) {
-    shard->adopt(coio::TcpStream<R>(shard->reactor(), std::move(fd)));
+    shard->serveAdmitted(coio::TcpStream<R>(shard->reactor(), std::move(fd)));
     co_return;
   }
 
+  // Takes a connection slot if this server has one free; any thread (the
+  // accepting shard admits for all).
+  bool tryAdmit() noexcept {
+    std::size_t n = admitted_.load(std::memory_order_relaxed);
+    while (n < options_.maxConnections) {
+      if (admitted_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+  void unadmit() noexcept { admitted_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // Serves a connection that holds a slot (loop thread); the slot is given
+  // back once its socket is closed.
+  void serveAdmitted(coio::TcpStream<R> stream) {
+    if (stopping_) {
+      stream.close();
+      unadmit();
+      return;
+    }
+    scope_.spawn(serveConnection(std::move(stream)));
+  }
+
   coio::Task<void> serveConnection(coio::TcpStream<R> stream) {
-    coio::Result<std::unique_ptr<Channel<R>>> channel = co_await transport_->accept(std::move(stream), stop_.get_token());
+    struct Slot {
+      StorageServer& server;
+      ~Slot() { server.unadmit(); }
+    };
+    const Slot slot{*this};  // destroyed last: after the channel closed its sockets
+    coio::Result<std::unique_ptr<Channel<R>>> channel =
+        co_await transport_->accept(std::move(stream), stop_.get_token(), options_.frameTimeout);
     if (!channel) {
       ++stats_.handshakeFailures;
+      if (channel.error() == std::errc::timed_out) ++stats_.frameTimeouts;
       co_return;
     }
     Connection conn(std::move(*channel));
     connections_.insert(&conn);
     ++stats_.connections;
-    auto [failure, unit] = co_await coio::collectAll(readRequestsThenStop(conn),
-                                                     conn.channel->watchPeer(conn.stop.get_token()));
-    (void)unit;
+    auto [failure, watched, enforced] = co_await coio::collectAll(
+        readRequestsThenStop(conn), conn.channel->watchPeer(conn.stop.get_token()), enforceDeadlines(conn));
+    (void)watched;
+    (void)enforced;
     co_await conn.requests.join();
-    if (failure.isProtocolError()) {
+    if (conn.expired == Expiry::frame) {
+      ++stats_.frameTimeouts;
+      failure = {proto::ProtocolErrc::frameTimeout, failure.requestId};  // the id of a stalled payload's header
+    } else if (conn.expired == Expiry::idle) {
+      ++stats_.idleTimeouts;
+      failure = {proto::ProtocolErrc::idleTimeout, 0};
+    } else if (failure.isProtocolError()) {
       ++stats_.protocolErrors;
-      co_await conn.channel->sendError(failure, options_.errorGrace);
     }
+    if (failure.isProtocolError()) co_await conn.channel->sendError(failure, options_.errorGrace);
     co_await conn.channel->close();
     --stats_.connections;
     connections_.erase(&conn);
+  }
+
+  // Stops the connection once a frame has taken frameTimeout since its
+  // first byte, or once it has had nothing in flight for idleTimeout. It
+  // wakes at least every min(frameTimeout, idleTimeout), so that a deadline
+  // set while it sleeps (never sooner than that from now) is not missed:
+  // nothing on the request path arms a timer.
+  coio::Task<void> enforceDeadlines(Connection& conn) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::duration tick = std::min(options_.frameTimeout, options_.idleTimeout);
+    for (;;) {
+      const Clock::time_point now = Clock::now();
+      Clock::time_point due = Clock::time_point::max();
+      Expiry expiry = Expiry::none;
+      if (const std::optional<Clock::time_point> started = conn.channel->frameStartedAt()) {
+        due = *started + options_.frameTimeout;
+        expiry = Expiry::frame;
+      } else if (conn.inFlight.empty()) {
+        due = conn.idleSince + options_.idleTimeout;
+        expiry = Expiry::idle;
+      }
+      if (now >= due) {
+        conn.expired = expiry;
+        conn.stop.request_stop();
+        co_return;
+      }
+      const bool slept = co_await reactor_.sleepUntil(std::min(due, now + tick), conn.stop.get_token());
+      if (!slept) co_return;  // the connection is ending
+    }
   }
 
   // The reader; its end (or the watch's abort, which ends it) ends
@@ -561,6 +679,7 @@ class StorageServer {
   coio::BatchSemaphore tokens_;  // one per free pool buffer: a request waits for all of its buffers at once
   ServerStats stats_;
   std::stop_source stop_;  // the accept loop's
+  std::atomic<std::size_t> admitted_{0};  // connections from accept to close (tryAdmit)
   bool stopping_ = false;
   bool scopeJoined_ = false;
   std::unordered_set<Connection*> connections_;

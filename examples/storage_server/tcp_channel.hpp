@@ -6,7 +6,9 @@
 
 #include <coio/net/tcp_stream.hpp>
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -27,7 +29,10 @@ class TcpChannel final : public Channel<R> {
   bool broken() const noexcept override { return writer_.broken(); }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
-    return storage::readFrame(reader_, failure, std::move(stop));
+    return storage::readFrame(reader_, failure, std::move(stop), frameStartedAt_);
+  }
+  std::optional<std::chrono::steady_clock::time_point> frameStartedAt() const noexcept override {
+    return frameStartedAt_;
   }
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) override {
     return writer_.send(frame, std::move(stop));
@@ -89,6 +94,7 @@ class TcpChannel final : public Channel<R> {
   coio::TcpStream<R> stream_;
   BufferedReader<R> reader_;
   FrameWriter<R> writer_;
+  std::optional<std::chrono::steady_clock::time_point> frameStartedAt_;
 };
 
 /// Serves connections over the accepted TCP streams themselves.
@@ -96,7 +102,9 @@ template <coio::Reactor R>
 class TcpTransport final : public Transport<R> {
  public:
   std::string_view name() const noexcept override { return "tcp"; }
-  coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token) override {
+  // No handshake: the server's frame and idle deadlines cover the stream from the start.
+  coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token,
+                                                              std::chrono::steady_clock::duration) override {
     co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(stream)));
   }
 };

@@ -1934,11 +1934,56 @@ struct [[nodiscard]] TransformAwaiter {
 // begin <coio/net/tcp_stream.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+// begin <coio/detail/iovec.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+// Gather writes over the caller's iovecs, shared by both reactors and TcpStream.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <span>
+
+namespace coio::detail {
+
+/// A msghdr that sends `parts` (no address, no control data). The kernel
+/// only reads the iovecs, whatever msghdr's type says.
+inline msghdr messageOf(std::span<const iovec> parts) noexcept {
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(parts.data());
+  message.msg_iovlen = parts.size();
+  return message;
+}
+
+inline std::size_t totalBytes(std::span<const iovec> parts) noexcept {
+  std::size_t total = 0;
+  for (const iovec& part : parts) total += part.iov_len;
+  return total;
+}
+
+/// What is left of `parts` once `n` bytes of it went out: whole parts are
+/// dropped, the first one left is trimmed (in place).
+inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept {
+  while (!parts.empty() && n >= parts.front().iov_len) {
+    n -= parts.front().iov_len;
+    parts = parts.subspan(1);
+  }
+  if (n > 0) {
+    parts.front().iov_base = static_cast<std::byte*>(parts.front().iov_base) + n;
+    parts.front().iov_len -= n;
+  }
+  return parts;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+// end <coio/detail/iovec.hpp>
 // begin <coio/reactor/reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <concepts>
@@ -1991,7 +2036,8 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   that can be bytes read ahead from the closed socket).
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
-                           std::span<const std::byte> out, const sockaddr* address, socklen_t length,
+                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
+                           socklen_t length,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
                            std::stop_token stop) {
   r.run();
@@ -2010,6 +2056,7 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
   { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
 };
 
@@ -2020,8 +2067,11 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <span>
 #include <stop_token>
@@ -2081,6 +2131,9 @@ class TcpStream {
   using WriteAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
+  using WritevAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
+                               detail::WriteResult>;
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
@@ -2118,6 +2171,13 @@ class TcpStream {
     return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
+  /// Writes some of `parts` in one system call (at most IOV_MAX parts):
+  /// the byte count written, possibly short. `parts` must stay valid until
+  /// the co_await returns.
+  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  }
+
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
   /// bytes read so far are then in the buffer but not counted).
   Task<Result<void>> readExact(std::span<std::byte> buffer, std::stop_token stop = {}) {
@@ -2135,6 +2195,19 @@ class TcpStream {
       Result<std::size_t> n = co_await write(buffer, stop);
       if (!n) co_return n.error();
       buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Writes all of `parts`, in order, with as few system calls as the
+  /// socket allows (IOV_MAX parts per call): one gather write for a frame
+  /// and its data. Uses `parts` as scratch: afterwards its iovecs describe
+  /// what was left unwritten (nothing, unless an error came first).
+  Task<Result<void>> writeAll(std::span<iovec> parts, std::stop_token stop = {}) {
+    while (!parts.empty()) {  // a write of empty parts returns 0, and advance() drops them
+      Result<std::size_t> n = co_await write(parts.first(std::min<std::size_t>(parts.size(), IOV_MAX)), stop);
+      if (!n) co_return n.error();
+      parts = detail::advance(parts, *n);
     }
     co_return Result<void>{};
   }
@@ -3109,6 +3182,15 @@ struct SendAttempt {
   }
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
 };
+struct SendvAttempt {
+  int fd;
+  std::span<const iovec> parts;
+  long operator()() noexcept {
+    msghdr message = messageOf(parts);
+    return retryOnEintr([&] { return ::sendmsg(fd, &message, MSG_NOSIGNAL); });
+  }
+  bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < totalBytes(parts); }
+};
 struct NeverExhausted {
   bool exhausted(long) const noexcept { return false; }
 };
@@ -3205,6 +3287,11 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
   Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                     std::stop_token stop = {}) noexcept;
+  /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
+  /// written, possibly fewer than asked. `parts` must stay valid until the
+  /// co_await returns.
+  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
+                                                      std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
@@ -3449,6 +3536,11 @@ inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_to
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendAttempt, std::size_t> {
   return {*this, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
+}
+
+inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> Operation<detail::SendvAttempt, std::size_t> {
+  return {*this, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
 inline void EpollReactor::forget(int fd) noexcept {

@@ -1939,11 +1939,56 @@ struct [[nodiscard]] TransformAwaiter {
 // begin <coio/net/tcp_stream.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+// begin <coio/detail/iovec.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+// Gather writes over the caller's iovecs, shared by both reactors and TcpStream.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <span>
+
+namespace coio::detail {
+
+/// A msghdr that sends `parts` (no address, no control data). The kernel
+/// only reads the iovecs, whatever msghdr's type says.
+inline msghdr messageOf(std::span<const iovec> parts) noexcept {
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(parts.data());
+  message.msg_iovlen = parts.size();
+  return message;
+}
+
+inline std::size_t totalBytes(std::span<const iovec> parts) noexcept {
+  std::size_t total = 0;
+  for (const iovec& part : parts) total += part.iov_len;
+  return total;
+}
+
+/// What is left of `parts` once `n` bytes of it went out: whole parts are
+/// dropped, the first one left is trimmed (in place).
+inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept {
+  while (!parts.empty() && n >= parts.front().iov_len) {
+    n -= parts.front().iov_len;
+    parts = parts.subspan(1);
+  }
+  if (n > 0) {
+    parts.front().iov_base = static_cast<std::byte*>(parts.front().iov_base) + n;
+    parts.front().iov_len -= n;
+  }
+  return parts;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+// end <coio/detail/iovec.hpp>
 // begin <coio/reactor/reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <concepts>
@@ -1996,7 +2041,8 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   that can be bytes read ahead from the closed socket).
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
-                           std::span<const std::byte> out, const sockaddr* address, socklen_t length,
+                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
+                           socklen_t length,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
                            std::stop_token stop) {
   r.run();
@@ -2015,6 +2061,7 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
   { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
 };
 
@@ -2025,8 +2072,11 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <span>
 #include <stop_token>
@@ -2086,6 +2136,9 @@ class TcpStream {
   using WriteAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
+  using WritevAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
+                               detail::WriteResult>;
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
@@ -2123,6 +2176,13 @@ class TcpStream {
     return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
+  /// Writes some of `parts` in one system call (at most IOV_MAX parts):
+  /// the byte count written, possibly short. `parts` must stay valid until
+  /// the co_await returns.
+  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  }
+
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
   /// bytes read so far are then in the buffer but not counted).
   Task<Result<void>> readExact(std::span<std::byte> buffer, std::stop_token stop = {}) {
@@ -2140,6 +2200,19 @@ class TcpStream {
       Result<std::size_t> n = co_await write(buffer, stop);
       if (!n) co_return n.error();
       buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Writes all of `parts`, in order, with as few system calls as the
+  /// socket allows (IOV_MAX parts per call): one gather write for a frame
+  /// and its data. Uses `parts` as scratch: afterwards its iovecs describe
+  /// what was left unwritten (nothing, unless an error came first).
+  Task<Result<void>> writeAll(std::span<iovec> parts, std::stop_token stop = {}) {
+    while (!parts.empty()) {  // a write of empty parts returns 0, and advance() drops them
+      Result<std::size_t> n = co_await write(parts.first(std::min<std::size_t>(parts.size(), IOV_MAX)), stop);
+      if (!n) co_return n.error();
+      parts = detail::advance(parts, *n);
     }
     co_return Result<void>{};
   }
@@ -3114,6 +3187,15 @@ struct SendAttempt {
   }
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
 };
+struct SendvAttempt {
+  int fd;
+  std::span<const iovec> parts;
+  long operator()() noexcept {
+    msghdr message = messageOf(parts);
+    return retryOnEintr([&] { return ::sendmsg(fd, &message, MSG_NOSIGNAL); });
+  }
+  bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < totalBytes(parts); }
+};
 struct NeverExhausted {
   bool exhausted(long) const noexcept { return false; }
 };
@@ -3210,6 +3292,11 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
   Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                     std::stop_token stop = {}) noexcept;
+  /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
+  /// written, possibly fewer than asked. `parts` must stay valid until the
+  /// co_await returns.
+  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
+                                                      std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
@@ -3454,6 +3541,11 @@ inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_to
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendAttempt, std::size_t> {
   return {*this, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
+}
+
+inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> Operation<detail::SendvAttempt, std::size_t> {
+  return {*this, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
 inline void EpollReactor::forget(int fd) noexcept {
@@ -4406,20 +4498,33 @@ struct RecvPrep {
     io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), 0);
   }
 };
+// A socket with room in its send buffer takes the data at once: one
+// send(2) then costs less than an io_uring round trip (an enter to submit
+// and one to reap). So the send operations try a non-blocking call first;
+// this is its outcome as tryNow() reports it: the byte count (at most
+// MAX_RW_COUNT, as an io_uring result), -errno, or nothing if the socket
+// is full.
+inline std::optional<int> sentNow(ssize_t n) noexcept {
+  if (n >= 0) return static_cast<int>(n);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
+  return -errno;
+}
 struct SendPrep {
   int fd;
   std::span<const std::byte> buffer;
   void operator()(io_uring_sqe* sqe) const noexcept {
     io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), MSG_NOSIGNAL);
   }
-  // A socket with room in its send buffer takes the data at once: one
-  // send(2) then costs less than an io_uring round trip (an enter to submit
-  // and one to reap). The result, or nothing if the socket is full.
   std::optional<int> tryNow() const noexcept {
-    const ssize_t n = ::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<int>(n);  // at most MAX_RW_COUNT, as an io_uring result
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
-    return -errno;
+    return sentNow(::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
+  }
+};
+struct SendvPrep {
+  int fd;
+  msghdr message;  // lives in the operation until the kernel has read it
+  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_sendmsg(sqe, fd, &message, MSG_NOSIGNAL); }
+  std::optional<int> tryNow() const noexcept {
+    return sentNow(::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT));
   }
 };
 struct AcceptPrep {
@@ -4474,6 +4579,7 @@ inline std::string describeUringSetupError(int err) {
 ///   completion through user_data. One exception: `send` first tries a
 ///   non-blocking send(2) and completes without suspending when the socket
 ///   takes the data (the usual case); only a full socket costs an SQE.
+///   `sendv` (sendmsg) likewise.
 ///   `recv` may read from one multishot recv kept armed per socket instead
 ///   (RecvMode: by default, on sockets whose traffic is request/response).
 ///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
@@ -4575,6 +4681,11 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// Sends with a non-blocking send(2) first, and an SQE only when the socket is full: bytes sent.
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
+  /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
+  /// written, possibly fewer than asked. `parts` must stay valid until the
+  /// co_await returns.
+  Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
+                                                  std::stop_token stop = {}) noexcept;
 
   /// Drops the socket's receiver, if it has one, with what it holds (an
   /// armed recv is cancelled; the receiver is freed when its last completion
@@ -5408,6 +5519,11 @@ inline void UringReactor::destroyReceiver(detail::UringReceiver* receiver) noexc
 inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendPrep, std::size_t> {
   return {*this, detail::SendPrep{fd, buffer}, std::move(stop)};
+}
+
+inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> Operation<detail::SendvPrep, std::size_t> {
+  return {*this, detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
 
 inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
@@ -6391,6 +6507,7 @@ class File {
 #include <span>
 #include <stop_token>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace coio {
@@ -6422,8 +6539,16 @@ namespace coio {
 /// - Destroying the batch while reads are in flight (its coroutine frame
 ///   destroyed with its stopped reactor) waits for the kernel to let go of
 ///   the buffers first (see Disk for who waits).
-/// - The destinations must stay valid until the `co_await` returns. The
-///   batch can be reused after clear(). Loop thread only; not movable.
+/// - Streaming: `batch.start()` hands the reads to the kernel the same way
+///   but returns at once; each `co_await batch.next(stop)` then yields the
+///   index of one completed read, in completion order (reads that never
+///   went to the kernel first: invalid, empty, refused), and std::nullopt
+///   once every read was yielded. It resumes on the Disk's loop thread.
+///   A stop requested while reads are in flight cancels them; next() goes
+///   on yielding them as their completions arrive.
+/// - The destinations must stay valid until the `co_await` returns (when
+///   streaming: until next() yielded nullopt). The batch can be reused
+///   after clear(). Loop thread only; not movable.
 class ReadBatch {
   struct Read;
 
@@ -6460,6 +6585,9 @@ class ReadBatch {
   void clear() noexcept {
     COIO_ASSERT(remaining_ == 0, "ReadBatch cleared while its reads are in flight");
     reads_.clear();
+    completed_.clear();
+    yielded_ = 0;
+    streaming_ = false;
   }
 
   class [[nodiscard]] Awaiter {
@@ -6471,8 +6599,9 @@ class ReadBatch {
     bool await_ready() const noexcept { return false; }
     bool await_suspend(std::coroutine_handle<> h) {
       batch_.handle_ = h;
+      batch_.streaming_ = false;
       // Nothing to wait for (empty, invalid or cancelled reads).
-      if (!batch_.start(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
+      if (!batch_.submitAll(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;
     }
@@ -6494,6 +6623,65 @@ class ReadBatch {
   /// Same as `submit()` without a stop token.
   Awaiter operator co_await() noexcept { return submit(); }
 
+  /// Streaming: submits the reads (as submit() does) without waiting for
+  /// them; next() yields them as they complete. Throws only std::bad_alloc,
+  /// before anything is submitted.
+  void start() {
+    COIO_ASSERT(remaining_ == 0, "ReadBatch started while its reads are in flight");
+    completed_.clear();
+    completed_.reserve(reads_.size());  // completions push without allocating
+    yielded_ = 0;
+    streaming_ = true;
+    submitAll(false);
+    for (std::size_t i = 0; i < reads_.size(); ++i) {
+      if (!reads_[i].pending()) completed_.push_back(i);
+    }
+  }
+
+  class [[nodiscard]] NextAwaiter {
+   public:
+    NextAwaiter(ReadBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
+    NextAwaiter(const NextAwaiter&) = delete;
+    NextAwaiter& operator=(const NextAwaiter&) = delete;
+    ~NextAwaiter() {
+      if (handle_ && batch_.handle_ == handle_) batch_.handle_ = nullptr;  // destroyed while waiting here
+    }
+
+    bool await_ready() noexcept {
+      COIO_ASSERT(batch_.streaming_, "ReadBatch::next() without start()");
+      if (stop_.stop_requested()) batch_.cancel();
+      const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
+      return inline_.admit(batch_.ring_.loop(), ready);
+    }
+    bool await_suspend(std::coroutine_handle<> h) {
+      if (inline_.deferred(batch_.ring_.loop(), h)) return true;
+      handle_ = batch_.handle_ = h;
+      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
+      return true;
+    }
+    std::optional<std::size_t> await_resume() noexcept {
+      onStop_.reset();
+      handle_ = nullptr;
+      if (batch_.yielded_ == batch_.completed_.size()) return std::nullopt;
+      return batch_.completed_[batch_.yielded_++];
+    }
+
+   private:
+    struct OnStop {
+      ReadBatch* batch;
+      void operator()() const noexcept { batch->cancel(); }
+    };
+    ReadBatch& batch_;
+    std::stop_token stop_;
+    std::coroutine_handle<> handle_;
+    detail::InlineCompletion inline_;
+    std::optional<std::stop_callback<OnStop>> onStop_;
+  };
+
+  /// Streaming: the index of the next completed read (see start()), or
+  /// std::nullopt once every read was yielded.
+  NextAwaiter next(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
+
  private:
   struct Read : detail::DiskOp {
     Read(ReadBatch* batch, const detail::DiskRequest& request, std::error_code invalid) noexcept
@@ -6503,7 +6691,14 @@ class ReadBatch {
       COIO_ASSERT(self->pending(), "a completion for a read that is not in flight");
       self->state = State::done;
       self->result = result;
-      if (--self->batch->remaining_ == 0) self->batch->handle_.resume();
+      ReadBatch& batch = *self->batch;
+      --batch.remaining_;
+      if (batch.streaming_) {
+        batch.completed_.push_back(static_cast<std::size_t>(self - batch.reads_.data()));
+        if (batch.handle_) std::exchange(batch.handle_, nullptr).resume();
+      } else if (batch.remaining_ == 0) {
+        batch.handle_.resume();
+      }
     }
     ReadBatch* batch;
     detail::DiskRequest request;
@@ -6524,7 +6719,7 @@ class ReadBatch {
   // so an exception must not unwind the awaiting coroutine. If the ring
   // refuses an SQE (submit throws), that read and the ones after it fail
   // with the error and the batch waits for those already submitted.
-  bool start(bool stopped) noexcept {
+  bool submitAll(bool stopped) noexcept {
     COIO_ASSERT(remaining_ == 0, "ReadBatch awaited twice at once");
     for (Read& read : reads_) {
       read.state = detail::DiskOp::State::done;
@@ -6581,7 +6776,10 @@ class ReadBatch {
   detail::DiskRing& ring_;
   std::vector<Read> reads_;
   std::size_t remaining_ = 0;
-  std::coroutine_handle<> handle_;
+  std::coroutine_handle<> handle_;  // the awaiting coroutine (streaming: only while next() waits)
+  bool streaming_ = false;          // start()ed: completions are queued for next()
+  std::vector<std::size_t> completed_;  // streaming: indices in completion order; [0, yielded_) yielded
+  std::size_t yielded_ = 0;
 };
 
 }  // namespace coio

@@ -7,6 +7,7 @@
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/read_batch.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <exception>
 #include <optional>
 #include <random>
+#include <set>
 #include <stop_token>
 #include <thread>
 
@@ -22,6 +24,7 @@ using coio::BufferPool;
 using coio::File;
 using coio::ReadBatch;
 using coio::Task;
+using coio::testing::checkFifoUnclaimed;
 using coio::testing::DiskReactors;
 using coio::testing::makeFifo;
 using coio::testing::openOrFail;
@@ -305,4 +308,93 @@ TEMPLATE_LIST_TEST_CASE("a ring refusing SQEs mid-batch fails the reads left, no
     CHECK(batch.result(0).value() == kSize);
   };
   s.reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("a started batch yields each read as it completes, out of order, then nullopt",
+                        "[disk][batch]", DiskReactors) {
+  // Reads of a FIFO complete only once it is written: the file reads (and
+  // the invalid one, which never goes to the kernel) must come out first,
+  // each exactly once, with its own bytes; the FIFO reads after the write.
+  TempDir dir;
+  const std::string fifo = makeFifo(dir);
+  const std::string path = dir.patternFile(5, 1 << 20);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path);
+    File pipe = openOrFail(disk, fifo, {.write = true});
+    std::vector<std::vector<std::byte>> buffers(12, std::vector<std::byte>(4096));
+    ReadBatch batch(disk);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (i < 2) {
+        batch.add(pipe, 0, std::span(buffers[i]).first(3));  // FIFO reads: first added, last done
+      } else {
+        batch.add(file, i * 4096, buffers[i]);
+      }
+    }
+    File direct = openOrFail(disk, path, {.direct = true});
+    const std::size_t invalid = batch.add(direct, 1, buffers[0]);  // misaligned: never submitted, yielded at once
+    batch.start();
+    std::vector<std::size_t> order;
+    for (std::size_t n = 0; n < buffers.size() - 1; ++n) {  // the invalid read and the 10 file reads
+      std::optional<std::size_t> i = co_await batch.next();
+      REQUIRE(i.has_value());
+      order.push_back(*i);
+    }
+    CHECK(order.front() == invalid);
+    CHECK(batch.result(invalid).error() == coio::DiskErrc::misalignedDirectIo);
+    for (std::size_t k = 1; k < order.size(); ++k) {
+      const std::size_t i = order[k];
+      REQUIRE(i >= 2);  // no FIFO read yet: nobody wrote to it
+      CHECK(batch.result(i).value() == 4096);
+      CHECK(matchesPattern(5, i * 4096, buffers[i]));
+    }
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    REQUIRE(writer >= 0);
+    REQUIRE(::write(writer, "abcdef", 6) == 6);
+    std::optional<std::size_t> a = co_await batch.next();
+    std::optional<std::size_t> b = co_await batch.next();
+    ::close(writer);
+    REQUIRE((a && b));
+    CHECK(*a + *b == 1);  // 0 and 1, in either order
+    CHECK(batch.result(0).value() == 3);
+    CHECK(batch.result(1).value() == 3);
+    std::optional<std::size_t> end = co_await batch.next();
+    CHECK_FALSE(end.has_value());
+    end = co_await batch.next();
+    CHECK_FALSE(end.has_value());  // stays at the end
+    std::set<std::size_t> seen(order.begin(), order.end());
+    seen.insert({*a, *b});
+    CHECK(seen.size() == batch.size());
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("a stop while a started batch waits cancels its reads, which next() still yields",
+                        "[disk][batch]", DiskReactors) {
+  TempDir dir;
+  const std::string fifo = makeFifo(dir);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  auto test = [&]() -> Task<void> {
+    File pipe = openOrFail(disk, fifo, {.write = true});
+    std::vector<std::vector<std::byte>> buffers(3, std::vector<std::byte>(16));
+    ReadBatch batch(disk);
+    for (auto& buffer : buffers) batch.add(pipe, 0, buffer);
+    batch.start();
+    std::stop_source stop;
+    auto stopLater = [&]() -> Task<void> {
+      co_await reactor.sleepFor(20ms);
+      stop.request_stop();
+    };
+    reactor.spawn(stopLater());
+    std::size_t yielded = 0;
+    while (std::optional<std::size_t> i = co_await batch.next(stop.get_token())) {
+      CHECK(batch.result(*i).error() == std::errc::operation_canceled);
+      ++yielded;
+    }
+    CHECK(yielded == buffers.size());
+  };
+  reactor.runUntil(test());
+  checkFifoUnclaimed(fifo);
 }

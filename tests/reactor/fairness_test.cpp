@@ -173,6 +173,21 @@ TEMPLATE_LIST_TEST_CASE("an operation that is ready every time does not starve t
     ::shutdown(fd, SHUT_WR);  // the drain thread ends
     coio::testing::checkServed(s, budget);
   }
+  SECTION("gather send to a socket whose peer drains it") {
+    std::jthread drain([p = peer.get()] {
+      std::array<char, 65536> sink;
+      while (::recv(p, sink.data(), sink.size(), 0) > 0) {
+      }
+    });
+    const iovec parts[] = {{buffer.data(), 8}, {buffer.data() + 8, 8}};
+    auto step = [&]() -> Task<bool> {
+      coio::Result<std::size_t> sent = co_await reactor.sendv(fd, parts);
+      co_return sent.valueOr(0) > 0;
+    };
+    const coio::testing::LoopService s = coio::testing::serviceWhileHammered(reactor, step);
+    ::shutdown(fd, SHUT_WR);  // the drain thread ends
+    coio::testing::checkServed(s, budget);
+  }
   SECTION("recv from a socket that always holds data (echoed back by the peer)") {
     const std::array<std::byte, 4096> fill{};
     REQUIRE(::send(peer.get(), fill.data(), fill.size(), 0) == static_cast<ssize_t>(fill.size()));

@@ -114,3 +114,19 @@ TEST_CASE("Request bodies: IO count limit, checksum mode and reserved bytes are 
   for (int i = 4; i < 8; ++i) copy[kHeaderSize + static_cast<std::size_t>(i)] = std::byte{0xFF};
   CHECK(decodeBatchReadRequest(payloadOf(copy), 0xFFFFFFFFu).error() == ProtocolErrc::truncated);
 }
+
+TEST_CASE("Error codes keep their wire values (PROTOCOL.md), each with its own message", "[protocol]") {
+  CHECK(static_cast<int>(ProtocolErrc::tooManyRequests) == 12);
+  CHECK(static_cast<int>(ProtocolErrc::frameTimeout) == 13);
+  CHECK(static_cast<int>(ProtocolErrc::idleTimeout) == 14);
+  const std::string unknown = std::error_code(static_cast<ProtocolErrc>(15)).message();
+  for (int code = 1; code <= 14; ++code) {
+    const ProtocolErrc e = static_cast<ProtocolErrc>(code);
+    CHECK(std::error_code(e).message() != unknown);
+    std::vector<std::byte> frame;
+    encode(frame, 0, ErrorFrame{e, std::error_code(e).message()});
+    auto err = decodeError(payloadOf(frame));
+    REQUIRE(err);
+    CHECK(err->code == e);
+  }
+}

@@ -16,13 +16,16 @@
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -119,25 +122,46 @@ struct Fixture {
     co_await server.shutdown();
     if (failure) std::rethrow_exception(failure);
   }
-  // A connected channel of the setup's transport, its memory registered.
-  Task<std::unique_ptr<storage::Channel<R>>> channel() {
-    Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, address);
-    REQUIRE(stream);
+  // A channel of the setup's transport connected to `to`, its memory registered.
+  Task<Result<std::unique_ptr<storage::Channel<R>>>> connectChannel(coio::SocketAddress to, std::stop_token stop = {}) {
+    Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, to, stop);
+    if (!stream) co_return stream.error();
 #if COIO_E2E_RDMA
     Result<std::unique_ptr<storage::Channel<R>>> c =
-        co_await storage::RdmaChannel<R>::connect(reactor, *device, std::move(*stream), {}, 10s);
-    INFO(c.error().message());
-    REQUIRE(c);
+        co_await storage::RdmaChannel<R>::connect(reactor, *device, std::move(*stream), std::move(stop), 10s);
+    if (!c) co_return c.error();
     const Result<void> registered = (*c)->registerMemory(arena);
-    REQUIRE(registered);
+    if (!registered) {
+      co_await (*c)->close();
+      co_return registered.error();
+    }
     co_return std::move(*c);
 #else
-    co_return std::make_unique<storage::TcpChannel<R>>(std::move(*stream));
+    co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<storage::TcpChannel<R>>(std::move(*stream)));
 #endif
   }
+  // The server's end of a channel over an accepted stream (a stand-in server's).
+  Task<Result<std::unique_ptr<storage::Channel<R>>>> acceptChannel(coio::TcpStream<R> stream) {
+#if COIO_E2E_RDMA
+    co_return co_await storage::RdmaChannel<R>::connect(reactor, *device, std::move(stream), {}, 10s);
+#else
+    co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<storage::TcpChannel<R>>(std::move(stream)));
+#endif
+  }
+  // A connected channel to the server.
+  Task<std::unique_ptr<storage::Channel<R>>> channel() {
+    Result<std::unique_ptr<storage::Channel<R>>> c = co_await connectChannel(address);
+    INFO(c.error().message());
+    REQUIRE(c);
+    co_return std::move(*c);
+  }
+  // A client that reconnects to the server after an idle close.
   Task<std::unique_ptr<storage::StorageClient<R>>> client(storage::ClientOptions options = {.verifyChecksums = true}) {
-    std::unique_ptr<storage::Channel<R>> c = co_await channel();
-    co_return storage::StorageClient<R>::open(std::move(c), limiter, options);
+    Result<std::unique_ptr<storage::StorageClient<R>>> c = co_await storage::StorageClient<R>::connect(
+        [this](std::stop_token stop) { return connectChannel(address, std::move(stop)); }, limiter, options);
+    INFO(c.error().message());
+    REQUIRE(c);
+    co_return std::move(*c);
   }
   // `n` bytes of the arena, 64-byte aligned.
   std::span<std::byte> buffer(std::size_t n) {
@@ -672,6 +696,371 @@ TEMPLATE_LIST_TEST_CASE("a client that stops reading is dropped after the send t
   });
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reads `stream` until it ends (EOF, reset): what arrived, or nullopt if it
+// is still open after 5 s.
+template <typename R>
+Task<std::optional<std::vector<std::byte>>> readUntilEnd(R& reactor, coio::TcpStream<R>& stream) {
+  std::vector<std::byte> got;
+  auto readAll = [&](std::stop_token stop) -> Task<Result<void>> {
+    std::byte chunk[256];
+    for (;;) {
+      Result<std::size_t> n = co_await stream.read(chunk, stop);
+      if (!n) co_return n.error();
+      got.insert(got.end(), chunk, chunk + *n);
+    }
+  };
+  const Result<void> end = co_await coio::withTimeout(reactor, readAll, 5s);
+  if (end.error() == std::errc::timed_out) co_return std::nullopt;
+  co_return std::move(got);
+}
+
+// The next frame on `channel`, or timed_out after `limit`.
+template <typename R, typename Channel>
+Task<Result<storage::IncomingFrame>> readWithin(R& reactor, Channel& channel, Clock::duration limit) {
+  storage::ReadFailure failure;
+  auto read = [&](std::stop_token stop) { return channel.readFrame(failure, std::move(stop)); };
+  co_return co_await coio::withTimeout(reactor, read, limit);
+}
+
+// The code of an Error frame (the test fails on anything else).
+storage::proto::ProtocolErrc errorCode(const storage::IncomingFrame& frame) {
+  REQUIRE(frame.header.type == storage::proto::MessageType::error);
+  Result<storage::proto::ErrorFrame> error = storage::proto::decodeError(frame.payload);
+  REQUIRE(error);
+  return error->code;
+}
+
+// How the server ended a dribbling connection.
+struct Cut {
+  bool ended = false;           // within 5 s
+  Clock::duration after{};      // since just before the connect
+  std::vector<std::byte> received;
+};
+
+// Connects and sends the first `atOnce` bytes of a request frame (id 1),
+// then one more every 20 ms up to `total` (over RDMA the bytes are taken
+// for the start of the 48-byte handshake): never a whole frame. Returns
+// when and how the server ended the connection.
+template <typename S>
+Task<Cut> dribble(Fixture<S>& fx, std::size_t atOnce, std::size_t total) {
+  using R = typename S::R;
+  const Clock::time_point start = Clock::now();
+  Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(fx.reactor, fx.address);
+  REQUIRE(stream);
+  const std::vector<std::byte> frame = requestFrame(1, {{1, 0, 10, {}}});
+  std::stop_source ended;
+  auto send = [&]() -> Task<void> {
+    for (std::size_t at = 0, n = atOnce; at < total && !ended.stop_requested(); at += n, n = 1) {
+      const Result<void> sent = co_await stream->writeAll(std::span(frame).subspan(at, n));
+      if (!sent) co_return;
+      (void)co_await fx.reactor.sleepFor(20ms, ended.get_token());
+    }
+  };
+  auto watch = [&]() -> Task<Cut> {
+    std::optional<std::vector<std::byte>> received = co_await readUntilEnd(fx.reactor, *stream);
+    ended.request_stop();
+    co_return Cut{received.has_value(), Clock::now() - start, received.value_or(std::vector<std::byte>{})};
+  };
+  auto [unit, cut] = co_await coio::collectAll(send(), watch());
+  (void)unit;
+  co_return std::move(cut);
+}
+
+// `n` small reads in a row, once the dribblers have begun: how long they took.
+template <typename S, typename Client>
+Task<Clock::duration> readMany(Fixture<S>& fx, Client& client, std::uint32_t n) {
+  co_await fx.reactor.sleepFor(20ms);
+  const Clock::time_point start = Clock::now();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::vector<ReadOp> ios = {{i % kChunks, 100 * i, 4096, {}}};
+    const std::vector<ReadOutcome> outcomes = co_await readAndCheck(fx, client, ios);
+    CHECK(outcomes[0].status == IoStatus::ok);
+  }
+  co_return Clock::now() - start;
+}
+
+// Whether `stream` ends (EOF, reset) within 1 s, or stays open.
+template <typename R>
+Task<bool> endsSoon(R& reactor, coio::TcpStream<R>& stream) {
+  std::byte byte[64];
+  auto read = [&](std::stop_token stop) { return stream.read(byte, std::move(stop)); };
+  const Result<std::size_t> n = co_await coio::withTimeout(reactor, read, 1s);
+  co_return !n && n.error() != std::errc::timed_out;  // over RDMA an admitted one sends its handshake
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("peers that stall mid-frame are cut at the frame deadline; a good client keeps being served",
+                        "[storage][e2e][deadline]", Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.frameTimeout = 200ms;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    auto good = co_await fx.client();
+    // Three dribble a header; the last sends a header and 3 payload bytes, then 3 more.
+    std::vector<Task<Cut>> dribblers;
+    for (int i = 0; i < 3; ++i) dribblers.push_back(dribble(fx, 1, 20));
+    dribblers.push_back(dribble(fx, storage::proto::kHeaderSize + 3, storage::proto::kHeaderSize + 6));
+    auto [cuts, took] = co_await coio::collectAll(coio::collectAllRange(std::move(dribblers)), readMany(fx, *good, 50));
+    CHECK(took < 2s);  // 50 reads while 4 connections dribble
+    for (std::size_t i = 0; i < cuts.size(); ++i) {
+      const Cut& cut = cuts[i];
+      CHECK(cut.ended);
+      if (!cut.ended) continue;
+      CHECK(cut.after >= 200ms);  // not before the deadline
+      CHECK(cut.after < 3s);
+      if constexpr (!TestType::rdma) {  // an Error frame, then the close
+        REQUIRE(cut.received.size() >= storage::proto::kHeaderSize);
+        Result<storage::proto::FrameHeader> header =
+            storage::proto::decodeHeader(std::span(cut.received).first(storage::proto::kHeaderSize));
+        REQUIRE(header);
+        CHECK(header->requestId == (i == 3 ? 1u : 0u));  // once the header is in, the frame's
+        const std::span<const std::byte> payload = std::span(cut.received).subspan(storage::proto::kHeaderSize);
+        CHECK(errorCode({*header, {payload.begin(), payload.end()}}) == storage::proto::ProtocolErrc::frameTimeout);
+      }
+    }
+    CHECK(fx.server->stats().frameTimeouts == cuts.size());
+    CHECK(fx.server->stats().protocolErrors == 0);
+    const std::vector<ReadOp> probe = {{5, 100, 1000, {}}};
+    const std::vector<ReadOutcome> served = co_await readAndCheck(fx, *good, probe);
+    CHECK(served[0].status == IoStatus::ok);
+    co_await good->close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a connection with nothing in flight is closed after the idle timeout, with Error(idleTimeout)",
+                        "[storage][e2e][deadline]", Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.idleTimeout = 200ms;
+  options.transmitTimeout = 2s;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    using storage::proto::MessageType;
+    const Clock::time_point start = Clock::now();
+    auto idle = co_await fx.channel();
+    auto busy = co_await fx.channel();
+    std::span<std::byte> into = fx.buffer(100);
+    const std::vector<std::byte> request = requestFrame(1, {{1, 0, 100, remoteOf(*busy, into)}});
+    co_await sendRaw(*busy, request);
+    Result<storage::IncomingFrame> ask = co_await readRaw(*busy);
+    REQUIRE(ask);
+    REQUIRE(ask->header.type == MessageType::transmitRequest);
+
+    Result<storage::IncomingFrame> told = co_await readWithin(fx.reactor, *idle, 5s);
+    const Clock::duration after = Clock::now() - start;
+    INFO(told.error().message());
+    REQUIRE(told);
+    CHECK(errorCode(*told) == storage::proto::ProtocolErrc::idleTimeout);
+    CHECK(told->header.requestId == 0);
+    CHECK(after >= 200ms);
+    CHECK(after < 3s);
+    Result<storage::IncomingFrame> end = co_await readWithin(fx.reactor, *idle, 5s);
+    CHECK_FALSE(end);
+    CHECK(end.error() != std::errc::timed_out);  // closed
+
+    // A request waiting for its grant longer than the idle timeout keeps its connection.
+    co_await fx.reactor.sleepFor(100ms);
+    const Clock::time_point granted = Clock::now();
+    std::vector<std::byte> grant;
+    storage::proto::encodeEmpty(grant, MessageType::transmitGrant, 1);
+    co_await sendRaw(*busy, grant);
+    Result<storage::IncomingFrame> reply = co_await readRaw(*busy);
+    REQUIRE(reply);
+    REQUIRE(reply->header.type == MessageType::batchReadResponse);
+    auto response = storage::proto::decodeBatchReadResponse(reply->payload, 1);
+    REQUIRE(response);
+    CHECK(response->results.at(0).status == IoStatus::ok);
+    const Result<void> data = co_await busy->receiveData(into, {});
+    REQUIRE(data);
+    CHECK(storage::matchesChunkBytes(1, 0, into));
+    // ... and its idle time counts from the end of that request.
+    Result<storage::IncomingFrame> busyTold = co_await readWithin(fx.reactor, *busy, 5s);
+    REQUIRE(busyTold);
+    CHECK(errorCode(*busyTold) == storage::proto::ProtocolErrc::idleTimeout);
+    CHECK(Clock::now() - granted >= 200ms);
+    CHECK(fx.server->stats().idleTimeouts == 2);
+    CHECK(fx.server->stats().protocolErrors == 0);
+    co_await idle->close();
+    co_await busy->close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("after the server closes an idle connection the client reconnects: no error reaches the caller",
+                        "[storage][e2e][deadline]", Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.idleTimeout = 200ms;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    int connects = 0;
+    auto connected = co_await storage::StorageClient<typename TestType::R>::connect(
+        [&fx, &connects](std::stop_token stop) {
+          ++connects;
+          return fx.connectChannel(fx.address, std::move(stop));
+        },
+        fx.limiter, {.verifyChecksums = true});
+    REQUIRE(connected);
+    auto& client = **connected;
+    const std::vector<ReadOp> ios = {{2, 10, 3000, {}}};
+    const std::vector<ReadOutcome> first = co_await readAndCheck(fx, client, ios);
+    CHECK(first[0].status == IoStatus::ok);
+    auto& server = *fx.server;
+    const bool closed = co_await eventually(
+        fx.reactor, [&server] { return server.stats().idleTimeouts == 1 && server.admittedConnections() == 0; });
+    CHECK(closed);
+    CHECK_FALSE(client.failure());
+    // Three at once share one new connection.
+    std::vector<Task<std::vector<ReadOutcome>>> reads;
+    for (int i = 0; i < 3; ++i) reads.push_back(readAndCheck(fx, client, ios));
+    const std::vector<std::vector<ReadOutcome>> again = co_await coio::collectAllRange(std::move(reads));
+    for (const auto& outcomes : again) CHECK(outcomes[0].status == IoStatus::ok);
+    CHECK(connects == 2);
+    CHECK(server.stats().idleTimeouts == 1);
+    CHECK(server.admittedConnections() == 1);
+    co_await client.close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a request that crosses the server's idle close is sent again on a new connection",
+                        "[storage][e2e][deadline]", Setups) {
+  using R = typename TestType::R;
+  Fixture<TestType> f;
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    // The first connection goes to a stand-in server that reads the request
+    // and answers Error(idleTimeout), as the real one does when it decided
+    // the connection was idle just before the request came.
+    auto bound = coio::TcpListener<R>::bind(fx.reactor, *coio::SocketAddress::parse("127.0.0.1:0"));
+    REQUIRE(bound);
+    const coio::SocketAddress standIn = *bound->localAddress();
+    int connects = 0;
+    auto connectClient = [&]() -> Task<Result<std::unique_ptr<storage::StorageClient<R>>>> {
+      co_return co_await storage::StorageClient<R>::connect(
+          [&](std::stop_token stop) {
+            return fx.connectChannel(connects++ == 0 ? standIn : fx.address, std::move(stop));
+          },
+          fx.limiter,
+          {.verifyChecksums = true});
+    };
+    auto acceptStandIn = [&]() -> Task<Result<std::unique_ptr<storage::Channel<R>>>> {
+      Result<coio::TcpStream<R>> stream = co_await bound->accept();
+      if (!stream) co_return stream.error();
+      co_return co_await fx.acceptChannel(std::move(*stream));
+    };
+    auto [client, standInChannel] = co_await coio::collectAll(connectClient(), acceptStandIn());
+    REQUIRE(client);
+    REQUIRE(standInChannel);
+    auto answerIdle = [&](storage::Channel<R>& channel) -> Task<void> {
+      Result<storage::IncomingFrame> request = co_await readRaw(channel);
+      REQUIRE(request);
+      CHECK(request->header.type == storage::proto::MessageType::batchReadRequest);
+      co_await channel.sendError({storage::proto::ProtocolErrc::idleTimeout, 0}, 1s);
+    };
+    const std::vector<ReadOp> ios = {{3, 7, 2000, {}}};
+    auto [outcomes, unit] = co_await coio::collectAll(readAndCheck(fx, **client, ios), answerIdle(**standInChannel));
+    (void)unit;
+    CHECK(outcomes[0].status == IoStatus::ok);
+    CHECK(connects == 2);
+    CHECK_FALSE((*client)->failure());
+    co_await (*standInChannel)->close();
+    co_await (*client)->close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("connections over --max-connections are closed at once; open ones keep working; new ones are "
+                        "served after the flood", "[storage][e2e][limit]", Setups) {
+  using R = typename TestType::R;
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.maxConnections = 8;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    auto good = co_await fx.client();
+    std::vector<coio::TcpStream<R>> flood;
+    for (int i = 0; i < 20; ++i) {
+      Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(fx.reactor, fx.address);
+      REQUIRE(stream);
+      flood.push_back(std::move(*stream));
+    }
+    auto& server = *fx.server;
+    const bool refused = co_await eventually(fx.reactor, [&server] { return server.stats().refusedConnections == 13; });
+    CHECK(refused);
+    CHECK(server.admittedConnections() == 8);
+    std::vector<Task<bool>> probes;
+    for (coio::TcpStream<R>& stream : flood) probes.push_back(endsSoon(fx.reactor, stream));
+    const std::vector<bool> ended = co_await coio::collectAllRange(std::move(probes));
+    CHECK(std::count(ended.begin(), ended.end(), true) == 13);
+    const std::vector<ReadOp> probe = {{5, 100, 1000, {}}};
+    const std::vector<ReadOutcome> during = co_await readAndCheck(fx, *good, probe);
+    CHECK(during[0].status == IoStatus::ok);
+
+    flood.clear();
+    const bool drained = co_await eventually(fx.reactor, [&server] { return server.admittedConnections() == 1; });
+    REQUIRE(drained);
+    auto late = co_await fx.client();
+    const std::vector<ReadOutcome> after = co_await readAndCheck(fx, *late, probe);
+    CHECK(after[0].status == IoStatus::ok);
+    CHECK(server.stats().refusedConnections == 13);
+    co_await late->close();
+    co_await good->close();
+  });
+}
+
+#if !COIO_E2E_RDMA
+namespace {
+
+// Lowers the fd limit to 64 past the lowest free fd and takes every fd
+// left under it; restores both on destruction.
+struct FdSqueeze {
+  FdSqueeze() {
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    coio::detail::FileDescriptor null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    REQUIRE(null.valid());
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(null.get()) + 64;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    for (int fd; (fd = ::fcntl(null.get(), F_DUPFD_CLOEXEC, 0)) >= 0;) dummies.emplace_back(fd);
+    REQUIRE(errno == EMFILE);
+    dummies.emplace_back(std::move(null));
+  }
+  ~FdSqueeze() { release(); }
+  void release() {
+    dummies.clear();
+    (void)::setrlimit(RLIMIT_NOFILE, &saved);
+  }
+  rlimit saved{};
+  std::vector<coio::detail::FileDescriptor> dummies;
+};
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("out of fds the accept loop backs off, without spinning, and serves again once fds are free",
+                        "[storage][e2e][limit]", Setups) {
+  Fixture<TestType> f;
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    FdSqueeze squeeze;
+    squeeze.dummies.pop_back();  // one fd left: the client's socket; none for the server's accept
+    const std::uint64_t before = fx.server->stats().acceptErrors;
+    auto client = co_await fx.client();
+    const std::vector<ReadOp> probe = {{5, 100, 1000, {}}};
+    std::vector<ReadOutcome> served;
+    auto read = [&]() -> Task<void> { served = co_await readAndCheck(fx, *client, probe); };
+    auto freeLater = [&]() -> Task<void> {
+      co_await fx.reactor.sleepFor(300ms);
+      squeeze.release();
+    };
+    co_await coio::collectAll(read(), freeLater());
+    const std::uint64_t errors = fx.server->stats().acceptErrors - before;
+    CHECK(errors >= 1);
+    CHECK(errors <= 60);  // a retry per 10 ms at most; a busy loop makes thousands
+    REQUIRE(served.size() == 1);
+    CHECK(served[0].status == IoStatus::ok);
+    co_await client->close();
+  });
+}
+#endif
+
 TEMPLATE_LIST_TEST_CASE("every chunk size 3FS uses: whole chunks and parts across piece boundaries",
                         "[storage][e2e]", Setups) {
   for (const std::uint32_t chunkSize : {64u << 10, 1u << 20, 4u << 20}) {
@@ -746,5 +1135,235 @@ TEMPLATE_LIST_TEST_CASE("the TCP channel's read-ahead: reads of every size acros
     CHECK(written);
     CHECK(failures == 0);
   }(reactor));
+}
+#endif
+
+#if !COIO_E2E_RDMA
+namespace {
+
+// Where a scripted server stops answering a batchRead: before sending its
+// TransmitRequest, after taking the grant, after the response frame, or
+// half-way through the response's data.
+enum class Stall { beforeTransmitRequest, afterGrant, afterResponseFrame, midData };
+
+const char* toString(Stall stall) {
+  switch (stall) {
+    case Stall::beforeTransmitRequest: return "before TransmitRequest";
+    case Stall::afterGrant: return "after the grant";
+    case Stall::afterResponseFrame: return "after the response frame";
+    case Stall::midData: return "mid-data";
+  }
+  return "?";
+}
+
+constexpr auto kClientTimeout = 200ms;
+// Larger than the TCP channel's 32 KiB read-ahead: the client reads this
+// IO's data straight into the caller's buffer.
+constexpr std::uint32_t kStalledIoSize = 64 * 1024;
+// How long the scripted server waits for the client at any point before
+// it gives up and closes (so that a client that never times out fails the
+// test instead of hanging it).
+constexpr auto kPeerPatience = 3s;
+constexpr std::byte kPoison{0xA5};
+
+std::vector<std::byte> peerData() {
+  std::vector<std::byte> data(kStalledIoSize);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7 + 1);
+  return data;
+}
+
+// What the scripted server saw, checked once it is done.
+struct PeerLog {
+  bool servedFirst = false;   // got the first request and stalled where told
+  bool servedSecond = false;  // served a second request in full (the connection stayed usable)
+  bool sawEnd = false;        // the client closed the connection
+};
+
+// Reads the next frame, within the patience: true if it is a `type` frame
+// for request `id` (any request if `id` is 0; `id` then becomes its id).
+template <typename R>
+Task<bool> expectFrame(R& reactor, storage::TcpChannel<R>& channel, storage::proto::MessageType type,
+                       std::uint64_t& id) {
+  storage::ReadFailure failure;
+  auto read = [&](std::stop_token stop) { return channel.readFrame(failure, std::move(stop)); };
+  const Result<storage::IncomingFrame> frame = co_await coio::withTimeout(reactor, read, kPeerPatience);
+  if (!frame || frame->header.type != type || (id != 0 && frame->header.requestId != id)) co_return false;
+  id = frame->header.requestId;
+  co_return true;
+}
+
+// Sends `first`, then `second` (if any); false once one fails.
+template <typename R>
+Task<bool> sendAll(storage::TcpChannel<R>& channel, std::span<const std::byte> first,
+                   std::span<const std::byte> second = {}) {
+  const Result<void> sent = co_await channel.send(first, {});
+  if (!sent || second.empty()) co_return static_cast<bool>(sent);
+  co_return static_cast<bool>(co_await channel.send(second, {}));
+}
+
+std::vector<std::byte> emptyFrame(storage::proto::MessageType type, std::uint64_t id) {
+  std::vector<std::byte> frame;
+  storage::proto::encodeEmpty(frame, type, id);
+  return frame;
+}
+
+std::vector<std::byte> responseFrame(std::uint64_t id, IoStatus status, std::span<const std::byte> data) {
+  const storage::proto::IoResult result{status, static_cast<std::uint32_t>(data.size()),
+                                        status == IoStatus::ok ? storage::crc32c(data) : 0};
+  std::vector<std::byte> frame;
+  storage::proto::encode(frame, id, storage::proto::BatchReadResponse{{result}});
+  return frame;
+}
+
+// A server written from PROTOCOL.md, for one client on its connection: it
+// stalls the first request at `stall` (the connection up, silent) until
+// `resume` (the client timed out), then goes on as a late server would.
+// Where the client keeps the connection it then serves a second request in
+// full. Last it reads until the client closes.
+template <typename R>
+Task<void> playScript(R& reactor, storage::TcpChannel<R>& channel, Stall stall, std::stop_token resume,
+                      PeerLog& log) {
+  using storage::proto::MessageType;
+  const std::vector<std::byte> data = peerData();
+  const std::span<const std::byte> all(data), firstHalf = all.first(all.size() / 2),
+                                   secondHalf = all.subspan(all.size() / 2);
+  std::uint64_t id = 0;
+  if (!co_await expectFrame(reactor, channel, MessageType::batchReadRequest, id)) co_return;
+  const std::vector<std::byte> transmitRequest = emptyFrame(MessageType::transmitRequest, id);
+  const std::vector<std::byte> response = responseFrame(id, IoStatus::ok, data);
+  if (stall != Stall::beforeTransmitRequest) {
+    if (!co_await sendAll(channel, transmitRequest)) co_return;
+    if (!co_await expectFrame(reactor, channel, MessageType::transmitGrant, id)) co_return;
+  }
+  if (stall == Stall::afterResponseFrame && !co_await sendAll(channel, response)) co_return;
+  if (stall == Stall::midData && !co_await sendAll(channel, response, firstHalf)) co_return;
+  log.servedFirst = true;
+  const bool clientGaveUp = !co_await reactor.sleepFor(kPeerPatience, resume);
+  if (!clientGaveUp) co_return;  // closes: the client then fails with EOF, not timed_out
+  // The rest of the exchange, late; writes may fail where the client cut
+  // the connection, and what arrives must not land in the caller's buffer.
+  switch (stall) {
+    case Stall::beforeTransmitRequest: {
+      // Never granted (the client gave up first): answered without data.
+      const std::vector<std::byte> timedOut = responseFrame(id, IoStatus::timedOut, {});
+      (void)co_await sendAll(channel, transmitRequest, timedOut);
+      break;
+    }
+    case Stall::afterGrant: (void)co_await sendAll(channel, response, all); break;
+    case Stall::afterResponseFrame: (void)co_await sendAll(channel, all); break;
+    case Stall::midData: (void)co_await sendAll(channel, secondHalf); break;
+  }
+  if (stall == Stall::beforeTransmitRequest || stall == Stall::afterGrant) {
+    std::uint64_t next = 0;
+    if (!co_await expectFrame(reactor, channel, MessageType::batchReadRequest, next)) co_return;
+    const std::vector<std::byte> nextAsk = emptyFrame(MessageType::transmitRequest, next);
+    if (!co_await sendAll(channel, nextAsk)) co_return;
+    // A grant for the given-up request would arrive here instead.
+    if (!co_await expectFrame(reactor, channel, MessageType::transmitGrant, next)) co_return;
+    const std::vector<std::byte> nextResponse = responseFrame(next, IoStatus::ok, data);
+    log.servedSecond = co_await sendAll(channel, nextResponse, all);
+  }
+  storage::ReadFailure failure;
+  auto read = [&](std::stop_token stop) { return channel.readFrame(failure, std::move(stop)); };
+  for (;;) {
+    const Result<storage::IncomingFrame> frame = co_await coio::withTimeout(reactor, read, kPeerPatience);
+    if (frame) continue;
+    log.sawEnd = frame.error() != std::errc::timed_out;  // EOF or a reset
+    break;
+  }
+}
+
+template <typename R>
+Task<void> scriptedPeer(R& reactor, coio::TcpListener<R>& listener, Stall stall, std::stop_token resume,
+                        PeerLog& log) {
+  Result<coio::TcpStream<R>> accepted = co_await listener.accept();
+  if (!accepted) co_return;
+  storage::TcpChannel<R> channel(std::move(*accepted));
+  co_await playScript(reactor, channel, stall, std::move(resume), log);
+  co_await channel.close();
+}
+
+// The client's side: a batchRead that the peer stalls, then what the
+// client does next. Sets `resume` when its batchRead has returned.
+template <typename S>
+Task<void> stalledClient(Fixture<S>& fx, coio::SocketAddress peer, Stall stall, std::stop_source& resume,
+                         const PeerLog& log, storage::StorageClient<typename S::R>& good) {
+  using R = typename S::R;
+  using Clock = std::chrono::steady_clock;
+  Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(fx.reactor, peer);
+  REQUIRE(stream);
+  auto client = storage::StorageClient<R>::open(std::make_unique<storage::TcpChannel<R>>(std::move(*stream)),
+                                                fx.limiter, {.timeout = kClientTimeout});
+  std::vector<std::byte> into(kStalledIoSize, kPoison);
+  const ReadOp op{1, 0, kStalledIoSize, into};
+  const Clock::time_point start = Clock::now();
+  const Result<std::vector<ReadOutcome>> stalled = co_await client->batchRead(std::span(&op, 1));
+  const Clock::duration took = Clock::now() - start;
+  const std::vector<std::byte> atReturn = into;
+  // The timeout freed the request's limiter slot, the peer still stalled:
+  // another client sharing the one-slot limiter gets a grant (else the
+  // server times that request out).
+  const std::vector<ReadOp> probe = {{5, 100, 20000, {}}};
+  const std::vector<ReadOutcome> probed = co_await readAndCheck(fx, good, probe);
+  CHECK(probed[0].status == IoStatus::ok);
+  resume.request_stop();
+  CHECK(log.servedFirst);
+  CHECK(stalled.error() == std::errc::timed_out);
+  CHECK(took >= kClientTimeout);
+  CHECK(took < 2s);
+
+  const bool keepsConnection = stall == Stall::beforeTransmitRequest || stall == Stall::afterGrant;
+  if (keepsConnection) {
+    // The late response's data is read into scratch; the next request works.
+    std::vector<std::byte> next(kStalledIoSize, kPoison);
+    const ReadOp nextOp{2, 0, kStalledIoSize, next};
+    const Result<std::vector<ReadOutcome>> served = co_await client->batchRead(std::span(&nextOp, 1));
+    INFO(served.error().message());
+    CHECK(served);
+    CHECK(log.servedSecond);
+    CHECK(next == peerData());
+    CHECK_FALSE(client->failure());
+  } else {
+    // The connection is cut: the peer sees it end; later calls fail at once.
+    const bool ended = co_await eventually(fx.reactor, [&log] { return log.sawEnd; });
+    CHECK(ended);
+    co_await fx.reactor.sleepFor(20ms);  // time for a (wrong) late read to land
+    CHECK(client->failure() == std::errc::timed_out);
+    const Clock::time_point again = Clock::now();
+    const Result<std::vector<ReadOutcome>> after = co_await client->batchRead(std::span(&op, 1));
+    CHECK(after.error() == std::errc::timed_out);
+    CHECK(Clock::now() - again < kClientTimeout);
+  }
+  CHECK(into == atReturn);  // nothing landed in the caller's buffer after batchRead returned
+  co_await client->close();
+}
+
+template <typename S>
+Task<void> runStalled(Fixture<S>& fx, coio::TcpListener<typename S::R>& listener, Stall stall, PeerLog& log,
+                      storage::StorageClient<typename S::R>& good) {
+  std::stop_source resume;
+  co_await coio::collectAll(scriptedPeer(fx.reactor, listener, stall, resume.get_token(), log),
+                            stalledClient(fx, *listener.localAddress(), stall, resume, log, good));
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("batchRead times out wherever the server stalls; its buffer is never written after",
+                        "[storage][e2e][timeout]", Setups) {
+  using R = typename TestType::R;
+  for (const Stall stall :
+       {Stall::beforeTransmitRequest, Stall::afterGrant, Stall::afterResponseFrame, Stall::midData}) {
+    INFO("the server stalls " << toString(stall));
+    Fixture<TestType> f(Fixture<TestType>::small(), 1);  // one transmission slot, shared by both clients
+    PeerLog log;
+    f.run([stall, &log](Fixture<TestType>& fx) -> Task<void> {
+      auto listener = coio::TcpListener<R>::bind(fx.reactor, coio::SocketAddress::loopbackV4());
+      REQUIRE(listener);
+      auto good = co_await fx.client();
+      co_await runStalled(fx, *listener, stall, log, *good);
+      co_await good->close();
+    });
+    CHECK(log.sawEnd);
+  }
 }
 #endif

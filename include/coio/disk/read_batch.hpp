@@ -18,6 +18,7 @@
 #include <span>
 #include <stop_token>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace coio {
@@ -49,8 +50,16 @@ namespace coio {
 /// - Destroying the batch while reads are in flight (its coroutine frame
 ///   destroyed with its stopped reactor) waits for the kernel to let go of
 ///   the buffers first (see Disk for who waits).
-/// - The destinations must stay valid until the `co_await` returns. The
-///   batch can be reused after clear(). Loop thread only; not movable.
+/// - Streaming: `batch.start()` hands the reads to the kernel the same way
+///   but returns at once; each `co_await batch.next(stop)` then yields the
+///   index of one completed read, in completion order (reads that never
+///   went to the kernel first: invalid, empty, refused), and std::nullopt
+///   once every read was yielded. It resumes on the Disk's loop thread.
+///   A stop requested while reads are in flight cancels them; next() goes
+///   on yielding them as their completions arrive.
+/// - The destinations must stay valid until the `co_await` returns (when
+///   streaming: until next() yielded nullopt). The batch can be reused
+///   after clear(). Loop thread only; not movable.
 class ReadBatch {
   struct Read;
 
@@ -87,6 +96,9 @@ class ReadBatch {
   void clear() noexcept {
     COIO_ASSERT(remaining_ == 0, "ReadBatch cleared while its reads are in flight");
     reads_.clear();
+    completed_.clear();
+    yielded_ = 0;
+    streaming_ = false;
   }
 
   class [[nodiscard]] Awaiter {
@@ -98,8 +110,9 @@ class ReadBatch {
     bool await_ready() const noexcept { return false; }
     bool await_suspend(std::coroutine_handle<> h) {
       batch_.handle_ = h;
+      batch_.streaming_ = false;
       // Nothing to wait for (empty, invalid or cancelled reads).
-      if (!batch_.start(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
+      if (!batch_.submitAll(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;
     }
@@ -121,6 +134,65 @@ class ReadBatch {
   /// Same as `submit()` without a stop token.
   Awaiter operator co_await() noexcept { return submit(); }
 
+  /// Streaming: submits the reads (as submit() does) without waiting for
+  /// them; next() yields them as they complete. Throws only std::bad_alloc,
+  /// before anything is submitted.
+  void start() {
+    COIO_ASSERT(remaining_ == 0, "ReadBatch started while its reads are in flight");
+    completed_.clear();
+    completed_.reserve(reads_.size());  // completions push without allocating
+    yielded_ = 0;
+    streaming_ = true;
+    submitAll(false);
+    for (std::size_t i = 0; i < reads_.size(); ++i) {
+      if (!reads_[i].pending()) completed_.push_back(i);
+    }
+  }
+
+  class [[nodiscard]] NextAwaiter {
+   public:
+    NextAwaiter(ReadBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
+    NextAwaiter(const NextAwaiter&) = delete;
+    NextAwaiter& operator=(const NextAwaiter&) = delete;
+    ~NextAwaiter() {
+      if (handle_ && batch_.handle_ == handle_) batch_.handle_ = nullptr;  // destroyed while waiting here
+    }
+
+    bool await_ready() noexcept {
+      COIO_ASSERT(batch_.streaming_, "ReadBatch::next() without start()");
+      if (stop_.stop_requested()) batch_.cancel();
+      const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
+      return inline_.admit(batch_.ring_.loop(), ready);
+    }
+    bool await_suspend(std::coroutine_handle<> h) {
+      if (inline_.deferred(batch_.ring_.loop(), h)) return true;
+      handle_ = batch_.handle_ = h;
+      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
+      return true;
+    }
+    std::optional<std::size_t> await_resume() noexcept {
+      onStop_.reset();
+      handle_ = nullptr;
+      if (batch_.yielded_ == batch_.completed_.size()) return std::nullopt;
+      return batch_.completed_[batch_.yielded_++];
+    }
+
+   private:
+    struct OnStop {
+      ReadBatch* batch;
+      void operator()() const noexcept { batch->cancel(); }
+    };
+    ReadBatch& batch_;
+    std::stop_token stop_;
+    std::coroutine_handle<> handle_;
+    detail::InlineCompletion inline_;
+    std::optional<std::stop_callback<OnStop>> onStop_;
+  };
+
+  /// Streaming: the index of the next completed read (see start()), or
+  /// std::nullopt once every read was yielded.
+  NextAwaiter next(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
+
  private:
   struct Read : detail::DiskOp {
     Read(ReadBatch* batch, const detail::DiskRequest& request, std::error_code invalid) noexcept
@@ -130,7 +202,14 @@ class ReadBatch {
       COIO_ASSERT(self->pending(), "a completion for a read that is not in flight");
       self->state = State::done;
       self->result = result;
-      if (--self->batch->remaining_ == 0) self->batch->handle_.resume();
+      ReadBatch& batch = *self->batch;
+      --batch.remaining_;
+      if (batch.streaming_) {
+        batch.completed_.push_back(static_cast<std::size_t>(self - batch.reads_.data()));
+        if (batch.handle_) std::exchange(batch.handle_, nullptr).resume();
+      } else if (batch.remaining_ == 0) {
+        batch.handle_.resume();
+      }
     }
     ReadBatch* batch;
     detail::DiskRequest request;
@@ -151,7 +230,7 @@ class ReadBatch {
   // so an exception must not unwind the awaiting coroutine. If the ring
   // refuses an SQE (submit throws), that read and the ones after it fail
   // with the error and the batch waits for those already submitted.
-  bool start(bool stopped) noexcept {
+  bool submitAll(bool stopped) noexcept {
     COIO_ASSERT(remaining_ == 0, "ReadBatch awaited twice at once");
     for (Read& read : reads_) {
       read.state = detail::DiskOp::State::done;
@@ -208,7 +287,10 @@ class ReadBatch {
   detail::DiskRing& ring_;
   std::vector<Read> reads_;
   std::size_t remaining_ = 0;
-  std::coroutine_handle<> handle_;
+  std::coroutine_handle<> handle_;  // the awaiting coroutine (streaming: only while next() waits)
+  bool streaming_ = false;          // start()ed: completions are queued for next()
+  std::vector<std::size_t> completed_;  // streaming: indices in completion order; [0, yielded_) yielded
+  std::size_t yielded_ = 0;
 };
 
 }  // namespace coio

@@ -2,6 +2,7 @@
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
 #include <coio/detail/fd.hpp>
+#include <coio/detail/iovec.hpp>
 #include <coio/detail/transform_awaiter.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/reactor/reactor.hpp>
@@ -9,8 +10,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <span>
 #include <stop_token>
@@ -70,6 +74,9 @@ class TcpStream {
   using WriteAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
+  using WritevAwaiter =
+      detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
+                               detail::WriteResult>;
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
@@ -107,6 +114,13 @@ class TcpStream {
     return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
+  /// Writes some of `parts` in one system call (at most IOV_MAX parts):
+  /// the byte count written, possibly short. `parts` must stay valid until
+  /// the co_await returns.
+  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  }
+
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
   /// bytes read so far are then in the buffer but not counted).
   Task<Result<void>> readExact(std::span<std::byte> buffer, std::stop_token stop = {}) {
@@ -124,6 +138,19 @@ class TcpStream {
       Result<std::size_t> n = co_await write(buffer, stop);
       if (!n) co_return n.error();
       buffer = buffer.subspan(*n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Writes all of `parts`, in order, with as few system calls as the
+  /// socket allows (IOV_MAX parts per call): one gather write for a frame
+  /// and its data. Uses `parts` as scratch: afterwards its iovecs describe
+  /// what was left unwritten (nothing, unless an error came first).
+  Task<Result<void>> writeAll(std::span<iovec> parts, std::stop_token stop = {}) {
+    while (!parts.empty()) {  // a write of empty parts returns 0, and advance() drops them
+      Result<std::size_t> n = co_await write(parts.first(std::min<std::size_t>(parts.size(), IOV_MAX)), stop);
+      if (!n) co_return n.error();
+      parts = detail::advance(parts, *n);
     }
     co_return Result<void>{};
   }

@@ -2,6 +2,7 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
 #include <coio/detail/fd.hpp>
+#include <coio/detail/iovec.hpp>
 #include <coio/detail/reactor_base.hpp>
 #include <coio/detail/syscall.hpp>
 
@@ -69,6 +70,15 @@ struct SendAttempt {
     return retryOnEintr([&] { return ::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL); });
   }
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
+};
+struct SendvAttempt {
+  int fd;
+  std::span<const iovec> parts;
+  long operator()() noexcept {
+    msghdr message = messageOf(parts);
+    return retryOnEintr([&] { return ::sendmsg(fd, &message, MSG_NOSIGNAL); });
+  }
+  bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < totalBytes(parts); }
 };
 struct NeverExhausted {
   bool exhausted(long) const noexcept { return false; }
@@ -166,6 +176,11 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
   Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                     std::stop_token stop = {}) noexcept;
+  /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
+  /// written, possibly fewer than asked. `parts` must stay valid until the
+  /// co_await returns.
+  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
+                                                      std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
@@ -410,6 +425,11 @@ inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_to
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendAttempt, std::size_t> {
   return {*this, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
+}
+
+inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> Operation<detail::SendvAttempt, std::size_t> {
+  return {*this, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
 inline void EpollReactor::forget(int fd) noexcept {

@@ -4,6 +4,7 @@
 #include <coio/core/task.hpp>
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <concepts>
@@ -56,7 +57,8 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   that can be bytes read ahead from the closed socket).
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
-                           std::span<const std::byte> out, const sockaddr* address, socklen_t length,
+                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
+                           socklen_t length,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
                            std::stop_token stop) {
   r.run();
@@ -75,6 +77,7 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
   { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
 };
 

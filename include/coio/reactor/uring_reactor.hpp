@@ -2,6 +2,7 @@
 // Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
+#include <coio/detail/iovec.hpp>
 #include <coio/detail/provided_buffer_ring.hpp>
 #include <coio/detail/reactor_base.hpp>
 #include <coio/detail/syscall.hpp>
@@ -152,20 +153,33 @@ struct RecvPrep {
     io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), 0);
   }
 };
+// A socket with room in its send buffer takes the data at once: one
+// send(2) then costs less than an io_uring round trip (an enter to submit
+// and one to reap). So the send operations try a non-blocking call first;
+// this is its outcome as tryNow() reports it: the byte count (at most
+// MAX_RW_COUNT, as an io_uring result), -errno, or nothing if the socket
+// is full.
+inline std::optional<int> sentNow(ssize_t n) noexcept {
+  if (n >= 0) return static_cast<int>(n);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
+  return -errno;
+}
 struct SendPrep {
   int fd;
   std::span<const std::byte> buffer;
   void operator()(io_uring_sqe* sqe) const noexcept {
     io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), MSG_NOSIGNAL);
   }
-  // A socket with room in its send buffer takes the data at once: one
-  // send(2) then costs less than an io_uring round trip (an enter to submit
-  // and one to reap). The result, or nothing if the socket is full.
   std::optional<int> tryNow() const noexcept {
-    const ssize_t n = ::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<int>(n);  // at most MAX_RW_COUNT, as an io_uring result
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
-    return -errno;
+    return sentNow(::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
+  }
+};
+struct SendvPrep {
+  int fd;
+  msghdr message;  // lives in the operation until the kernel has read it
+  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_sendmsg(sqe, fd, &message, MSG_NOSIGNAL); }
+  std::optional<int> tryNow() const noexcept {
+    return sentNow(::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT));
   }
 };
 struct AcceptPrep {
@@ -220,6 +234,7 @@ inline std::string describeUringSetupError(int err) {
 ///   completion through user_data. One exception: `send` first tries a
 ///   non-blocking send(2) and completes without suspending when the socket
 ///   takes the data (the usual case); only a full socket costs an SQE.
+///   `sendv` (sendmsg) likewise.
 ///   `recv` may read from one multishot recv kept armed per socket instead
 ///   (RecvMode: by default, on sockets whose traffic is request/response).
 ///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
@@ -321,6 +336,11 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// Sends with a non-blocking send(2) first, and an SQE only when the socket is full: bytes sent.
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
+  /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
+  /// written, possibly fewer than asked. `parts` must stay valid until the
+  /// co_await returns.
+  Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
+                                                  std::stop_token stop = {}) noexcept;
 
   /// Drops the socket's receiver, if it has one, with what it holds (an
   /// armed recv is cancelled; the receiver is freed when its last completion
@@ -1154,6 +1174,11 @@ inline void UringReactor::destroyReceiver(detail::UringReceiver* receiver) noexc
 inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendPrep, std::size_t> {
   return {*this, detail::SendPrep{fd, buffer}, std::move(stop)};
+}
+
+inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> Operation<detail::SendvPrep, std::size_t> {
+  return {*this, detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
 
 inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
