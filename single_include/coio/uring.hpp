@@ -4412,7 +4412,7 @@ enum class TaskRun {
   /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
   /// kernels fall back to `cooperative`). The default: +4-6 % request rate
   /// on loopback TCP over `cooperative`, disk reads the same or better
-  /// (tests/bench/net/RESULTS.md, tests/bench/disk/RESULTS.md).
+  /// (docs/benchmarks.md).
   /// Restriction: the ring is bound to the first thread that runs the loop
   /// (set up disabled, enabled there, or where the SQ first fills if that
   /// comes earlier). From then on only that thread may run the loop,

@@ -34,7 +34,7 @@ struct QueuePairConfig {
   /// that many empty loop iterations after each burst; an idle queue pair
   /// costs nothing. 0: always sleep. 16 measured +10-15 % message rate on
   /// one reactor thread and +50 % with sender and receiver on two
-  /// (tests/bench/rdma/RESULTS.md); storage over RDMA unchanged.
+  /// (docs/benchmarks.md); storage over RDMA unchanged.
   std::uint32_t pollBeforeSleep = 16;
   /// Within each of those iterations, an empty CQ is polled up to this
   /// many more times in a row before the watcher yields: a poll reads user
@@ -42,7 +42,7 @@ struct QueuePairConfig {
   /// non-blocking wait). Bounds the time other coroutines on the thread
   /// wait, to spinPolls CQ polls per iteration. 0: one poll per iteration.
   /// 16 measured +17 % message rate with sender and receiver on two
-  /// threads, 64 and 256 no better (tests/bench/rdma/RESULTS.md).
+  /// threads, 64 and 256 no better (docs/benchmarks.md).
   std::uint32_t spinPolls = 16;
   // Transport (RTR/RTS attributes).
   std::uint8_t timeout = 14;    ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms) per retry
