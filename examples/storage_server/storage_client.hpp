@@ -14,7 +14,9 @@
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,7 +62,10 @@ class TransmissionLimiter {
 };
 
 struct ClientOptions {
-  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);  ///< per batchRead
+  /// Per batchRead, from the call: sending the request (over RDMA it waits
+  /// for a credit, which a dead server never returns; over TCP for room in
+  /// the socket) and waiting for its response.
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
   bool verifyChecksums = false;  ///< ask for CRC32C and check it against the bytes received
   /// batchReads sent at once on this connection; more wait for a slot.
   /// At most the server's --max-requests (256 by default).
@@ -82,7 +87,11 @@ struct ClientOptions {
 ///   transport cannot carry (a destination smaller than its IO, more IOs
 ///   than a frame holds, RDMA: a destination outside registered memory),
 ///   or Errc::closed after close(). After a transport or protocol error
-///   every later batchRead fails at once.
+///   every later batchRead fails at once. It returns within
+///   ClientOptions::timeout (plus the time a transport takes to deliver
+///   bytes already being received), whatever the server does: also when
+///   the request could not be sent (over TCP a frame cut by the timeout
+///   ends the connection).
 /// - When batchRead returns, nothing writes into its destinations any more:
 ///   over RDMA a request that times out after it was granted transmission
 ///   aborts the connection (the queue pair goes to ERR, so no late RDMA
@@ -139,12 +148,25 @@ class StorageClient {
 
     std::vector<std::byte> frame;
     proto::encode(frame, id, request);
-    coio::Result<void> sent = co_await channel_->send(frame, stop_.get_token());
+    const auto started = std::chrono::steady_clock::now();
+    auto sendUntilClosed = [&](std::stop_token timeout) -> coio::Task<coio::Result<void>> {
+      std::stop_source either;
+      const auto forward = [&either] { either.request_stop(); };
+      const std::stop_callback onTimeout(timeout, forward);
+      const std::stop_callback onClose(stop_.get_token(), forward);
+      co_return co_await channel_->send(frame, either.get_token());
+    };
+    coio::Result<void> sent = co_await coio::withTimeout(reactor_, sendUntilClosed, options_.timeout);
     if (!sent) {
       calls_.erase(id);
+      // A frame cut short (TCP) leaves the stream unusable: end the
+      // connection, so that every call learns it.
+      if (channel_->broken()) channel_->abort();
       co_return failure_ ? failure_ : sent.error();
     }
-    bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+    const auto left = std::max(options_.timeout - (std::chrono::steady_clock::now() - started),
+                               std::chrono::steady_clock::duration::zero());
+    bool due = co_await reactor_.sleepFor(left, call.done.get_token());
     while (due && call.receiving) {
       // Its data is being read into the caller's buffers right now: returning
       // would let them be freed under the read. The read ends with the
