@@ -4031,6 +4031,7 @@ inline std::error_code completionError(ibv_wc_status status) noexcept {
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace coio::rdma {
@@ -4070,16 +4071,47 @@ struct QueuePairConfig {
   /// 16 measured +17 % message rate with sender and receiver on two
   /// threads, 64 and 256 no better (docs/benchmarks.md).
   std::uint32_t spinPolls = 16;
-  // Transport (RTR/RTS attributes).
-  std::uint8_t timeout = 14;    ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms) per retry
-  std::uint8_t retryCount = 7;  ///< transport retries before IBV_WC_RETRY_EXC_ERR
+  // Transport (RTR/RTS attributes). Work the peer does not acknowledge
+  // (its process died, its QP was aborted, the path is down) is sent
+  // retryCount + 1 times, one ACK timeout each, then fails with
+  // IBV_WC_RETRY_EXC_ERR: see transportFailureBound() (defaults: ~0.47 s).
+  /// Local ACK timeout: 4.096 us * 2^timeout per try (14: ~67 ms). 0 means
+  /// no timer: unacknowledged work is never retried nor failed.
+  std::uint8_t timeout = 14;
+  /// Transport retries before IBV_WC_RETRY_EXC_ERR (0-7). Not 7 by default:
+  /// Soft-RoCE (rxe) retries forever at 7 (its completer never counts a 7
+  /// down), so work sent to a dead peer would never fail there, and close()
+  /// would wait out drainTimeout; hardware that follows the spec retries 7
+  /// times. 6 costs one try (~67 ms) of tolerance on hardware.
+  std::uint8_t retryCount = 6;
   /// RNR policy: the credit scheme guarantees a posted receive for every
   /// SEND, so by default an RNR NAK is not retried (0) and surfaces as
   /// IBV_WC_RNR_RETRY_EXC_ERR: a bug made visible instead of a silent stall.
   std::uint8_t rnrRetry = 0;
   std::uint8_t minRnrTimer = 12;  ///< 0.64 ms; only matters when rnrRetry > 0
-  std::chrono::milliseconds drainTimeout{5000};  ///< close(): how long in-flight work may take to finish
+  /// close(): how long posted work may take to finish. Work to a dead peer
+  /// fails sooner, within transportFailureBound(); this bounds the rest
+  /// (a peer that acknowledges but is slow, a device that stops completing).
+  std::chrono::milliseconds drainTimeout{5000};
 };
+
+/// How long, nominally, work sent to a peer that stopped answering (its
+/// process died, its QP was aborted, the path is down) is retried before
+/// it fails with IBV_WC_RETRY_EXC_ERR, counted from the peer's last answer
+/// or the post, whichever is later: retryCount + 1 tries of one ACK timeout,
+/// (retryCount + 1) * 4.096 us * 2^timeout. The defaults: 7 * 67 ms =
+/// 0.47 s. The queue pair then enters `error`: the first unacknowledged
+/// work request fails with IBV_WC_RETRY_EXC_ERR, the rest are flushed.
+/// Providers round each timeout up to their timer's tick (rxe: a kernel
+/// jiffy, 4 ms at HZ=250: noticeable only for small timeouts), and a
+/// device may wait longer than asked (some enforce a minimum timeout).
+/// std::nullopt where a provider coio supports never gives up: timeout 0
+/// (no ACK timer anywhere) or retryCount 7 (rxe retries forever).
+inline std::optional<std::chrono::microseconds> transportFailureBound(const QueuePairConfig& c) noexcept {
+  if (c.timeout == 0 || c.timeout > 31 || c.retryCount >= 7) return std::nullopt;
+  const std::uint64_t nanosPerTry = std::uint64_t{4096} << c.timeout;  // < 2^44: no overflow below
+  return std::chrono::microseconds((std::uint64_t{c.retryCount} + 1) * nanosPerTry / 1000);
+}
 
 /// The device limits a QueuePairConfig is checked against (from
 /// ibv_query_device / ibv_query_port).
@@ -4835,6 +4867,7 @@ constexpr std::string_view toString(QueuePairState s) noexcept {
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <stop_token>
 #include <vector>
 
 namespace coio::rdma {
@@ -4898,6 +4931,9 @@ inline Result<std::uint64_t> appendWorkRequests(const RemoteBuffer& remote, std:
 /// batch). It yields success or the first failure (in chain order; within a
 /// chain the first failed completion). The batch must outlive post(); the
 /// local and remote memory must stay registered until post() completes.
+/// `stop` ends a post that waits for work-request tokens (nothing posted:
+/// std::errc::operation_canceled) and fails the queue pair under chains
+/// already posted (see QueuePair, "Bounding an operation in time").
 /// Threading: as QueuePair (loop thread; resumes on the loop thread).
 template <Reactor R>
 class RdmaBatch {
@@ -4917,7 +4953,9 @@ class RdmaBatch {
   Result<void> add(const RemoteBuffer& remote, const LocalBuffer& local) { return add(remote, std::span(&local, 1)); }
 
   /// Posts everything added; see the class comment.
-  Task<Result<void>> post() { return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_); }
+  Task<Result<void>> post(std::stop_token stop = {}) {
+    return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_, std::move(stop));
+  }
 
   /// Work requests the batch has made so far.
   std::size_t workRequests() const noexcept { return wrs_.size(); }
@@ -5002,6 +5040,27 @@ struct FreeMemory {
 ///   (asserted): it tells the peer, drains outstanding work (bounded by
 ///   drainTimeout), and stops the completion watcher.
 ///
+/// Bounding an operation in time (e.g. with coio::withTimeout):
+/// - Posted work to a peer that stopped answering (process killed, QP
+///   aborted, path down) fails within transportFailureBound(config), 0.47 s
+///   with the defaults: the oldest unacknowledged work request with
+///   IBV_WC_RETRY_EXC_ERR, the rest flushed (IBV_WC_WR_FLUSH_ERR), waiting
+///   ones with RdmaErrc::queuePairError; close() then returns as soon.
+/// - send(), recv(), rdmaWrite(), rdmaRead() and RdmaBatch::post() take a
+///   std::stop_token (request it on the loop thread). While they wait (for
+///   a credit, a send buffer, a message, RDMA work-request tokens) a stop
+///   ends them with std::errc::operation_canceled, nothing posted and the
+///   queue pair still ready.
+/// - A posted SEND is not waited for: send() completes at the post.
+/// - A posted RDMA WRITE or READ cannot be recalled (the NIC may still be
+///   moving its bytes): stopping it moves the queue pair to `error` (error()
+///   is std::errc::operation_canceled; every other operation fails, as after
+///   abort()), and the operation completes once its flush completion has
+///   arrived, so its buffers are free when it returns: with
+///   std::errc::operation_canceled, or with success if it finished first.
+/// - connect() is bounded by its stream (shut it down to end it); close()
+///   by drainTimeout.
+///
 /// Lifetime: created by `create()` (immovable: work-request ids point into
 /// it); the Device and the reactor must outlive it.
 template <Reactor R>
@@ -5068,12 +5127,14 @@ class QueuePair {
   RdmaBatch<R> rdmaBatch(RdmaOp op) noexcept { return RdmaBatch<R>(*this, op); }
 
   /// Writes the local buffers, in order, to the contiguous `remote` range.
-  Task<Result<void>> rdmaWrite(RemoteBuffer remote, std::span<const LocalBuffer> locals) {
-    return rdmaOne(RdmaOp::write, remote, locals);
+  /// `stop`: see "Bounding an operation in time" above.
+  Task<Result<void>> rdmaWrite(RemoteBuffer remote, std::span<const LocalBuffer> locals, std::stop_token stop = {}) {
+    return rdmaOne(RdmaOp::write, remote, locals, std::move(stop));
   }
   /// Reads the contiguous `remote` range into the local buffers, in order.
-  Task<Result<void>> rdmaRead(RemoteBuffer remote, std::span<const LocalBuffer> locals) {
-    return rdmaOne(RdmaOp::read, remote, locals);
+  /// `stop`: see "Bounding an operation in time" above.
+  Task<Result<void>> rdmaRead(RemoteBuffer remote, std::span<const LocalBuffer> locals, std::stop_token stop = {}) {
+    return rdmaOne(RdmaOp::read, remote, locals, std::move(stop));
   }
 
   // --- messages --------------------------------------------------------------
@@ -5091,9 +5152,9 @@ class QueuePair {
   Task<Result<void>> send(std::span<const std::byte> message, std::stop_token stop = {}) {
     if (message.size() > config_.messageSize) co_return RdmaErrc::messageTooLarge;
     if (state_ != QueuePairState::ready) co_return stateError();
-    const bool credit = co_await acquireUnlessStopped(credits_, stop);
+    const bool credit = co_await acquireUnlessStopped(one(credits_), stop);
     if (!credit) co_return waitError(stop);
-    const bool buffer = co_await acquireUnlessStopped(sendBuffers_, stop);
+    const bool buffer = co_await acquireUnlessStopped(one(sendBuffers_), stop);
     if (!buffer || state_ != QueuePairState::ready) {
       if (state_ == QueuePairState::ready) credits_.release();  // cancelled: the credit is still good
       if (buffer) sendBuffers_.release();
@@ -5125,7 +5186,7 @@ class QueuePair {
   /// std::errc::operation_canceled when `stop` ends the wait.
   Task<Result<std::size_t>> recv(std::span<std::byte> out, std::stop_token stop = {}) {
     bool got = received_.tryAcquire();
-    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(received_, stop);
+    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(one(received_), stop);
     // Given up because the state changed: messages that arrived before still count.
     if (!got && !stop.stop_requested()) got = received_.tryAcquire();
     if (!got) co_return waitError(stop);
@@ -5150,10 +5211,10 @@ class QueuePair {
   // --- closing ---------------------------------------------------------------
 
   /// Drops the connection at once, as a crash would: the QP moves to ERR
-  /// without telling the peer (which sees its work fail with
-  /// IBV_WC_RETRY_EXC_ERR), in-flight work is flushed and every operation
-  /// fails; error() is std::errc::connection_aborted. close() is still
-  /// required.
+  /// without telling the peer (whose posted work fails with
+  /// IBV_WC_RETRY_EXC_ERR within transportFailureBound() of its config),
+  /// in-flight work is flushed and every operation fails; error() is
+  /// std::errc::connection_aborted. close() is still required.
   void abort() { enterError(std::make_error_code(std::errc::connection_aborted)); }
 
   /// Closes the queue pair: operations still queued (waiting for a
@@ -5163,7 +5224,9 @@ class QueuePair {
   /// the QP moves to ERR and its remaining work is flushed (its operations
   /// complete with IBV_WC_WR_FLUSH_ERR); finally the completion watcher
   /// stops. std::errc::timed_out if the work did not drain in time (the
-  /// device is dead; operations still waiting then never resume).
+  /// device is dead; operations still waiting then never resume). With a
+  /// dead peer the posted work fails within transportFailureBound() and
+  /// close() returns then, well before drainTimeout.
   /// Idempotent; a second call returns at once.
   Task<Result<void>> close() {
     if (closeStarted_) co_return Result<void>{};
@@ -5338,18 +5401,20 @@ class QueuePair {
 
   // --- posting -------------------------------------------------------------------
 
-  Task<Result<void>> rdmaOne(RdmaOp op, RemoteBuffer remote, std::span<const LocalBuffer> locals) {
+  Task<Result<void>> rdmaOne(RdmaOp op, RemoteBuffer remote, std::span<const LocalBuffer> locals,
+                             std::stop_token stop) {
     RdmaBatch<R> batch(*this, op);
     if (Result<void> added = batch.add(remote, locals); !added) co_return added;
-    co_return co_await batch.post();
+    co_return co_await batch.post(std::move(stop));
   }
 
-  Task<Result<void>> postBatch(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges) {
+  Task<Result<void>> postBatch(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges,
+                               std::stop_token stop) {
     const std::size_t perPost = config_.maxRdmaWrPerPost;
-    if (wrs.size() <= perPost) co_return co_await postChain(op, wrs, sges);
+    if (wrs.size() <= perPost) co_return co_await postChain(op, wrs, sges, std::move(stop));
     std::vector<Task<Result<void>>> chains;
     for (std::size_t i = 0; i < wrs.size(); i += perPost) {
-      chains.push_back(postChain(op, wrs.subspan(i, std::min(perPost, wrs.size() - i)), sges));
+      chains.push_back(postChain(op, wrs.subspan(i, std::min(perPost, wrs.size() - i)), sges, stop));
     }
     std::vector<Result<void>> results = co_await collectAllRange(std::move(chains));
     for (Result<void>& r : results) {
@@ -5358,14 +5423,16 @@ class QueuePair {
     co_return Result<void>{};
   }
 
-  Task<Result<void>> postChain(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges) {
+  Task<Result<void>> postChain(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges,
+                               std::stop_token stop) {
     if (wrs.empty()) co_return Result<void>{};
     const auto n = static_cast<std::uint32_t>(wrs.size());
-    const bool admitted = co_await rdmaTokens_.acquire(n, abort_.get_token());
-    if (!admitted) co_return stateError();
-    if (state_ != QueuePairState::ready) {
+    const auto tokens = [this, n](std::stop_token t) { return rdmaTokens_.acquire(n, std::move(t)); };
+    const bool admitted = co_await acquireUnlessStopped(tokens, stop);
+    if (!admitted) co_return waitError(stop);
+    if (state_ != QueuePairState::ready || stop.stop_requested()) {
       rdmaTokens_.release(n);
-      co_return stateError();
+      co_return waitError(stop);
     }
     auto chain = std::make_unique<detail::RdmaChain>(n);
     std::vector<ibv_send_wr> list(n);
@@ -5395,9 +5462,15 @@ class QueuePair {
       co_return systemError(rc);
     }
     ++pendingSignaled_;
-    co_await chain->done;
-    if (chain->status != IBV_WC_SUCCESS) co_return completionError(chain->status);
-    co_return Result<void>{};
+    {
+      // Posted work cannot be recalled: a stop fails the queue pair, whose
+      // flush completes the chain (the NIC is then done with its buffers).
+      const std::stop_callback cancel(stop, [this] { failPostedWork(); });
+      co_await chain->done;
+    }
+    if (chain->status == IBV_WC_SUCCESS) co_return Result<void>{};
+    if (chain->status == IBV_WC_WR_FLUSH_ERR && stop.stop_requested()) co_return std::errc::operation_canceled;
+    co_return completionError(chain->status);
   }
 
   // A message-path work request (SEND, ACK, CLOSE; at most one SGE). While
@@ -5602,6 +5675,16 @@ class QueuePair {
     abort_.request_stop();  // queued operations resume now, with the error
   }
 
+  // A posted operation was stopped: fails the queue pair (ready), or just
+  // flushes what close() is draining.
+  void failPostedWork() {
+    if (state_ == QueuePairState::ready) {
+      enterError(std::make_error_code(std::errc::operation_canceled));
+    } else {
+      moveQpToError();
+    }
+  }
+
   // Flushes all outstanding work: each work request completes (with
   // IBV_WC_WR_FLUSH_ERR) and the watcher consumes it.
   void moveQpToError() noexcept {
@@ -5621,15 +5704,21 @@ class QueuePair {
     return make_error_code(peerClosed_ && !closeStarted_ ? Errc::eof : Errc::closed);
   }
 
-  // Waits for a token of `s` until the queue pair leaves `ready` or the
+  // `acquire(token)` for one token of `s`.
+  static auto one(Semaphore& s) noexcept {
+    return [&s](std::stop_token token) { return s.acquire(std::move(token)); };
+  }
+
+  // Waits for `acquire(token)` until the queue pair leaves `ready` or the
   // caller's `stop` is requested (only then is a combined token needed).
-  Task<bool> acquireUnlessStopped(Semaphore& s, const std::stop_token& stop) {
-    if (!stop.stop_possible()) co_return co_await s.acquire(abort_.get_token());
+  template <typename Acquire>
+  Task<bool> acquireUnlessStopped(Acquire acquire, const std::stop_token& stop) {
+    if (!stop.stop_possible()) co_return co_await acquire(abort_.get_token());
     std::stop_source either;
     const auto forward = [&either] { either.request_stop(); };
     const std::stop_callback onAbort(abort_.get_token(), forward);
     const std::stop_callback onStop(stop, forward);
-    co_return co_await s.acquire(either.get_token());
+    co_return co_await acquire(either.get_token());
   }
 
   // Why a wait gave up: the caller's stop, else the queue pair's state.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <stop_token>
 #include <vector>
 
 namespace coio::rdma {
@@ -73,6 +74,9 @@ inline Result<std::uint64_t> appendWorkRequests(const RemoteBuffer& remote, std:
 /// batch). It yields success or the first failure (in chain order; within a
 /// chain the first failed completion). The batch must outlive post(); the
 /// local and remote memory must stay registered until post() completes.
+/// `stop` ends a post that waits for work-request tokens (nothing posted:
+/// std::errc::operation_canceled) and fails the queue pair under chains
+/// already posted (see QueuePair, "Bounding an operation in time").
 /// Threading: as QueuePair (loop thread; resumes on the loop thread).
 template <Reactor R>
 class RdmaBatch {
@@ -92,7 +96,9 @@ class RdmaBatch {
   Result<void> add(const RemoteBuffer& remote, const LocalBuffer& local) { return add(remote, std::span(&local, 1)); }
 
   /// Posts everything added; see the class comment.
-  Task<Result<void>> post() { return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_); }
+  Task<Result<void>> post(std::stop_token stop = {}) {
+    return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_, std::move(stop));
+  }
 
   /// Work requests the batch has made so far.
   std::size_t workRequests() const noexcept { return wrs_.size(); }
