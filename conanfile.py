@@ -20,10 +20,13 @@ class CoioConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     options = {"with_uring": [True, False], "with_rdma": [True, False]}
     default_options = {"with_uring": False, "with_rdma": False}
-    exports_sources = "include/*", "LICENSE*"
+    exports_sources = "include/*", "LICENSE*", "cmake/coio-conan-components.cmake"
     no_copy_source = True
     # The headers are the same for every configuration and option.
     implements = ["auto_header_only"]
+
+    # CMake code CMakeDeps includes after defining the targets (see the file).
+    _components_module = os.path.join("cmake", "coio-conan-components.cmake")
 
     # Compilers coio's CI builds and tests with.
     _min_compiler_version = {"gcc": "12", "clang": "14"}
@@ -59,6 +62,7 @@ class CoioConan(ConanFile):
     def package(self):
         copy(self, "LICENSE*", self.source_folder, os.path.join(self.package_folder, "licenses"))
         copy(self, "*", os.path.join(self.source_folder, "include"), os.path.join(self.package_folder, "include"))
+        copy(self, self._components_module, self.source_folder, self.package_folder)
 
     def package_info(self):
         # The file and target names of coio's own CMake package config: coio::coio is
@@ -67,6 +71,8 @@ class CoioConan(ConanFile):
         self.cpp_info.set_property("cmake_file_name", "coio")
         self.cpp_info.set_property("cmake_target_name", "coio::coio_all")
         self.cpp_info.set_property("pkg_config_name", "coio_all")
+        # find_package(coio COMPONENTS x) fails when x was not enabled.
+        self.cpp_info.set_property("cmake_build_modules", [self._components_module])
 
         core = self.cpp_info.components["core"]
         core.set_property("cmake_target_name", "coio::coio")

@@ -1,7 +1,8 @@
 # install() rules: headers, the coio::coio target, one export set per
 # component (so a consumer without liburing can still load the core), a
 # package config that finds each component's pkg-config modules again on the
-# consumer's machine, an arch-independent version file and coio.pc.
+# consumer's machine, an arch-independent version file, coio.pc and the
+# license (share/doc/coio/LICENSE).
 # Included by the top-level CMakeLists.txt after cmake/CoioComponents.cmake.
 option(COIO_INSTALL "Generate coio's install rules" ${COIO_TOP_LEVEL})
 if(NOT COIO_INSTALL)
@@ -13,9 +14,12 @@ include(CMakePackageConfigHelpers)
 # Header-only: nothing depends on the architecture, so all of it goes under
 # the data dir (share/), where pkg-config and find_package look as well.
 set(coio_cmakedir "${CMAKE_INSTALL_DATADIR}/cmake/coio")
-set(coio_pkgconfigdir "${CMAKE_INSTALL_DATADIR}/pkgconfig")
+# coio.pc's Libs: line (-pthread) makes vcpkg want it under lib/pkgconfig.
+set(COIO_INSTALL_PKGCONFIGDIR "${CMAKE_INSTALL_DATADIR}/pkgconfig" CACHE STRING
+  "Where coio.pc is installed, relative to the prefix")
 
 install(DIRECTORY include/ DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(FILES LICENSE DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 
 install(TARGETS coio EXPORT coioTargets)
 install(EXPORT coioTargets NAMESPACE coio:: DESTINATION "${coio_cmakedir}")
@@ -64,8 +68,8 @@ install(FILES "${PROJECT_BINARY_DIR}/coioConfig.cmake" "${PROJECT_BINARY_DIR}/co
   DESTINATION "${coio_cmakedir}")
 
 # coio.pc finds its prefix relative to itself, so the tree can be moved.
-file(RELATIVE_PATH COIO_PC_PREFIX "${CMAKE_INSTALL_FULL_DATADIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
+file(RELATIVE_PATH COIO_PC_PREFIX "${CMAKE_INSTALL_PREFIX}/${COIO_INSTALL_PKGCONFIGDIR}" "${CMAKE_INSTALL_PREFIX}")
 string(REGEX REPLACE "/$" "" COIO_PC_PREFIX "${COIO_PC_PREFIX}")
 file(RELATIVE_PATH COIO_PC_INCLUDEDIR "${CMAKE_INSTALL_PREFIX}" "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
 configure_file(cmake/coio.pc.in "${PROJECT_BINARY_DIR}/coio.pc" @ONLY)
-install(FILES "${PROJECT_BINARY_DIR}/coio.pc" DESTINATION "${coio_pkgconfigdir}")
+install(FILES "${PROJECT_BINARY_DIR}/coio.pc" DESTINATION "${COIO_INSTALL_PKGCONFIGDIR}")

@@ -7,7 +7,7 @@ packages=(
   g++ clang libclang-rt-14-dev cmake make pkg-config python3 python3-venv
   catch2 libbenchmark-dev
   liburing-dev libibverbs-dev
-  fio
+  fio doxygen
   iperf3 sockperf gnuplot-nox
 )
 

@@ -132,7 +132,9 @@ class RdmaChannel final : public Channel<R> {
     const std::size_t weight = std::min(batch.workRequests(), budget_->tokens.capacity());
     const bool admitted = co_await budget_->tokens.acquire(weight, stop);
     if (!admitted) co_return std::errc::operation_canceled;
-    coio::Result<void> written = co_await batch.post();  // resumes once the NIC has read the buffer
+    // Resumes once the NIC has read the buffers; a stop (the connection
+    // ending) fails the queue pair under posted writes, which cannot be recalled.
+    coio::Result<void> written = co_await batch.post(stop);
     budget_->tokens.release(weight);
     if (!written) broken_ = true;
     co_return written;

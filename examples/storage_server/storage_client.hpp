@@ -16,6 +16,7 @@
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -64,8 +65,10 @@ class TransmissionLimiter {
 };
 
 struct ClientOptions {
-  /// Per batchRead, whatever the server does: waiting for a grant, for the
-  /// response, or in the middle of its data (see StorageClient).
+  /// Per batchRead, from the call, whatever the server does: sending the
+  /// request (over RDMA it waits for a credit, which a dead server never
+  /// returns; over TCP for room in the socket), waiting for a grant, for
+  /// the response, or in the middle of its data (see StorageClient).
   std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
   bool verifyChecksums = false;  ///< ask for CRC32C and check it against the bytes received
   /// batchReads sent at once on this connection; more wait for a slot.
@@ -93,8 +96,9 @@ struct ClientOptions {
 ///   or Errc::closed after close(). After a transport or protocol error,
 ///   or a timeout that cut the connection (below), every later batchRead
 ///   fails at once with that error.
-/// - batchRead returns within `timeout` (plus the time to cancel a read)
-///   even if the server stalls at any point of the exchange.
+/// - batchRead returns within `timeout` of the call (plus the time to
+///   cancel a read) whatever the server does, also when the request could
+///   not be sent (over TCP a frame cut by the timeout ends the connection).
 /// - When batchRead returns, nothing writes into its destinations any more:
 ///   - a request that times out before its data arrives is abandoned: the
 ///     connection stays, a late response's data is read into scratch;
@@ -153,13 +157,26 @@ class ClientConnection {
 
     std::vector<std::byte> frame;
     proto::encode(frame, id, request);
-    coio::Result<void> sent = co_await channel_->send(frame, stop_.get_token());
+    const auto started = std::chrono::steady_clock::now();
+    auto sendUntilClosed = [&](std::stop_token timeout) -> coio::Task<coio::Result<void>> {
+      std::stop_source either;
+      const auto forward = [&either] { either.request_stop(); };
+      const std::stop_callback onTimeout(timeout, forward);
+      const std::stop_callback onClose(stop_.get_token(), forward);
+      co_return co_await channel_->send(frame, either.get_token());
+    };
+    coio::Result<void> sent = co_await coio::withTimeout(reactor_, sendUntilClosed, options_.timeout);
     if (!sent) {
       releaseSlot(call);
       calls_.erase(id);
+      // A frame cut short (TCP) leaves the stream unusable: end the
+      // connection, so that every call learns it.
+      if (channel_->broken()) channel_->abort();
       co_return failure_ ? failure_ : sent.error();
     }
-    const bool due = co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+    const auto left = std::max(options_.timeout - (std::chrono::steady_clock::now() - started),
+                               std::chrono::steady_clock::duration::zero());
+    const bool due = co_await reactor_.sleepFor(left, call.done.get_token());
     if (due && call.receiving) {
       // Its data is being read into the caller's buffers and the rest is
       // late: only cancelling the read gets them back now. The stream's

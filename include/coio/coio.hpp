@@ -13,6 +13,7 @@
 #include <coio/core/stamped_ptr.hpp>
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
+#include <coio/core/version.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>

@@ -21,6 +21,8 @@ vcpkg_cmake_configure(
         -DCOIO_BUILD_TESTS=OFF
         -DCOIO_BUILD_BENCHMARKS=OFF
         -DCOIO_BUILD_EXAMPLES=OFF
+        # coio.pc has a Libs: line (-pthread), which vcpkg accepts only under lib/.
+        -DCOIO_INSTALL_PKGCONFIGDIR=lib/pkgconfig
 )
 vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/coio)

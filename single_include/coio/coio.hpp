@@ -49,7 +49,7 @@ namespace coio::detail {
 // Coroutine frame recycling. A lazy Task costs one frame allocation, and
 // with malloc that is more than half of a create+await+destroy (callgrind,
 // a bare promise: 230 instructions per op with malloc, 105 with this pool;
-// timings in tests/bench/core/RESULTS.md).
+// timings in docs/benchmarks.md).
 // Frames are recycled through per-thread free lists keyed by size class: no
 // locks, no atomics. A frame freed on another thread than the one that
 // allocated it simply joins that thread's list. Each class keeps at most
@@ -334,10 +334,13 @@ template <typename T>
 class [[nodiscard]] Task {
  public:
   using promise_type = detail::TaskPromise<T>;
+  /// The type `co_await` on the task yields.
   using value_type = T;
 
   Task() noexcept = default;
+  /// Takes over `other`'s coroutine; `other` becomes empty.
   Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /// Destroys the coroutine held, if any, and takes over `other`'s.
   Task& operator=(Task&& other) noexcept {
     if (this != &other) {
       reset();
@@ -366,6 +369,8 @@ class [[nodiscard]] Task {
     std::coroutine_handle<promise_type> handle_;
   };
 
+  /// Starts the task by symmetric transfer; the awaiter resumes on the thread that finishes it.
+  /// The task must be an rvalue: `co_await std::move(task)` or `co_await f()`.
   Awaiter operator co_await() && noexcept {
     COIO_ASSERT(handle_, "co_await on an empty coio::Task");
     return Awaiter{handle_};
@@ -417,9 +422,11 @@ namespace coio {
 ///   and `failedCount()` counts them all.
 class AsyncScope {
  public:
+  /// Receives each exception that escapes a spawned task, on the thread where the task failed.
   using ExceptionHandler = std::function<void(std::exception_ptr)>;
 
   AsyncScope() = default;
+  /// A scope whose tasks' exceptions go to `onException` instead of `join()`.
   explicit AsyncScope(ExceptionHandler onException) : onException_(std::move(onException)) {}
   AsyncScope(const AsyncScope&) = delete;
   AsyncScope& operator=(const AsyncScope&) = delete;
@@ -428,6 +435,7 @@ class AsyncScope {
                 "AsyncScope destroyed while spawned tasks are still running");
   }
 
+  /// Starts `task` at once on the calling thread and keeps it alive until it finishes.
   void spawn(Task<void> task) {
     COIO_ASSERT(!joinStarted(), "AsyncScope::spawn after join");
     count_.fetch_add(1, std::memory_order_relaxed);
@@ -463,6 +471,8 @@ class AsyncScope {
     AsyncScope& scope_;
   };
 
+  /// Awaits every spawned task: resumes inline if all have finished, else on the thread that
+  /// finishes the last; rethrows the first exception when there is no handler.
   JoinAwaiter join() noexcept { return JoinAwaiter{*this}; }
 
  private:
@@ -598,6 +608,7 @@ namespace coio {
 ///   post() does not touch it. That destruction must not race with post().
 class Baton {
  public:
+  /// A Baton not yet signalled, or already signalled if `initiallySignalled`.
   explicit Baton(bool initiallySignalled = false) noexcept
       : state_(initiallySignalled ? static_cast<const void*>(this) : nullptr) {}
   Baton(const Baton&) = delete;
@@ -606,8 +617,10 @@ class Baton {
     COIO_ASSERT(state_.load(std::memory_order_relaxed) == nullptr || ready(), "Baton destroyed with waiters");
   }
 
+  /// Whether post() has been called (since the last reset()).
   bool ready() const noexcept { return state_.load(std::memory_order_acquire) == signalledState(); }
 
+  /// Signals the Baton and resumes every waiter inline on this thread, oldest first.
   void post() noexcept {
     const void* old = state_.load(std::memory_order_relaxed);
     do {
@@ -632,14 +645,18 @@ class Baton {
     }
   }
 
+  /// Makes a signalled Baton unsignalled again; does nothing while coroutines wait.
   void reset() noexcept {
     const void* expected = signalledState();
     state_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
   }
 
+  /// The awaitable of `co_await baton`: suspends until the Baton is posted.
   class [[nodiscard]] WaitOperation {
    public:
+    /// Awaits `baton`.
     explicit WaitOperation(const Baton& baton) noexcept : baton_(baton) {}
+    /// Copyable until it is awaited.
     WaitOperation(const WaitOperation&) = default;  // before it is awaited only
     // Only reached while linked if the awaiting frame is destroyed without
     // being resumed; left linked, a later post() would resume freed memory.
@@ -1058,6 +1075,7 @@ namespace coio {
 /// - `release` happens-before the acquisition that takes its tokens.
 class BatchSemaphore {
  public:
+  /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
@@ -1072,9 +1090,12 @@ class BatchSemaphore {
   /// Takes n tokens if they are free and nobody is queued.
   bool tryAcquire(std::size_t n) { return core_.tryAcquire(checked(n)); }
 
+  /// Returns `n` units; resumes the waiters they satisfy inline on the calling thread, oldest first.
   void release(std::size_t n) noexcept { core_.release(n); }
 
+  /// Units free right now (a snapshot).
   std::size_t available() const noexcept { return core_.available(); }
+  /// The capacity given at construction: the largest request acquire() accepts.
   std::size_t capacity() const noexcept { return capacity_; }
 
  private:
@@ -1211,6 +1232,7 @@ namespace coio {
 /// The value of an operation that produces nothing. `collectAll` maps a
 /// `Task<void>` child to `Unit` so that every child has a slot in the tuple.
 struct Unit {
+  /// All Units are equal.
   friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
 };
 
@@ -1402,8 +1424,10 @@ enum class Errc {
 
 }  // namespace coio
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::Errc> : std::true_type {};
+/// @endcond
 
 namespace coio {
 
@@ -1423,11 +1447,13 @@ class CoioCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::Errc ("coio").
 inline const std::error_category& coioCategory() noexcept {
   static const detail::CoioCategory category;
   return category;
 }
 
+/// Makes coio::Errc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(Errc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), coioCategory()};
 }
@@ -1449,8 +1475,10 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::remove_cv_t<T>, std::error_code>, "Result<std::error_code> is ambiguous");
 
  public:
+  /// The type of the value.
   using value_type = T;
 
+  /// A success holding `value`.
   template <typename U = T>
     requires std::is_constructible_v<T, U&&> && (!std::is_same_v<std::remove_cvref_t<U>, Result>) &&
              (!std::is_same_v<std::remove_cvref_t<U>, std::error_code>) &&
@@ -1458,26 +1486,39 @@ class [[nodiscard]] Result {
              (!std::is_error_condition_enum_v<std::remove_cvref_t<U>>)
   Result(U&& value) : storage_(std::in_place_index<0>, std::forward<U>(value)) {}  // NOLINT: implicit by design
 
+  /// A failure; `ec` must be non-zero.
   Result(std::error_code ec) noexcept : storage_(std::in_place_index<1>, ec) {  // NOLINT: implicit by design
     COIO_ASSERT(ec, "a Result error must be a non-zero error_code");
   }
+  /// A failure from an error enum (coio::Errc, std::errc, ...).
   template <typename E>
     requires std::is_error_code_enum_v<E> || std::is_error_condition_enum_v<E>
   Result(E e) : Result(std::error_code(make_error_code(e))) {}  // NOLINT: implicit by design
 
+  /// Whether the Result holds a value.
   bool hasValue() const noexcept { return storage_.index() == 0; }
+  /// Same as hasValue().
   explicit operator bool() const noexcept { return hasValue(); }
 
+  /// The value; throws std::system_error carrying the error if there is none.
   T& value() & { check(); return *std::get_if<0>(&storage_); }
+  /// The value; throws std::system_error carrying the error if there is none.
   const T& value() const& { check(); return *std::get_if<0>(&storage_); }
+  /// The value, moved out; throws std::system_error carrying the error if there is none.
   T&& value() && { check(); return std::move(*std::get_if<0>(&storage_)); }
 
+  /// Same as value().
   T& operator*() & { return value(); }
+  /// Same as value().
   const T& operator*() const& { return value(); }
+  /// Same as value().
   T&& operator*() && { return std::move(*this).value(); }
+  /// Member access to the value (throws like value()).
   T* operator->() { return &value(); }
+  /// Member access to the value (throws like value()).
   const T* operator->() const { return &value(); }
 
+  /// The value, or `fallback` converted to T when the Result holds an error.
   template <typename U>
   T valueOr(U&& fallback) const& {
     return hasValue() ? *std::get_if<0>(&storage_) : static_cast<T>(std::forward<U>(fallback));
@@ -1496,21 +1537,29 @@ class [[nodiscard]] Result {
   std::variant<T, std::error_code> storage_;
 };
 
+/// The outcome of an operation that yields nothing: success or a `std::error_code`.
 template <>
 class [[nodiscard]] Result<void> {
  public:
+  /// void.
   using value_type = void;
   Result() noexcept = default;
+  /// Holds `ec`: a failure, or a success when `ec` is zero.
   Result(std::error_code ec) noexcept : ec_(ec) {}  // NOLINT: implicit by design
+  /// A failure from an error enum (coio::Errc, std::errc, ...).
   template <typename E>
     requires std::is_error_code_enum_v<E> || std::is_error_condition_enum_v<E>
   Result(E e) : ec_(make_error_code(e)) {}  // NOLINT: implicit by design
 
+  /// Whether the operation succeeded.
   bool hasValue() const noexcept { return !ec_; }
+  /// Same as hasValue().
   explicit operator bool() const noexcept { return hasValue(); }
+  /// Throws std::system_error carrying the error if the Result holds one.
   void value() const {
     if (ec_) throw std::system_error(ec_, "coio::Result::value() on an error");
   }
+  /// The error; an empty error_code on success.
   std::error_code error() const noexcept { return ec_; }
 
  private:
@@ -1546,6 +1595,7 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
@@ -1559,6 +1609,7 @@ class Semaphore {
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }
 
+  /// Returns `n` tokens; while coroutines wait they go to the oldest, resumed inline on this thread.
   void release(std::size_t n = 1) noexcept { core_.release(n); }
 
   /// Tokens free right now (0 while anyone waits).
@@ -1599,25 +1650,33 @@ namespace coio {
 template <typename T>
 struct StampedPtr {
   static_assert(sizeof(void*) == 8, "StampedPtr needs 64-bit pointers");
+  /// Bits of the stamp (the low bits of the word).
   static constexpr int kStampBits = 16;
 
+  /// The packed word: pointer in the high 48 bits, stamp in the low 16.
   std::uint64_t word;
 
+  /// Whether `p` survives the shift: its top 16 bits are a sign extension of bit 47.
   static bool fits(const volatile void* p) noexcept {
     const auto v = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
     return ((v << kStampBits) >> kStampBits) == v;
   }
 
+  /// Packs `p` and `stamp` into a word (asserts that `p` fits).
   static std::uint64_t pack(T* p, std::uint16_t stamp) noexcept {
     COIO_ASSERT(fits(p), "StampedPtr: pointer does not fit in 48 bits");
     return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)) << kStampBits) | stamp;
   }
+  /// The pointer part of a packed word.
   static T* unpackPtr(std::uint64_t raw) noexcept {
     return reinterpret_cast<T*>(static_cast<std::intptr_t>(static_cast<std::int64_t>(raw) >> kStampBits));
   }
+  /// The stamp part of a packed word.
   static std::uint16_t unpackStamp(std::uint64_t raw) noexcept { return static_cast<std::uint16_t>(raw); }
 
+  /// A StampedPtr holding `p` and `stamp`.
   static StampedPtr make(T* p, std::uint16_t stamp) noexcept { return {pack(p, stamp)}; }
+  /// A StampedPtr from a word made by raw() (e.g. a work-request id).
   static StampedPtr fromRaw(std::uint64_t raw) noexcept { return {raw}; }
   /// An integer in the pointer field; `value` < 2^47.
   static StampedPtr fromValue(std::uint64_t value, std::uint16_t stamp) noexcept {
@@ -1625,21 +1684,49 @@ struct StampedPtr {
     return {(value << kStampBits) | stamp};
   }
 
+  /// The pointer.
   T* ptr() const noexcept { return unpackPtr(word); }
+  /// The stamp.
   std::uint16_t stamp() const noexcept { return unpackStamp(word); }
+  /// The packed word (e.g. to use as a work-request id).
   std::uint64_t raw() const noexcept { return word; }
+  /// The pointer field as the integer given to fromValue().
   std::uint64_t value() const noexcept { return static_cast<std::uint64_t>(static_cast<std::int64_t>(word) >> kStampBits); }
 
+  /// Replaces pointer and stamp.
   void set(T* p, std::uint16_t stamp) noexcept { word = pack(p, stamp); }
+  /// Replaces the pointer, keeping the stamp.
   void setPtr(T* p) noexcept { word = pack(p, stamp()); }
+  /// Replaces the stamp, keeping the pointer.
   void setStamp(std::uint16_t stamp) noexcept { word = (word & ~std::uint64_t{0xFFFF}) | stamp; }
 
+  /// Equal when pointer and stamp are.
   friend bool operator==(StampedPtr a, StampedPtr b) noexcept { return a.word == b.word; }
 };
 
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
 // end <coio/core/stamped_ptr.hpp>
+// begin <coio/core/version.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+/// @file
+/// coio's version. coio follows semantic versioning with a 0.x major
+/// version: until 1.0 a minor release (0.1 -> 0.2) may change the API, a
+/// patch release (0.1.0 -> 0.1.1) only fixes. project(VERSION) in
+/// CMakeLists.txt, the Conan and vcpkg recipes and these macros agree (CI
+/// checks it with .ci/check_version.py).
+
+/// Major version.
+#define COIO_VERSION_MAJOR 0
+/// Minor version.
+#define COIO_VERSION_MINOR 1
+/// Patch version.
+#define COIO_VERSION_PATCH 0
+/// The version as a string, "MAJOR.MINOR.PATCH".
+#define COIO_VERSION "0.1.0"
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+// end <coio/core/version.hpp>
 // begin <coio/net/socket_address.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
@@ -1716,7 +1803,7 @@ class SocketAddress {
   /// 127.0.0.1:port
   static SocketAddress loopbackV4(std::uint16_t port = 0) noexcept { return ipv4(in_addr{htonl(INADDR_LOOPBACK)}, port); }
 
-  /// [::1]:port
+  /// The IPv6 loopback address, ::1, with `port`.
   static SocketAddress loopbackV6(std::uint16_t port = 0) noexcept { return ipv6(in6addr_loopback, port); }
 
   /// From what getsockname/accept filled in; Errc::invalidArgument unless
@@ -1730,7 +1817,9 @@ class SocketAddress {
     return a;
   }
 
+  /// AF_INET or AF_INET6.
   int family() const noexcept { return storage_.ss_family; }
+  /// The port, in host byte order.
   std::uint16_t port() const noexcept {
     switch (family()) {
       case AF_INET: return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
@@ -1739,7 +1828,9 @@ class SocketAddress {
     }
   }
 
+  /// The address as a sockaddr, for system calls.
   const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
+  /// Bytes of data() in use.
   socklen_t size() const noexcept { return length_; }
 
   /// `1.2.3.4:80`, `[::1]:80`, or an empty string for an empty address.
@@ -1756,6 +1847,7 @@ class SocketAddress {
     }
   }
 
+  /// Equal when family, address and port are.
   friend bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept {
     return a.length_ == b.length_ && std::memcmp(&a.storage_, &b.storage_, a.length_) == 0;
   }
@@ -2017,6 +2109,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.
@@ -2044,7 +2137,9 @@ class TcpStream {
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
+  /// Closes the socket held, if any, and takes over `other`'s.
   TcpStream& operator=(TcpStream&& other) noexcept {
     if (this != &other) {
       close();
@@ -2118,6 +2213,7 @@ class TcpStream {
     co_return Result<void>{};
   }
 
+  /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
   Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
     if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
     return {};
@@ -2130,7 +2226,9 @@ class TcpStream {
     return {};
   }
 
+  /// This end's address.
   Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  /// The peer's address.
   Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
 
   /// Closes the socket now (idempotent).
@@ -2155,8 +2253,11 @@ class TcpStream {
     return std::move(fd_);
   }
 
+  /// Whether the stream holds a socket.
   bool isOpen() const noexcept { return fd_.valid(); }
+  /// The socket's file descriptor (-1 when closed).
   int fd() const noexcept { return fd_.get(); }
+  /// The reactor the stream's operations run on.
   R& reactor() const noexcept { return *reactor_; }
 
  private:
@@ -2208,6 +2309,7 @@ class TcpListener {
   using AcceptAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().accept(0, {})), detail::AcceptedStream<R>>;
 
+  /// Takes over `other`'s socket.
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) = delete;
   ~TcpListener() {
@@ -2234,7 +2336,9 @@ class TcpListener {
     return AcceptAwaiter{reactor_->accept(fd_.get(), std::move(stop)), detail::AcceptedStream<R>{reactor_}};
   }
 
+  /// The address the listener is bound to (the port chosen when bound to port 0).
   Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  /// The listening socket's file descriptor.
   int fd() const noexcept { return fd_.get(); }
 
  private:
@@ -3165,6 +3269,7 @@ class EpollOperation;
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
  public:
+  /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
 
@@ -3178,6 +3283,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
   Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  /// As readable(), for writability.
   Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
@@ -3503,6 +3609,7 @@ namespace coio {
 template <Reactor R>
 class ReactorPool {
  public:
+  /// Starts `size` reactors, each constructed from `args` and run on its own thread.
   template <typename... Args>
   explicit ReactorPool(std::size_t size, const Args&... args) {
     COIO_ASSERT(size > 0, "a ReactorPool needs at least one reactor");
@@ -3537,12 +3644,15 @@ class ReactorPool {
     }
   }
 
+  /// Number of reactors.
   std::size_t size() const noexcept { return reactors_.size(); }
+  /// Reactor `i` (0 <= i < size()).
   R& reactor(std::size_t i) noexcept { return *reactors_[i]; }
 
   /// The reactor the next spawn would use; advances the round robin.
   R& next() noexcept { return *reactors_[next_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]; }
 
+  /// Spawns `task` on the next reactor (round robin); callable from any thread.
   void spawn(Task<void> task) { next().spawn(std::move(task)); }
 
   /// Stops every reactor and joins its thread (idempotent); rethrows the
@@ -3659,10 +3769,15 @@ namespace coio::testing {
 
 /// The clock of a ManualExecutor: it only moves when the test says so.
 struct VirtualClock {
+  /// Nanoseconds of virtual time.
   using duration = std::chrono::nanoseconds;
+  /// See std::chrono clocks.
   using rep = duration::rep;
+  /// See std::chrono clocks.
   using period = duration::period;
+  /// A point in virtual time.
   using time_point = std::chrono::time_point<VirtualClock, duration>;
+  /// Virtual time never goes back.
   static constexpr bool is_steady = true;
 };
 
@@ -3682,8 +3797,11 @@ struct VirtualClock {
 ///   the one thread that drives it.
 class ManualExecutor {
  public:
+  /// The executor's virtual clock.
   using Clock = VirtualClock;
+  /// A span of virtual time.
   using Duration = Clock::duration;
+  /// A point in virtual time.
   using TimePoint = Clock::time_point;
 
   ManualExecutor() : scope_([this](std::exception_ptr e) { failures_.push_back(std::move(e)); }) {}
@@ -3717,6 +3835,7 @@ class ManualExecutor {
     return n;
   }
 
+  /// The current virtual time (starts at zero; moves only in advance()).
   TimePoint now() const noexcept { return now_; }
 
   /// Moves virtual time forward by `d`, firing due timers in order and
@@ -3768,6 +3887,7 @@ class ManualExecutor {
     return Awaiter{*this, deadline};
   }
 
+  /// Awaitable: resumes `d` of virtual time from now, during advance(), on the advancing thread.
   auto sleepFor(Duration d) noexcept { return sleepUntil(now_ + d); }
 
  private:

@@ -54,7 +54,7 @@ namespace coio::detail {
 // Coroutine frame recycling. A lazy Task costs one frame allocation, and
 // with malloc that is more than half of a create+await+destroy (callgrind,
 // a bare promise: 230 instructions per op with malloc, 105 with this pool;
-// timings in tests/bench/core/RESULTS.md).
+// timings in docs/benchmarks.md).
 // Frames are recycled through per-thread free lists keyed by size class: no
 // locks, no atomics. A frame freed on another thread than the one that
 // allocated it simply joins that thread's list. Each class keeps at most
@@ -339,10 +339,13 @@ template <typename T>
 class [[nodiscard]] Task {
  public:
   using promise_type = detail::TaskPromise<T>;
+  /// The type `co_await` on the task yields.
   using value_type = T;
 
   Task() noexcept = default;
+  /// Takes over `other`'s coroutine; `other` becomes empty.
   Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /// Destroys the coroutine held, if any, and takes over `other`'s.
   Task& operator=(Task&& other) noexcept {
     if (this != &other) {
       reset();
@@ -371,6 +374,8 @@ class [[nodiscard]] Task {
     std::coroutine_handle<promise_type> handle_;
   };
 
+  /// Starts the task by symmetric transfer; the awaiter resumes on the thread that finishes it.
+  /// The task must be an rvalue: `co_await std::move(task)` or `co_await f()`.
   Awaiter operator co_await() && noexcept {
     COIO_ASSERT(handle_, "co_await on an empty coio::Task");
     return Awaiter{handle_};
@@ -422,9 +427,11 @@ namespace coio {
 ///   and `failedCount()` counts them all.
 class AsyncScope {
  public:
+  /// Receives each exception that escapes a spawned task, on the thread where the task failed.
   using ExceptionHandler = std::function<void(std::exception_ptr)>;
 
   AsyncScope() = default;
+  /// A scope whose tasks' exceptions go to `onException` instead of `join()`.
   explicit AsyncScope(ExceptionHandler onException) : onException_(std::move(onException)) {}
   AsyncScope(const AsyncScope&) = delete;
   AsyncScope& operator=(const AsyncScope&) = delete;
@@ -433,6 +440,7 @@ class AsyncScope {
                 "AsyncScope destroyed while spawned tasks are still running");
   }
 
+  /// Starts `task` at once on the calling thread and keeps it alive until it finishes.
   void spawn(Task<void> task) {
     COIO_ASSERT(!joinStarted(), "AsyncScope::spawn after join");
     count_.fetch_add(1, std::memory_order_relaxed);
@@ -468,6 +476,8 @@ class AsyncScope {
     AsyncScope& scope_;
   };
 
+  /// Awaits every spawned task: resumes inline if all have finished, else on the thread that
+  /// finishes the last; rethrows the first exception when there is no handler.
   JoinAwaiter join() noexcept { return JoinAwaiter{*this}; }
 
  private:
@@ -603,6 +613,7 @@ namespace coio {
 ///   post() does not touch it. That destruction must not race with post().
 class Baton {
  public:
+  /// A Baton not yet signalled, or already signalled if `initiallySignalled`.
   explicit Baton(bool initiallySignalled = false) noexcept
       : state_(initiallySignalled ? static_cast<const void*>(this) : nullptr) {}
   Baton(const Baton&) = delete;
@@ -611,8 +622,10 @@ class Baton {
     COIO_ASSERT(state_.load(std::memory_order_relaxed) == nullptr || ready(), "Baton destroyed with waiters");
   }
 
+  /// Whether post() has been called (since the last reset()).
   bool ready() const noexcept { return state_.load(std::memory_order_acquire) == signalledState(); }
 
+  /// Signals the Baton and resumes every waiter inline on this thread, oldest first.
   void post() noexcept {
     const void* old = state_.load(std::memory_order_relaxed);
     do {
@@ -637,14 +650,18 @@ class Baton {
     }
   }
 
+  /// Makes a signalled Baton unsignalled again; does nothing while coroutines wait.
   void reset() noexcept {
     const void* expected = signalledState();
     state_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
   }
 
+  /// The awaitable of `co_await baton`: suspends until the Baton is posted.
   class [[nodiscard]] WaitOperation {
    public:
+    /// Awaits `baton`.
     explicit WaitOperation(const Baton& baton) noexcept : baton_(baton) {}
+    /// Copyable until it is awaited.
     WaitOperation(const WaitOperation&) = default;  // before it is awaited only
     // Only reached while linked if the awaiting frame is destroyed without
     // being resumed; left linked, a later post() would resume freed memory.
@@ -1063,6 +1080,7 @@ namespace coio {
 /// - `release` happens-before the acquisition that takes its tokens.
 class BatchSemaphore {
  public:
+  /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
@@ -1077,9 +1095,12 @@ class BatchSemaphore {
   /// Takes n tokens if they are free and nobody is queued.
   bool tryAcquire(std::size_t n) { return core_.tryAcquire(checked(n)); }
 
+  /// Returns `n` units; resumes the waiters they satisfy inline on the calling thread, oldest first.
   void release(std::size_t n) noexcept { core_.release(n); }
 
+  /// Units free right now (a snapshot).
   std::size_t available() const noexcept { return core_.available(); }
+  /// The capacity given at construction: the largest request acquire() accepts.
   std::size_t capacity() const noexcept { return capacity_; }
 
  private:
@@ -1216,6 +1237,7 @@ namespace coio {
 /// The value of an operation that produces nothing. `collectAll` maps a
 /// `Task<void>` child to `Unit` so that every child has a slot in the tuple.
 struct Unit {
+  /// All Units are equal.
   friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
 };
 
@@ -1407,8 +1429,10 @@ enum class Errc {
 
 }  // namespace coio
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::Errc> : std::true_type {};
+/// @endcond
 
 namespace coio {
 
@@ -1428,11 +1452,13 @@ class CoioCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::Errc ("coio").
 inline const std::error_category& coioCategory() noexcept {
   static const detail::CoioCategory category;
   return category;
 }
 
+/// Makes coio::Errc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(Errc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), coioCategory()};
 }
@@ -1454,8 +1480,10 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::remove_cv_t<T>, std::error_code>, "Result<std::error_code> is ambiguous");
 
  public:
+  /// The type of the value.
   using value_type = T;
 
+  /// A success holding `value`.
   template <typename U = T>
     requires std::is_constructible_v<T, U&&> && (!std::is_same_v<std::remove_cvref_t<U>, Result>) &&
              (!std::is_same_v<std::remove_cvref_t<U>, std::error_code>) &&
@@ -1463,26 +1491,39 @@ class [[nodiscard]] Result {
              (!std::is_error_condition_enum_v<std::remove_cvref_t<U>>)
   Result(U&& value) : storage_(std::in_place_index<0>, std::forward<U>(value)) {}  // NOLINT: implicit by design
 
+  /// A failure; `ec` must be non-zero.
   Result(std::error_code ec) noexcept : storage_(std::in_place_index<1>, ec) {  // NOLINT: implicit by design
     COIO_ASSERT(ec, "a Result error must be a non-zero error_code");
   }
+  /// A failure from an error enum (coio::Errc, std::errc, ...).
   template <typename E>
     requires std::is_error_code_enum_v<E> || std::is_error_condition_enum_v<E>
   Result(E e) : Result(std::error_code(make_error_code(e))) {}  // NOLINT: implicit by design
 
+  /// Whether the Result holds a value.
   bool hasValue() const noexcept { return storage_.index() == 0; }
+  /// Same as hasValue().
   explicit operator bool() const noexcept { return hasValue(); }
 
+  /// The value; throws std::system_error carrying the error if there is none.
   T& value() & { check(); return *std::get_if<0>(&storage_); }
+  /// The value; throws std::system_error carrying the error if there is none.
   const T& value() const& { check(); return *std::get_if<0>(&storage_); }
+  /// The value, moved out; throws std::system_error carrying the error if there is none.
   T&& value() && { check(); return std::move(*std::get_if<0>(&storage_)); }
 
+  /// Same as value().
   T& operator*() & { return value(); }
+  /// Same as value().
   const T& operator*() const& { return value(); }
+  /// Same as value().
   T&& operator*() && { return std::move(*this).value(); }
+  /// Member access to the value (throws like value()).
   T* operator->() { return &value(); }
+  /// Member access to the value (throws like value()).
   const T* operator->() const { return &value(); }
 
+  /// The value, or `fallback` converted to T when the Result holds an error.
   template <typename U>
   T valueOr(U&& fallback) const& {
     return hasValue() ? *std::get_if<0>(&storage_) : static_cast<T>(std::forward<U>(fallback));
@@ -1501,21 +1542,29 @@ class [[nodiscard]] Result {
   std::variant<T, std::error_code> storage_;
 };
 
+/// The outcome of an operation that yields nothing: success or a `std::error_code`.
 template <>
 class [[nodiscard]] Result<void> {
  public:
+  /// void.
   using value_type = void;
   Result() noexcept = default;
+  /// Holds `ec`: a failure, or a success when `ec` is zero.
   Result(std::error_code ec) noexcept : ec_(ec) {}  // NOLINT: implicit by design
+  /// A failure from an error enum (coio::Errc, std::errc, ...).
   template <typename E>
     requires std::is_error_code_enum_v<E> || std::is_error_condition_enum_v<E>
   Result(E e) : ec_(make_error_code(e)) {}  // NOLINT: implicit by design
 
+  /// Whether the operation succeeded.
   bool hasValue() const noexcept { return !ec_; }
+  /// Same as hasValue().
   explicit operator bool() const noexcept { return hasValue(); }
+  /// Throws std::system_error carrying the error if the Result holds one.
   void value() const {
     if (ec_) throw std::system_error(ec_, "coio::Result::value() on an error");
   }
+  /// The error; an empty error_code on success.
   std::error_code error() const noexcept { return ec_; }
 
  private:
@@ -1551,6 +1600,7 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
@@ -1564,6 +1614,7 @@ class Semaphore {
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }
 
+  /// Returns `n` tokens; while coroutines wait they go to the oldest, resumed inline on this thread.
   void release(std::size_t n = 1) noexcept { core_.release(n); }
 
   /// Tokens free right now (0 while anyone waits).
@@ -1604,25 +1655,33 @@ namespace coio {
 template <typename T>
 struct StampedPtr {
   static_assert(sizeof(void*) == 8, "StampedPtr needs 64-bit pointers");
+  /// Bits of the stamp (the low bits of the word).
   static constexpr int kStampBits = 16;
 
+  /// The packed word: pointer in the high 48 bits, stamp in the low 16.
   std::uint64_t word;
 
+  /// Whether `p` survives the shift: its top 16 bits are a sign extension of bit 47.
   static bool fits(const volatile void* p) noexcept {
     const auto v = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
     return ((v << kStampBits) >> kStampBits) == v;
   }
 
+  /// Packs `p` and `stamp` into a word (asserts that `p` fits).
   static std::uint64_t pack(T* p, std::uint16_t stamp) noexcept {
     COIO_ASSERT(fits(p), "StampedPtr: pointer does not fit in 48 bits");
     return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)) << kStampBits) | stamp;
   }
+  /// The pointer part of a packed word.
   static T* unpackPtr(std::uint64_t raw) noexcept {
     return reinterpret_cast<T*>(static_cast<std::intptr_t>(static_cast<std::int64_t>(raw) >> kStampBits));
   }
+  /// The stamp part of a packed word.
   static std::uint16_t unpackStamp(std::uint64_t raw) noexcept { return static_cast<std::uint16_t>(raw); }
 
+  /// A StampedPtr holding `p` and `stamp`.
   static StampedPtr make(T* p, std::uint16_t stamp) noexcept { return {pack(p, stamp)}; }
+  /// A StampedPtr from a word made by raw() (e.g. a work-request id).
   static StampedPtr fromRaw(std::uint64_t raw) noexcept { return {raw}; }
   /// An integer in the pointer field; `value` < 2^47.
   static StampedPtr fromValue(std::uint64_t value, std::uint16_t stamp) noexcept {
@@ -1630,21 +1689,49 @@ struct StampedPtr {
     return {(value << kStampBits) | stamp};
   }
 
+  /// The pointer.
   T* ptr() const noexcept { return unpackPtr(word); }
+  /// The stamp.
   std::uint16_t stamp() const noexcept { return unpackStamp(word); }
+  /// The packed word (e.g. to use as a work-request id).
   std::uint64_t raw() const noexcept { return word; }
+  /// The pointer field as the integer given to fromValue().
   std::uint64_t value() const noexcept { return static_cast<std::uint64_t>(static_cast<std::int64_t>(word) >> kStampBits); }
 
+  /// Replaces pointer and stamp.
   void set(T* p, std::uint16_t stamp) noexcept { word = pack(p, stamp); }
+  /// Replaces the pointer, keeping the stamp.
   void setPtr(T* p) noexcept { word = pack(p, stamp()); }
+  /// Replaces the stamp, keeping the pointer.
   void setStamp(std::uint16_t stamp) noexcept { word = (word & ~std::uint64_t{0xFFFF}) | stamp; }
 
+  /// Equal when pointer and stamp are.
   friend bool operator==(StampedPtr a, StampedPtr b) noexcept { return a.word == b.word; }
 };
 
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
 // end <coio/core/stamped_ptr.hpp>
+// begin <coio/core/version.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+/// @file
+/// coio's version. coio follows semantic versioning with a 0.x major
+/// version: until 1.0 a minor release (0.1 -> 0.2) may change the API, a
+/// patch release (0.1.0 -> 0.1.1) only fixes. project(VERSION) in
+/// CMakeLists.txt, the Conan and vcpkg recipes and these macros agree (CI
+/// checks it with .ci/check_version.py).
+
+/// Major version.
+#define COIO_VERSION_MAJOR 0
+/// Minor version.
+#define COIO_VERSION_MINOR 1
+/// Patch version.
+#define COIO_VERSION_PATCH 0
+/// The version as a string, "MAJOR.MINOR.PATCH".
+#define COIO_VERSION "0.1.0"
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+// end <coio/core/version.hpp>
 // begin <coio/net/socket_address.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
@@ -1721,7 +1808,7 @@ class SocketAddress {
   /// 127.0.0.1:port
   static SocketAddress loopbackV4(std::uint16_t port = 0) noexcept { return ipv4(in_addr{htonl(INADDR_LOOPBACK)}, port); }
 
-  /// [::1]:port
+  /// The IPv6 loopback address, ::1, with `port`.
   static SocketAddress loopbackV6(std::uint16_t port = 0) noexcept { return ipv6(in6addr_loopback, port); }
 
   /// From what getsockname/accept filled in; Errc::invalidArgument unless
@@ -1735,7 +1822,9 @@ class SocketAddress {
     return a;
   }
 
+  /// AF_INET or AF_INET6.
   int family() const noexcept { return storage_.ss_family; }
+  /// The port, in host byte order.
   std::uint16_t port() const noexcept {
     switch (family()) {
       case AF_INET: return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
@@ -1744,7 +1833,9 @@ class SocketAddress {
     }
   }
 
+  /// The address as a sockaddr, for system calls.
   const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
+  /// Bytes of data() in use.
   socklen_t size() const noexcept { return length_; }
 
   /// `1.2.3.4:80`, `[::1]:80`, or an empty string for an empty address.
@@ -1761,6 +1852,7 @@ class SocketAddress {
     }
   }
 
+  /// Equal when family, address and port are.
   friend bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept {
     return a.length_ == b.length_ && std::memcmp(&a.storage_, &b.storage_, a.length_) == 0;
   }
@@ -2022,6 +2114,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.
@@ -2049,7 +2142,9 @@ class TcpStream {
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
+  /// Closes the socket held, if any, and takes over `other`'s.
   TcpStream& operator=(TcpStream&& other) noexcept {
     if (this != &other) {
       close();
@@ -2123,6 +2218,7 @@ class TcpStream {
     co_return Result<void>{};
   }
 
+  /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
   Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
     if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
     return {};
@@ -2135,7 +2231,9 @@ class TcpStream {
     return {};
   }
 
+  /// This end's address.
   Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  /// The peer's address.
   Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
 
   /// Closes the socket now (idempotent).
@@ -2160,8 +2258,11 @@ class TcpStream {
     return std::move(fd_);
   }
 
+  /// Whether the stream holds a socket.
   bool isOpen() const noexcept { return fd_.valid(); }
+  /// The socket's file descriptor (-1 when closed).
   int fd() const noexcept { return fd_.get(); }
+  /// The reactor the stream's operations run on.
   R& reactor() const noexcept { return *reactor_; }
 
  private:
@@ -2213,6 +2314,7 @@ class TcpListener {
   using AcceptAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().accept(0, {})), detail::AcceptedStream<R>>;
 
+  /// Takes over `other`'s socket.
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) = delete;
   ~TcpListener() {
@@ -2239,7 +2341,9 @@ class TcpListener {
     return AcceptAwaiter{reactor_->accept(fd_.get(), std::move(stop)), detail::AcceptedStream<R>{reactor_}};
   }
 
+  /// The address the listener is bound to (the port chosen when bound to port 0).
   Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  /// The listening socket's file descriptor.
   int fd() const noexcept { return fd_.get(); }
 
  private:
@@ -3170,6 +3274,7 @@ class EpollOperation;
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
  public:
+  /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
 
@@ -3183,6 +3288,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
   Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  /// As readable(), for writability.
   Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
@@ -3508,6 +3614,7 @@ namespace coio {
 template <Reactor R>
 class ReactorPool {
  public:
+  /// Starts `size` reactors, each constructed from `args` and run on its own thread.
   template <typename... Args>
   explicit ReactorPool(std::size_t size, const Args&... args) {
     COIO_ASSERT(size > 0, "a ReactorPool needs at least one reactor");
@@ -3542,12 +3649,15 @@ class ReactorPool {
     }
   }
 
+  /// Number of reactors.
   std::size_t size() const noexcept { return reactors_.size(); }
+  /// Reactor `i` (0 <= i < size()).
   R& reactor(std::size_t i) noexcept { return *reactors_[i]; }
 
   /// The reactor the next spawn would use; advances the round robin.
   R& next() noexcept { return *reactors_[next_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]; }
 
+  /// Spawns `task` on the next reactor (round robin); callable from any thread.
   void spawn(Task<void> task) { next().spawn(std::move(task)); }
 
   /// Stops every reactor and joins its thread (idempotent); rethrows the
@@ -3664,10 +3774,15 @@ namespace coio::testing {
 
 /// The clock of a ManualExecutor: it only moves when the test says so.
 struct VirtualClock {
+  /// Nanoseconds of virtual time.
   using duration = std::chrono::nanoseconds;
+  /// See std::chrono clocks.
   using rep = duration::rep;
+  /// See std::chrono clocks.
   using period = duration::period;
+  /// A point in virtual time.
   using time_point = std::chrono::time_point<VirtualClock, duration>;
+  /// Virtual time never goes back.
   static constexpr bool is_steady = true;
 };
 
@@ -3687,8 +3802,11 @@ struct VirtualClock {
 ///   the one thread that drives it.
 class ManualExecutor {
  public:
+  /// The executor's virtual clock.
   using Clock = VirtualClock;
+  /// A span of virtual time.
   using Duration = Clock::duration;
+  /// A point in virtual time.
   using TimePoint = Clock::time_point;
 
   ManualExecutor() : scope_([this](std::exception_ptr e) { failures_.push_back(std::move(e)); }) {}
@@ -3722,6 +3840,7 @@ class ManualExecutor {
     return n;
   }
 
+  /// The current virtual time (starts at zero; moves only in advance()).
   TimePoint now() const noexcept { return now_; }
 
   /// Moves virtual time forward by `d`, firing due timers in order and
@@ -3773,6 +3892,7 @@ class ManualExecutor {
     return Awaiter{*this, deadline};
   }
 
+  /// Awaitable: resumes `d` of virtual time from now, during advance(), on the advancing thread.
   auto sleepFor(Duration d) noexcept { return sleepUntil(now_ + d); }
 
  private:
@@ -3851,8 +3971,10 @@ enum class RdmaErrc {
 
 }  // namespace coio::rdma
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::rdma::RdmaErrc> : std::true_type {};
+/// @endcond
 
 namespace coio::rdma {
 
@@ -3888,16 +4010,19 @@ class CompletionCategory final : public std::error_category {
 
 }  // namespace detail
 
+/// The error category of RdmaErrc.
 inline const std::error_category& rdmaCategory() noexcept {
   static const detail::RdmaCategory category;
   return category;
 }
 
+/// The error category of failed work completions (ibv_wc_status values); see completionError().
 inline const std::error_category& completionCategory() noexcept {
   static const detail::CompletionCategory category;
   return category;
 }
 
+/// Makes RdmaErrc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(RdmaErrc e) noexcept {  // NOLINT: found by ADL
   return {static_cast<int>(e), rdmaCategory()};
 }
@@ -3916,6 +4041,7 @@ inline std::error_code completionError(ibv_wc_status status) noexcept {
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace coio::rdma {
@@ -3945,7 +4071,7 @@ struct QueuePairConfig {
   /// that many empty loop iterations after each burst; an idle queue pair
   /// costs nothing. 0: always sleep. 16 measured +10-15 % message rate on
   /// one reactor thread and +50 % with sender and receiver on two
-  /// (tests/bench/rdma/RESULTS.md); storage over RDMA unchanged.
+  /// (docs/benchmarks.md); storage over RDMA unchanged.
   std::uint32_t pollBeforeSleep = 16;
   /// Within each of those iterations, an empty CQ is polled up to this
   /// many more times in a row before the watcher yields: a poll reads user
@@ -3953,24 +4079,58 @@ struct QueuePairConfig {
   /// non-blocking wait). Bounds the time other coroutines on the thread
   /// wait, to spinPolls CQ polls per iteration. 0: one poll per iteration.
   /// 16 measured +17 % message rate with sender and receiver on two
-  /// threads, 64 and 256 no better (tests/bench/rdma/RESULTS.md).
+  /// threads, 64 and 256 no better (docs/benchmarks.md).
   std::uint32_t spinPolls = 16;
-  // Transport (RTR/RTS attributes).
-  std::uint8_t timeout = 14;    ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms) per retry
-  std::uint8_t retryCount = 7;  ///< transport retries before IBV_WC_RETRY_EXC_ERR
+  // Transport (RTR/RTS attributes). Work the peer does not acknowledge
+  // (its process died, its QP was aborted, the path is down) is sent
+  // retryCount + 1 times, one ACK timeout each, then fails with
+  // IBV_WC_RETRY_EXC_ERR: see transportFailureBound() (defaults: ~0.47 s).
+  /// Local ACK timeout: 4.096 us * 2^timeout per try (14: ~67 ms). 0 means
+  /// no timer: unacknowledged work is never retried nor failed.
+  std::uint8_t timeout = 14;
+  /// Transport retries before IBV_WC_RETRY_EXC_ERR (0-7). Not 7 by default:
+  /// Soft-RoCE (rxe) retries forever at 7 (its completer never counts a 7
+  /// down), so work sent to a dead peer would never fail there, and close()
+  /// would wait out drainTimeout; hardware that follows the spec retries 7
+  /// times. 6 costs one try (~67 ms) of tolerance on hardware.
+  std::uint8_t retryCount = 6;
   /// RNR policy: the credit scheme guarantees a posted receive for every
   /// SEND, so by default an RNR NAK is not retried (0) and surfaces as
   /// IBV_WC_RNR_RETRY_EXC_ERR: a bug made visible instead of a silent stall.
   std::uint8_t rnrRetry = 0;
   std::uint8_t minRnrTimer = 12;  ///< 0.64 ms; only matters when rnrRetry > 0
-  std::chrono::milliseconds drainTimeout{5000};  ///< close(): how long in-flight work may take to finish
+  /// close(): how long posted work may take to finish. Work to a dead peer
+  /// fails sooner, within transportFailureBound(); this bounds the rest
+  /// (a peer that acknowledges but is slow, a device that stops completing).
+  std::chrono::milliseconds drainTimeout{5000};
 };
+
+/// How long, nominally, work sent to a peer that stopped answering (its
+/// process died, its QP was aborted, the path is down) is retried before
+/// it fails with IBV_WC_RETRY_EXC_ERR, counted from the peer's last answer
+/// or the post, whichever is later: retryCount + 1 tries of one ACK timeout,
+/// (retryCount + 1) * 4.096 us * 2^timeout. The defaults: 7 * 67 ms =
+/// 0.47 s. The queue pair then enters `error`: the first unacknowledged
+/// work request fails with IBV_WC_RETRY_EXC_ERR, the rest are flushed.
+/// Providers round each timeout up to their timer's tick (rxe: a kernel
+/// jiffy, 4 ms at HZ=250: noticeable only for small timeouts), and a
+/// device may wait longer than asked (some enforce a minimum timeout).
+/// std::nullopt where a provider coio supports never gives up: timeout 0
+/// (no ACK timer anywhere) or retryCount 7 (rxe retries forever).
+inline std::optional<std::chrono::microseconds> transportFailureBound(const QueuePairConfig& c) noexcept {
+  if (c.timeout == 0 || c.timeout > 31 || c.retryCount >= 7) return std::nullopt;
+  const std::uint64_t nanosPerTry = std::uint64_t{4096} << c.timeout;  // < 2^44: no overflow below
+  return std::chrono::microseconds((std::uint64_t{c.retryCount} + 1) * nanosPerTry / 1000);
+}
 
 /// The device limits a QueuePairConfig is checked against (from
 /// ibv_query_device / ibv_query_port).
 struct DeviceLimits {
+  /// Work requests per queue (max_qp_wr).
   std::uint32_t maxQpWr = 0;
+  /// Scatter/gather elements per work request (max_sge).
   std::uint32_t maxSge = 0;
+  /// Completions per CQ (max_cqe).
   std::uint32_t maxCqe = 0;
   std::uint32_t maxQpRdAtom = 0;      ///< as responder
   std::uint32_t maxQpInitRdAtom = 0;  ///< as initiator
@@ -3990,6 +4150,7 @@ struct QueuePairSizes {
   std::uint64_t maxRecvWr;    ///< recvBuffers
   std::uint64_t cqe;          ///< maxSendWr + maxRecvWr
 
+  /// The sizes `c` needs.
   static QueuePairSizes of(const QueuePairConfig& c) noexcept {
     QueuePairSizes s{};
     const std::uint64_t buffers = c.messageBuffers;
@@ -4159,19 +4320,27 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
+  /// The device's name (e.g. mlx5_0, rxe0).
   const std::string& name() const noexcept { return name_; }
+  /// The verbs context.
   ibv_context* context() const noexcept { return context_.get(); }
+  /// The protection domain every MemoryRegion and QueuePair on this Device uses.
   ibv_pd* protectionDomain() const noexcept { return pd_.get(); }
+  /// The port used (1-based).
   std::uint8_t port() const noexcept { return port_; }
+  /// The device's attributes (ibv_query_device).
   const ibv_device_attr& attributes() const noexcept { return deviceAttr_; }
+  /// The port's attributes (ibv_query_port), as when opened.
   const ibv_port_attr& portAttributes() const noexcept { return portAttr_; }
   /// Ethernet (RoCE) or InfiniBand.
   bool isRoce() const noexcept { return portAttr_.link_layer == IBV_LINK_LAYER_ETHERNET; }
   /// The GID table index used as source GID (RoCE: selected by
   /// detail::selectRoceGid; InfiniBand: 0, addressing is by LID).
   std::uint32_t gidIndex() const noexcept { return gidIndex_; }
+  /// The GID at gidIndex().
   const ibv_gid& gid() const noexcept { return gid_; }
 
+  /// The device limits that QueuePairConfig is checked against.
   DeviceLimits limits() const noexcept {
     return DeviceLimits{static_cast<std::uint32_t>(deviceAttr_.max_qp_wr),
                         static_cast<std::uint32_t>(deviceAttr_.max_sge),
@@ -4286,6 +4455,7 @@ namespace coio::rdma {
 /// passed to drain() runs on the calling thread.
 class CompletionQueue {
  public:
+  /// Completions polled per ibv_poll_cq call in drain().
   static constexpr int kPollBatch = 16;
 
   /// A CQ of `entries` completions; `eventAckBatch` events are acknowledged at a time.
@@ -4302,12 +4472,14 @@ class CompletionQueue {
     return q;
   }
 
+  /// Takes over `other`'s CQ and channel.
   CompletionQueue(CompletionQueue&& other) noexcept = default;
   CompletionQueue& operator=(CompletionQueue&&) = delete;  // would drop the unacknowledged events
   ~CompletionQueue() {
     if (cq_ && unacked_ > 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
   }
 
+  /// The verbs CQ.
   ibv_cq* get() const noexcept { return cq_.get(); }
   /// The completion channel's fd: readable when an event is pending.
   int fd() const noexcept { return channel_->fd; }
@@ -4390,6 +4562,7 @@ enum class Access : int {
   remoteWrite = IBV_ACCESS_REMOTE_WRITE,  ///< peers may RDMA WRITE into it (needs localWrite)
   remoteRead = IBV_ACCESS_REMOTE_READ,    ///< peers may RDMA READ from it
 };
+/// Combines access flags.
 constexpr Access operator|(Access a, Access b) noexcept { return static_cast<Access>(static_cast<int>(a) | static_cast<int>(b)); }
 /// Everything a buffer used for RDMA in both directions needs.
 constexpr Access kAccessAll = Access::localWrite | Access::remoteWrite | Access::remoteRead;
@@ -4397,8 +4570,11 @@ constexpr Access kAccessAll = Access::localWrite | Access::remoteWrite | Access:
 /// A registered range as a peer addresses it: what one side sends the other
 /// so that it can RDMA READ/WRITE there.
 struct RemoteBuffer {
+  /// Address in the peer's memory.
   std::uint64_t addr = 0;
+  /// Bytes the peer may access from addr.
   std::uint64_t length = 0;
+  /// The peer region's remote key.
   std::uint32_t rkey = 0;
 
   /// The part [offset, offset + n) (clamped to the buffer).
@@ -4410,8 +4586,11 @@ struct RemoteBuffer {
 
 /// A registered local range, as a work request's scatter/gather element.
 struct LocalBuffer {
+  /// Start of the local memory.
   std::byte* data = nullptr;
+  /// Bytes.
   std::uint32_t length = 0;
+  /// The local region's key.
   std::uint32_t lkey = 0;
 };
 
@@ -4432,8 +4611,10 @@ class MemoryRegion {
     return MemoryRegion(mr, memory);
   }
 
+  /// Takes over `other`'s registration; `other` becomes empty.
   MemoryRegion(MemoryRegion&& other) noexcept
       : mr_(std::exchange(other.mr_, nullptr)), memory_(std::exchange(other.memory_, {})) {}
+  /// Deregisters the region held, if any, and takes over `other`'s.
   MemoryRegion& operator=(MemoryRegion&& other) noexcept {
     if (this != &other) {
       reset();
@@ -4444,10 +4625,14 @@ class MemoryRegion {
   }
   ~MemoryRegion() { reset(); }
 
+  /// The registered memory.
   std::span<std::byte> memory() const noexcept { return memory_; }
+  /// The local key, for scatter/gather elements.
   std::uint32_t lkey() const noexcept { return mr_->lkey; }
+  /// The remote key, for the peer's RDMA operations.
   std::uint32_t rkey() const noexcept { return mr_->rkey; }
 
+  /// Whether `part` lies inside the registered memory.
   bool contains(std::span<const std::byte> part) const noexcept {
     return part.data() >= memory_.data() && part.data() + part.size() <= memory_.data() + memory_.size();
   }
@@ -4457,6 +4642,7 @@ class MemoryRegion {
     COIO_ASSERT(contains(part) && part.size() <= UINT32_MAX, "LocalBuffer outside its MemoryRegion");
     return LocalBuffer{part.data(), static_cast<std::uint32_t>(part.size()), lkey()};
   }
+  /// The part [offset, offset + length) of this region as a scatter/gather element.
   LocalBuffer local(std::size_t offset, std::size_t length) const noexcept {
     return local(memory_.subspan(offset, length));
   }
@@ -4466,6 +4652,7 @@ class MemoryRegion {
     COIO_ASSERT(contains(part), "RemoteBuffer outside its MemoryRegion");
     return RemoteBuffer{reinterpret_cast<std::uintptr_t>(part.data()), part.size(), rkey()};
   }
+  /// The whole region as a peer addresses it.
   RemoteBuffer remote() const noexcept { return remote(memory_); }
 
  private:
@@ -4653,6 +4840,7 @@ namespace coio::rdma {
 /// `close`. Work can be posted only in `ready`.
 enum class QueuePairState : std::uint8_t { init, connecting, ready, close, error };
 
+/// Whether the state machine allows `from` -> `to`.
 constexpr bool canTransition(QueuePairState from, QueuePairState to) noexcept {
   using S = QueuePairState;
   switch (to) {
@@ -4665,6 +4853,7 @@ constexpr bool canTransition(QueuePairState from, QueuePairState to) noexcept {
   return false;
 }
 
+/// The state's name, for messages.
 constexpr std::string_view toString(QueuePairState s) noexcept {
   switch (s) {
     case QueuePairState::init: return "init";
@@ -4688,6 +4877,7 @@ constexpr std::string_view toString(QueuePairState s) noexcept {
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <stop_token>
 #include <vector>
 
 namespace coio::rdma {
@@ -4695,6 +4885,7 @@ namespace coio::rdma {
 template <Reactor R>
 class QueuePair;
 
+/// The RDMA operation of an RdmaBatch.
 enum class RdmaOp { write = IBV_WR_RDMA_WRITE, read = IBV_WR_RDMA_READ };
 
 namespace detail {
@@ -4750,10 +4941,14 @@ inline Result<std::uint64_t> appendWorkRequests(const RemoteBuffer& remote, std:
 /// batch). It yields success or the first failure (in chain order; within a
 /// chain the first failed completion). The batch must outlive post(); the
 /// local and remote memory must stay registered until post() completes.
+/// `stop` ends a post that waits for work-request tokens (nothing posted:
+/// std::errc::operation_canceled) and fails the queue pair under chains
+/// already posted (see QueuePair, "Bounding an operation in time").
 /// Threading: as QueuePair (loop thread; resumes on the loop thread).
 template <Reactor R>
 class RdmaBatch {
  public:
+  /// An empty batch of `op` operations on `qp`.
   RdmaBatch(QueuePair<R>& qp, RdmaOp op) noexcept : qp_(&qp), op_(op) {}
 
   /// Errc::invalidArgument if the local buffers are empty or exceed `remote`.
@@ -4764,12 +4959,17 @@ class RdmaBatch {
     bytes_ += *added;
     return {};
   }
+  /// Adds one local buffer; see the other overload.
   Result<void> add(const RemoteBuffer& remote, const LocalBuffer& local) { return add(remote, std::span(&local, 1)); }
 
   /// Posts everything added; see the class comment.
-  Task<Result<void>> post() { return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_); }
+  Task<Result<void>> post(std::stop_token stop = {}) {
+    return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_, std::move(stop));
+  }
 
+  /// Work requests the batch has made so far.
   std::size_t workRequests() const noexcept { return wrs_.size(); }
+  /// Bytes added so far.
   std::uint64_t bytes() const noexcept { return bytes_; }
 
  private:
@@ -4850,6 +5050,27 @@ struct FreeMemory {
 ///   (asserted): it tells the peer, drains outstanding work (bounded by
 ///   drainTimeout), and stops the completion watcher.
 ///
+/// Bounding an operation in time (e.g. with coio::withTimeout):
+/// - Posted work to a peer that stopped answering (process killed, QP
+///   aborted, path down) fails within transportFailureBound(config), 0.47 s
+///   with the defaults: the oldest unacknowledged work request with
+///   IBV_WC_RETRY_EXC_ERR, the rest flushed (IBV_WC_WR_FLUSH_ERR), waiting
+///   ones with RdmaErrc::queuePairError; close() then returns as soon.
+/// - send(), recv(), rdmaWrite(), rdmaRead() and RdmaBatch::post() take a
+///   std::stop_token (request it on the loop thread). While they wait (for
+///   a credit, a send buffer, a message, RDMA work-request tokens) a stop
+///   ends them with std::errc::operation_canceled, nothing posted and the
+///   queue pair still ready.
+/// - A posted SEND is not waited for: send() completes at the post.
+/// - A posted RDMA WRITE or READ cannot be recalled (the NIC may still be
+///   moving its bytes): stopping it moves the queue pair to `error` (error()
+///   is std::errc::operation_canceled; every other operation fails, as after
+///   abort()), and the operation completes once its flush completion has
+///   arrived, so its buffers are free when it returns: with
+///   std::errc::operation_canceled, or with success if it finished first.
+/// - connect() is bounded by its stream (shut it down to end it); close()
+///   by drainTimeout.
+///
 /// Lifetime: created by `create()` (immovable: work-request ids point into
 /// it); the Device and the reactor must outlive it.
 template <Reactor R>
@@ -4897,25 +5118,33 @@ class QueuePair {
     co_return Result<void>{};
   }
 
+  /// Where the queue pair is in its life (init, connecting, ready, close, error).
   QueuePairState state() const noexcept { return state_; }
   /// The error that moved the queue pair to `error` (empty otherwise).
   std::error_code error() const noexcept { return error_; }
+  /// The configuration it was created with.
   const QueuePairConfig& config() const noexcept { return config_; }
+  /// The device it was created on.
   const Device& device() const noexcept { return device_; }
+  /// The reactor its operations resume on.
   R& reactor() const noexcept { return reactor_; }
+  /// The queue pair number (QPN) the peer addresses.
   std::uint32_t qpNumber() const noexcept { return qp_->qp_num; }
 
   // --- RDMA ----------------------------------------------------------------
 
+  /// An empty batch of RDMA WRITEs or READs on this queue pair, to fill with add() and post().
   RdmaBatch<R> rdmaBatch(RdmaOp op) noexcept { return RdmaBatch<R>(*this, op); }
 
   /// Writes the local buffers, in order, to the contiguous `remote` range.
-  Task<Result<void>> rdmaWrite(RemoteBuffer remote, std::span<const LocalBuffer> locals) {
-    return rdmaOne(RdmaOp::write, remote, locals);
+  /// `stop`: see "Bounding an operation in time" above.
+  Task<Result<void>> rdmaWrite(RemoteBuffer remote, std::span<const LocalBuffer> locals, std::stop_token stop = {}) {
+    return rdmaOne(RdmaOp::write, remote, locals, std::move(stop));
   }
   /// Reads the contiguous `remote` range into the local buffers, in order.
-  Task<Result<void>> rdmaRead(RemoteBuffer remote, std::span<const LocalBuffer> locals) {
-    return rdmaOne(RdmaOp::read, remote, locals);
+  /// `stop`: see "Bounding an operation in time" above.
+  Task<Result<void>> rdmaRead(RemoteBuffer remote, std::span<const LocalBuffer> locals, std::stop_token stop = {}) {
+    return rdmaOne(RdmaOp::read, remote, locals, std::move(stop));
   }
 
   // --- messages --------------------------------------------------------------
@@ -4933,9 +5162,9 @@ class QueuePair {
   Task<Result<void>> send(std::span<const std::byte> message, std::stop_token stop = {}) {
     if (message.size() > config_.messageSize) co_return RdmaErrc::messageTooLarge;
     if (state_ != QueuePairState::ready) co_return stateError();
-    const bool credit = co_await acquireUnlessStopped(credits_, stop);
+    const bool credit = co_await acquireUnlessStopped(one(credits_), stop);
     if (!credit) co_return waitError(stop);
-    const bool buffer = co_await acquireUnlessStopped(sendBuffers_, stop);
+    const bool buffer = co_await acquireUnlessStopped(one(sendBuffers_), stop);
     if (!buffer || state_ != QueuePairState::ready) {
       if (state_ == QueuePairState::ready) credits_.release();  // cancelled: the credit is still good
       if (buffer) sendBuffers_.release();
@@ -4967,7 +5196,7 @@ class QueuePair {
   /// std::errc::operation_canceled when `stop` ends the wait.
   Task<Result<std::size_t>> recv(std::span<std::byte> out, std::stop_token stop = {}) {
     bool got = received_.tryAcquire();
-    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(received_, stop);
+    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(one(received_), stop);
     // Given up because the state changed: messages that arrived before still count.
     if (!got && !stop.stop_requested()) got = received_.tryAcquire();
     if (!got) co_return waitError(stop);
@@ -4992,10 +5221,10 @@ class QueuePair {
   // --- closing ---------------------------------------------------------------
 
   /// Drops the connection at once, as a crash would: the QP moves to ERR
-  /// without telling the peer (which sees its work fail with
-  /// IBV_WC_RETRY_EXC_ERR), in-flight work is flushed and every operation
-  /// fails; error() is std::errc::connection_aborted. close() is still
-  /// required.
+  /// without telling the peer (whose posted work fails with
+  /// IBV_WC_RETRY_EXC_ERR within transportFailureBound() of its config),
+  /// in-flight work is flushed and every operation fails; error() is
+  /// std::errc::connection_aborted. close() is still required.
   void abort() { enterError(std::make_error_code(std::errc::connection_aborted)); }
 
   /// Closes the queue pair: operations still queued (waiting for a
@@ -5005,7 +5234,9 @@ class QueuePair {
   /// the QP moves to ERR and its remaining work is flushed (its operations
   /// complete with IBV_WC_WR_FLUSH_ERR); finally the completion watcher
   /// stops. std::errc::timed_out if the work did not drain in time (the
-  /// device is dead; operations still waiting then never resume).
+  /// device is dead; operations still waiting then never resume). With a
+  /// dead peer the posted work fails within transportFailureBound() and
+  /// close() returns then, well before drainTimeout.
   /// Idempotent; a second call returns at once.
   Task<Result<void>> close() {
     if (closeStarted_) co_return Result<void>{};
@@ -5180,18 +5411,20 @@ class QueuePair {
 
   // --- posting -------------------------------------------------------------------
 
-  Task<Result<void>> rdmaOne(RdmaOp op, RemoteBuffer remote, std::span<const LocalBuffer> locals) {
+  Task<Result<void>> rdmaOne(RdmaOp op, RemoteBuffer remote, std::span<const LocalBuffer> locals,
+                             std::stop_token stop) {
     RdmaBatch<R> batch(*this, op);
     if (Result<void> added = batch.add(remote, locals); !added) co_return added;
-    co_return co_await batch.post();
+    co_return co_await batch.post(std::move(stop));
   }
 
-  Task<Result<void>> postBatch(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges) {
+  Task<Result<void>> postBatch(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges,
+                               std::stop_token stop) {
     const std::size_t perPost = config_.maxRdmaWrPerPost;
-    if (wrs.size() <= perPost) co_return co_await postChain(op, wrs, sges);
+    if (wrs.size() <= perPost) co_return co_await postChain(op, wrs, sges, std::move(stop));
     std::vector<Task<Result<void>>> chains;
     for (std::size_t i = 0; i < wrs.size(); i += perPost) {
-      chains.push_back(postChain(op, wrs.subspan(i, std::min(perPost, wrs.size() - i)), sges));
+      chains.push_back(postChain(op, wrs.subspan(i, std::min(perPost, wrs.size() - i)), sges, stop));
     }
     std::vector<Result<void>> results = co_await collectAllRange(std::move(chains));
     for (Result<void>& r : results) {
@@ -5200,14 +5433,16 @@ class QueuePair {
     co_return Result<void>{};
   }
 
-  Task<Result<void>> postChain(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges) {
+  Task<Result<void>> postChain(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges,
+                               std::stop_token stop) {
     if (wrs.empty()) co_return Result<void>{};
     const auto n = static_cast<std::uint32_t>(wrs.size());
-    const bool admitted = co_await rdmaTokens_.acquire(n, abort_.get_token());
-    if (!admitted) co_return stateError();
-    if (state_ != QueuePairState::ready) {
+    const auto tokens = [this, n](std::stop_token t) { return rdmaTokens_.acquire(n, std::move(t)); };
+    const bool admitted = co_await acquireUnlessStopped(tokens, stop);
+    if (!admitted) co_return waitError(stop);
+    if (state_ != QueuePairState::ready || stop.stop_requested()) {
       rdmaTokens_.release(n);
-      co_return stateError();
+      co_return waitError(stop);
     }
     auto chain = std::make_unique<detail::RdmaChain>(n);
     std::vector<ibv_send_wr> list(n);
@@ -5237,9 +5472,15 @@ class QueuePair {
       co_return systemError(rc);
     }
     ++pendingSignaled_;
-    co_await chain->done;
-    if (chain->status != IBV_WC_SUCCESS) co_return completionError(chain->status);
-    co_return Result<void>{};
+    {
+      // Posted work cannot be recalled: a stop fails the queue pair, whose
+      // flush completes the chain (the NIC is then done with its buffers).
+      const std::stop_callback cancel(stop, [this] { failPostedWork(); });
+      co_await chain->done;
+    }
+    if (chain->status == IBV_WC_SUCCESS) co_return Result<void>{};
+    if (chain->status == IBV_WC_WR_FLUSH_ERR && stop.stop_requested()) co_return std::errc::operation_canceled;
+    co_return completionError(chain->status);
   }
 
   // A message-path work request (SEND, ACK, CLOSE; at most one SGE). While
@@ -5444,6 +5685,16 @@ class QueuePair {
     abort_.request_stop();  // queued operations resume now, with the error
   }
 
+  // A posted operation was stopped: fails the queue pair (ready), or just
+  // flushes what close() is draining.
+  void failPostedWork() {
+    if (state_ == QueuePairState::ready) {
+      enterError(std::make_error_code(std::errc::operation_canceled));
+    } else {
+      moveQpToError();
+    }
+  }
+
   // Flushes all outstanding work: each work request completes (with
   // IBV_WC_WR_FLUSH_ERR) and the watcher consumes it.
   void moveQpToError() noexcept {
@@ -5463,15 +5714,21 @@ class QueuePair {
     return make_error_code(peerClosed_ && !closeStarted_ ? Errc::eof : Errc::closed);
   }
 
-  // Waits for a token of `s` until the queue pair leaves `ready` or the
+  // `acquire(token)` for one token of `s`.
+  static auto one(Semaphore& s) noexcept {
+    return [&s](std::stop_token token) { return s.acquire(std::move(token)); };
+  }
+
+  // Waits for `acquire(token)` until the queue pair leaves `ready` or the
   // caller's `stop` is requested (only then is a combined token needed).
-  Task<bool> acquireUnlessStopped(Semaphore& s, const std::stop_token& stop) {
-    if (!stop.stop_possible()) co_return co_await s.acquire(abort_.get_token());
+  template <typename Acquire>
+  Task<bool> acquireUnlessStopped(Acquire acquire, const std::stop_token& stop) {
+    if (!stop.stop_possible()) co_return co_await acquire(abort_.get_token());
     std::stop_source either;
     const auto forward = [&either] { either.request_stop(); };
     const std::stop_callback onAbort(abort_.get_token(), forward);
     const std::stop_callback onStop(stop, forward);
-    co_return co_await s.acquire(either.get_token());
+    co_return co_await acquire(either.get_token());
   }
 
   // Why a wait gave up: the caller's stop, else the queue pair's state.

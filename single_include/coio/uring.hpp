@@ -54,7 +54,7 @@ namespace coio::detail {
 // Coroutine frame recycling. A lazy Task costs one frame allocation, and
 // with malloc that is more than half of a create+await+destroy (callgrind,
 // a bare promise: 230 instructions per op with malloc, 105 with this pool;
-// timings in tests/bench/core/RESULTS.md).
+// timings in docs/benchmarks.md).
 // Frames are recycled through per-thread free lists keyed by size class: no
 // locks, no atomics. A frame freed on another thread than the one that
 // allocated it simply joins that thread's list. Each class keeps at most
@@ -339,10 +339,13 @@ template <typename T>
 class [[nodiscard]] Task {
  public:
   using promise_type = detail::TaskPromise<T>;
+  /// The type `co_await` on the task yields.
   using value_type = T;
 
   Task() noexcept = default;
+  /// Takes over `other`'s coroutine; `other` becomes empty.
   Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /// Destroys the coroutine held, if any, and takes over `other`'s.
   Task& operator=(Task&& other) noexcept {
     if (this != &other) {
       reset();
@@ -371,6 +374,8 @@ class [[nodiscard]] Task {
     std::coroutine_handle<promise_type> handle_;
   };
 
+  /// Starts the task by symmetric transfer; the awaiter resumes on the thread that finishes it.
+  /// The task must be an rvalue: `co_await std::move(task)` or `co_await f()`.
   Awaiter operator co_await() && noexcept {
     COIO_ASSERT(handle_, "co_await on an empty coio::Task");
     return Awaiter{handle_};
@@ -422,9 +427,11 @@ namespace coio {
 ///   and `failedCount()` counts them all.
 class AsyncScope {
  public:
+  /// Receives each exception that escapes a spawned task, on the thread where the task failed.
   using ExceptionHandler = std::function<void(std::exception_ptr)>;
 
   AsyncScope() = default;
+  /// A scope whose tasks' exceptions go to `onException` instead of `join()`.
   explicit AsyncScope(ExceptionHandler onException) : onException_(std::move(onException)) {}
   AsyncScope(const AsyncScope&) = delete;
   AsyncScope& operator=(const AsyncScope&) = delete;
@@ -433,6 +440,7 @@ class AsyncScope {
                 "AsyncScope destroyed while spawned tasks are still running");
   }
 
+  /// Starts `task` at once on the calling thread and keeps it alive until it finishes.
   void spawn(Task<void> task) {
     COIO_ASSERT(!joinStarted(), "AsyncScope::spawn after join");
     count_.fetch_add(1, std::memory_order_relaxed);
@@ -468,6 +476,8 @@ class AsyncScope {
     AsyncScope& scope_;
   };
 
+  /// Awaits every spawned task: resumes inline if all have finished, else on the thread that
+  /// finishes the last; rethrows the first exception when there is no handler.
   JoinAwaiter join() noexcept { return JoinAwaiter{*this}; }
 
  private:
@@ -603,6 +613,7 @@ namespace coio {
 ///   post() does not touch it. That destruction must not race with post().
 class Baton {
  public:
+  /// A Baton not yet signalled, or already signalled if `initiallySignalled`.
   explicit Baton(bool initiallySignalled = false) noexcept
       : state_(initiallySignalled ? static_cast<const void*>(this) : nullptr) {}
   Baton(const Baton&) = delete;
@@ -611,8 +622,10 @@ class Baton {
     COIO_ASSERT(state_.load(std::memory_order_relaxed) == nullptr || ready(), "Baton destroyed with waiters");
   }
 
+  /// Whether post() has been called (since the last reset()).
   bool ready() const noexcept { return state_.load(std::memory_order_acquire) == signalledState(); }
 
+  /// Signals the Baton and resumes every waiter inline on this thread, oldest first.
   void post() noexcept {
     const void* old = state_.load(std::memory_order_relaxed);
     do {
@@ -637,14 +650,18 @@ class Baton {
     }
   }
 
+  /// Makes a signalled Baton unsignalled again; does nothing while coroutines wait.
   void reset() noexcept {
     const void* expected = signalledState();
     state_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
   }
 
+  /// The awaitable of `co_await baton`: suspends until the Baton is posted.
   class [[nodiscard]] WaitOperation {
    public:
+    /// Awaits `baton`.
     explicit WaitOperation(const Baton& baton) noexcept : baton_(baton) {}
+    /// Copyable until it is awaited.
     WaitOperation(const WaitOperation&) = default;  // before it is awaited only
     // Only reached while linked if the awaiting frame is destroyed without
     // being resumed; left linked, a later post() would resume freed memory.
@@ -1063,6 +1080,7 @@ namespace coio {
 /// - `release` happens-before the acquisition that takes its tokens.
 class BatchSemaphore {
  public:
+  /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
@@ -1077,9 +1095,12 @@ class BatchSemaphore {
   /// Takes n tokens if they are free and nobody is queued.
   bool tryAcquire(std::size_t n) { return core_.tryAcquire(checked(n)); }
 
+  /// Returns `n` units; resumes the waiters they satisfy inline on the calling thread, oldest first.
   void release(std::size_t n) noexcept { core_.release(n); }
 
+  /// Units free right now (a snapshot).
   std::size_t available() const noexcept { return core_.available(); }
+  /// The capacity given at construction: the largest request acquire() accepts.
   std::size_t capacity() const noexcept { return capacity_; }
 
  private:
@@ -1216,6 +1237,7 @@ namespace coio {
 /// The value of an operation that produces nothing. `collectAll` maps a
 /// `Task<void>` child to `Unit` so that every child has a slot in the tuple.
 struct Unit {
+  /// All Units are equal.
   friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
 };
 
@@ -1407,8 +1429,10 @@ enum class Errc {
 
 }  // namespace coio
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::Errc> : std::true_type {};
+/// @endcond
 
 namespace coio {
 
@@ -1428,11 +1452,13 @@ class CoioCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::Errc ("coio").
 inline const std::error_category& coioCategory() noexcept {
   static const detail::CoioCategory category;
   return category;
 }
 
+/// Makes coio::Errc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(Errc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), coioCategory()};
 }
@@ -1454,8 +1480,10 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::remove_cv_t<T>, std::error_code>, "Result<std::error_code> is ambiguous");
 
  public:
+  /// The type of the value.
   using value_type = T;
 
+  /// A success holding `value`.
   template <typename U = T>
     requires std::is_constructible_v<T, U&&> && (!std::is_same_v<std::remove_cvref_t<U>, Result>) &&
              (!std::is_same_v<std::remove_cvref_t<U>, std::error_code>) &&
@@ -1463,26 +1491,39 @@ class [[nodiscard]] Result {
              (!std::is_error_condition_enum_v<std::remove_cvref_t<U>>)
   Result(U&& value) : storage_(std::in_place_index<0>, std::forward<U>(value)) {}  // NOLINT: implicit by design
 
+  /// A failure; `ec` must be non-zero.
   Result(std::error_code ec) noexcept : storage_(std::in_place_index<1>, ec) {  // NOLINT: implicit by design
     COIO_ASSERT(ec, "a Result error must be a non-zero error_code");
   }
+  /// A failure from an error enum (coio::Errc, std::errc, ...).
   template <typename E>
     requires std::is_error_code_enum_v<E> || std::is_error_condition_enum_v<E>
   Result(E e) : Result(std::error_code(make_error_code(e))) {}  // NOLINT: implicit by design
 
+  /// Whether the Result holds a value.
   bool hasValue() const noexcept { return storage_.index() == 0; }
+  /// Same as hasValue().
   explicit operator bool() const noexcept { return hasValue(); }
 
+  /// The value; throws std::system_error carrying the error if there is none.
   T& value() & { check(); return *std::get_if<0>(&storage_); }
+  /// The value; throws std::system_error carrying the error if there is none.
   const T& value() const& { check(); return *std::get_if<0>(&storage_); }
+  /// The value, moved out; throws std::system_error carrying the error if there is none.
   T&& value() && { check(); return std::move(*std::get_if<0>(&storage_)); }
 
+  /// Same as value().
   T& operator*() & { return value(); }
+  /// Same as value().
   const T& operator*() const& { return value(); }
+  /// Same as value().
   T&& operator*() && { return std::move(*this).value(); }
+  /// Member access to the value (throws like value()).
   T* operator->() { return &value(); }
+  /// Member access to the value (throws like value()).
   const T* operator->() const { return &value(); }
 
+  /// The value, or `fallback` converted to T when the Result holds an error.
   template <typename U>
   T valueOr(U&& fallback) const& {
     return hasValue() ? *std::get_if<0>(&storage_) : static_cast<T>(std::forward<U>(fallback));
@@ -1501,21 +1542,29 @@ class [[nodiscard]] Result {
   std::variant<T, std::error_code> storage_;
 };
 
+/// The outcome of an operation that yields nothing: success or a `std::error_code`.
 template <>
 class [[nodiscard]] Result<void> {
  public:
+  /// void.
   using value_type = void;
   Result() noexcept = default;
+  /// Holds `ec`: a failure, or a success when `ec` is zero.
   Result(std::error_code ec) noexcept : ec_(ec) {}  // NOLINT: implicit by design
+  /// A failure from an error enum (coio::Errc, std::errc, ...).
   template <typename E>
     requires std::is_error_code_enum_v<E> || std::is_error_condition_enum_v<E>
   Result(E e) : ec_(make_error_code(e)) {}  // NOLINT: implicit by design
 
+  /// Whether the operation succeeded.
   bool hasValue() const noexcept { return !ec_; }
+  /// Same as hasValue().
   explicit operator bool() const noexcept { return hasValue(); }
+  /// Throws std::system_error carrying the error if the Result holds one.
   void value() const {
     if (ec_) throw std::system_error(ec_, "coio::Result::value() on an error");
   }
+  /// The error; an empty error_code on success.
   std::error_code error() const noexcept { return ec_; }
 
  private:
@@ -1551,6 +1600,7 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
@@ -1564,6 +1614,7 @@ class Semaphore {
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }
 
+  /// Returns `n` tokens; while coroutines wait they go to the oldest, resumed inline on this thread.
   void release(std::size_t n = 1) noexcept { core_.release(n); }
 
   /// Tokens free right now (0 while anyone waits).
@@ -1604,25 +1655,33 @@ namespace coio {
 template <typename T>
 struct StampedPtr {
   static_assert(sizeof(void*) == 8, "StampedPtr needs 64-bit pointers");
+  /// Bits of the stamp (the low bits of the word).
   static constexpr int kStampBits = 16;
 
+  /// The packed word: pointer in the high 48 bits, stamp in the low 16.
   std::uint64_t word;
 
+  /// Whether `p` survives the shift: its top 16 bits are a sign extension of bit 47.
   static bool fits(const volatile void* p) noexcept {
     const auto v = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p));
     return ((v << kStampBits) >> kStampBits) == v;
   }
 
+  /// Packs `p` and `stamp` into a word (asserts that `p` fits).
   static std::uint64_t pack(T* p, std::uint16_t stamp) noexcept {
     COIO_ASSERT(fits(p), "StampedPtr: pointer does not fit in 48 bits");
     return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)) << kStampBits) | stamp;
   }
+  /// The pointer part of a packed word.
   static T* unpackPtr(std::uint64_t raw) noexcept {
     return reinterpret_cast<T*>(static_cast<std::intptr_t>(static_cast<std::int64_t>(raw) >> kStampBits));
   }
+  /// The stamp part of a packed word.
   static std::uint16_t unpackStamp(std::uint64_t raw) noexcept { return static_cast<std::uint16_t>(raw); }
 
+  /// A StampedPtr holding `p` and `stamp`.
   static StampedPtr make(T* p, std::uint16_t stamp) noexcept { return {pack(p, stamp)}; }
+  /// A StampedPtr from a word made by raw() (e.g. a work-request id).
   static StampedPtr fromRaw(std::uint64_t raw) noexcept { return {raw}; }
   /// An integer in the pointer field; `value` < 2^47.
   static StampedPtr fromValue(std::uint64_t value, std::uint16_t stamp) noexcept {
@@ -1630,21 +1689,49 @@ struct StampedPtr {
     return {(value << kStampBits) | stamp};
   }
 
+  /// The pointer.
   T* ptr() const noexcept { return unpackPtr(word); }
+  /// The stamp.
   std::uint16_t stamp() const noexcept { return unpackStamp(word); }
+  /// The packed word (e.g. to use as a work-request id).
   std::uint64_t raw() const noexcept { return word; }
+  /// The pointer field as the integer given to fromValue().
   std::uint64_t value() const noexcept { return static_cast<std::uint64_t>(static_cast<std::int64_t>(word) >> kStampBits); }
 
+  /// Replaces pointer and stamp.
   void set(T* p, std::uint16_t stamp) noexcept { word = pack(p, stamp); }
+  /// Replaces the pointer, keeping the stamp.
   void setPtr(T* p) noexcept { word = pack(p, stamp()); }
+  /// Replaces the stamp, keeping the pointer.
   void setStamp(std::uint16_t stamp) noexcept { word = (word & ~std::uint64_t{0xFFFF}) | stamp; }
 
+  /// Equal when pointer and stamp are.
   friend bool operator==(StampedPtr a, StampedPtr b) noexcept { return a.word == b.word; }
 };
 
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
 // end <coio/core/stamped_ptr.hpp>
+// begin <coio/core/version.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+/// @file
+/// coio's version. coio follows semantic versioning with a 0.x major
+/// version: until 1.0 a minor release (0.1 -> 0.2) may change the API, a
+/// patch release (0.1.0 -> 0.1.1) only fixes. project(VERSION) in
+/// CMakeLists.txt, the Conan and vcpkg recipes and these macros agree (CI
+/// checks it with .ci/check_version.py).
+
+/// Major version.
+#define COIO_VERSION_MAJOR 0
+/// Minor version.
+#define COIO_VERSION_MINOR 1
+/// Patch version.
+#define COIO_VERSION_PATCH 0
+/// The version as a string, "MAJOR.MINOR.PATCH".
+#define COIO_VERSION "0.1.0"
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
+// end <coio/core/version.hpp>
 // begin <coio/net/socket_address.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
@@ -1721,7 +1808,7 @@ class SocketAddress {
   /// 127.0.0.1:port
   static SocketAddress loopbackV4(std::uint16_t port = 0) noexcept { return ipv4(in_addr{htonl(INADDR_LOOPBACK)}, port); }
 
-  /// [::1]:port
+  /// The IPv6 loopback address, ::1, with `port`.
   static SocketAddress loopbackV6(std::uint16_t port = 0) noexcept { return ipv6(in6addr_loopback, port); }
 
   /// From what getsockname/accept filled in; Errc::invalidArgument unless
@@ -1735,7 +1822,9 @@ class SocketAddress {
     return a;
   }
 
+  /// AF_INET or AF_INET6.
   int family() const noexcept { return storage_.ss_family; }
+  /// The port, in host byte order.
   std::uint16_t port() const noexcept {
     switch (family()) {
       case AF_INET: return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
@@ -1744,7 +1833,9 @@ class SocketAddress {
     }
   }
 
+  /// The address as a sockaddr, for system calls.
   const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
+  /// Bytes of data() in use.
   socklen_t size() const noexcept { return length_; }
 
   /// `1.2.3.4:80`, `[::1]:80`, or an empty string for an empty address.
@@ -1761,6 +1852,7 @@ class SocketAddress {
     }
   }
 
+  /// Equal when family, address and port are.
   friend bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept {
     return a.length_ == b.length_ && std::memcmp(&a.storage_, &b.storage_, a.length_) == 0;
   }
@@ -2022,6 +2114,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.
@@ -2049,7 +2142,9 @@ class TcpStream {
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
+  /// Closes the socket held, if any, and takes over `other`'s.
   TcpStream& operator=(TcpStream&& other) noexcept {
     if (this != &other) {
       close();
@@ -2123,6 +2218,7 @@ class TcpStream {
     co_return Result<void>{};
   }
 
+  /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
   Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
     if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
     return {};
@@ -2135,7 +2231,9 @@ class TcpStream {
     return {};
   }
 
+  /// This end's address.
   Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  /// The peer's address.
   Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
 
   /// Closes the socket now (idempotent).
@@ -2160,8 +2258,11 @@ class TcpStream {
     return std::move(fd_);
   }
 
+  /// Whether the stream holds a socket.
   bool isOpen() const noexcept { return fd_.valid(); }
+  /// The socket's file descriptor (-1 when closed).
   int fd() const noexcept { return fd_.get(); }
+  /// The reactor the stream's operations run on.
   R& reactor() const noexcept { return *reactor_; }
 
  private:
@@ -2213,6 +2314,7 @@ class TcpListener {
   using AcceptAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().accept(0, {})), detail::AcceptedStream<R>>;
 
+  /// Takes over `other`'s socket.
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) = delete;
   ~TcpListener() {
@@ -2239,7 +2341,9 @@ class TcpListener {
     return AcceptAwaiter{reactor_->accept(fd_.get(), std::move(stop)), detail::AcceptedStream<R>{reactor_}};
   }
 
+  /// The address the listener is bound to (the port chosen when bound to port 0).
   Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  /// The listening socket's file descriptor.
   int fd() const noexcept { return fd_.get(); }
 
  private:
@@ -3170,6 +3274,7 @@ class EpollOperation;
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
  public:
+  /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
 
@@ -3183,6 +3288,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
   Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  /// As readable(), for writability.
   Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
@@ -3508,6 +3614,7 @@ namespace coio {
 template <Reactor R>
 class ReactorPool {
  public:
+  /// Starts `size` reactors, each constructed from `args` and run on its own thread.
   template <typename... Args>
   explicit ReactorPool(std::size_t size, const Args&... args) {
     COIO_ASSERT(size > 0, "a ReactorPool needs at least one reactor");
@@ -3542,12 +3649,15 @@ class ReactorPool {
     }
   }
 
+  /// Number of reactors.
   std::size_t size() const noexcept { return reactors_.size(); }
+  /// Reactor `i` (0 <= i < size()).
   R& reactor(std::size_t i) noexcept { return *reactors_[i]; }
 
   /// The reactor the next spawn would use; advances the round robin.
   R& next() noexcept { return *reactors_[next_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]; }
 
+  /// Spawns `task` on the next reactor (round robin); callable from any thread.
   void spawn(Task<void> task) { next().spawn(std::move(task)); }
 
   /// Stops every reactor and joins its thread (idempotent); rethrows the
@@ -3664,10 +3774,15 @@ namespace coio::testing {
 
 /// The clock of a ManualExecutor: it only moves when the test says so.
 struct VirtualClock {
+  /// Nanoseconds of virtual time.
   using duration = std::chrono::nanoseconds;
+  /// See std::chrono clocks.
   using rep = duration::rep;
+  /// See std::chrono clocks.
   using period = duration::period;
+  /// A point in virtual time.
   using time_point = std::chrono::time_point<VirtualClock, duration>;
+  /// Virtual time never goes back.
   static constexpr bool is_steady = true;
 };
 
@@ -3687,8 +3802,11 @@ struct VirtualClock {
 ///   the one thread that drives it.
 class ManualExecutor {
  public:
+  /// The executor's virtual clock.
   using Clock = VirtualClock;
+  /// A span of virtual time.
   using Duration = Clock::duration;
+  /// A point in virtual time.
   using TimePoint = Clock::time_point;
 
   ManualExecutor() : scope_([this](std::exception_ptr e) { failures_.push_back(std::move(e)); }) {}
@@ -3722,6 +3840,7 @@ class ManualExecutor {
     return n;
   }
 
+  /// The current virtual time (starts at zero; moves only in advance()).
   TimePoint now() const noexcept { return now_; }
 
   /// Moves virtual time forward by `d`, firing due timers in order and
@@ -3773,6 +3892,7 @@ class ManualExecutor {
     return Awaiter{*this, deadline};
   }
 
+  /// Awaitable: resumes `d` of virtual time from now, during advance(), on the advancing thread.
   auto sleepFor(Duration d) noexcept { return sleepUntil(now_ + d); }
 
  private:
@@ -3839,10 +3959,13 @@ class Disk;
 /// read into it as a fixed buffer. It owns nothing: the Buffer it came from
 /// must outlive every operation that uses it.
 struct BufferSlice {
+  /// Start of the slice.
   std::byte* data = nullptr;
+  /// Bytes in the slice.
   std::size_t size = 0;
   int fixedIndex = -1;  ///< index in the ring's fixed-buffer table, -1 if not registered
 
+  /// The slice as a span.
   std::span<std::byte> span() const noexcept { return {data, size}; }
   /// The part [offset, offset + length) of this slice (clamped to it).
   BufferSlice subslice(std::size_t offset, std::size_t length) const noexcept {
@@ -3856,8 +3979,10 @@ struct BufferSlice {
 class Buffer {
  public:
   Buffer() noexcept = default;
+  /// Takes over `other`'s buffer; `other` becomes empty.
   Buffer(Buffer&& other) noexcept
       : pool_(std::exchange(other.pool_, nullptr)), index_(other.index_) {}
+  /// Gives back the buffer held, if any, and takes over `other`'s.
   Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       reset();
@@ -3868,14 +3993,19 @@ class Buffer {
   }
   ~Buffer() { reset(); }
 
+  /// Whether the Buffer holds a buffer (not moved from or reset).
   bool valid() const noexcept { return pool_ != nullptr; }
   /// The buffer's index in its pool (also its place in the RDMA region).
   std::uint32_t index() const noexcept { return index_; }
+  /// Start of the buffer (4 KiB-aligned).
   std::byte* data() const noexcept;
+  /// Bytes in the buffer: the pool's bufferSize().
   std::size_t size() const noexcept;
+  /// The buffer as a span.
   std::span<std::byte> span() const noexcept { return {data(), size()}; }
   /// The whole buffer, or its part [offset, offset + length), as a slice.
   BufferSlice slice() const noexcept;
+  /// The part [offset, offset + length) as a slice (clamped to the buffer).
   BufferSlice slice(std::size_t offset, std::size_t length) const noexcept { return slice().subslice(offset, length); }
 
   /// Gives the buffer back to the pool now.
@@ -3908,8 +4038,10 @@ class Buffer {
 ///   be unregistered, e.g. its Disk gone (both asserted).
 class BufferPool {
  public:
+  /// How a BufferPool maps its memory.
   struct Options {
     std::size_t bufferSize = 512 * 1024;  ///< a multiple of 4 KiB, at most 1 GiB
+    /// Number of buffers.
     std::size_t count = 64;
     bool hugePages = false;  ///< back the mapping with hugetlbfs pages (MAP_HUGETLB)
     /// Ask for transparent huge pages (MADV_HUGEPAGE). Physically contiguous
@@ -3940,13 +4072,18 @@ class BufferPool {
 
   /// The whole mapping (for RDMA memory-region registration).
   std::byte* data() const noexcept { return base_; }
+  /// Bytes in all buffers together.
   std::size_t size() const noexcept { return bufferSize_ * count_; }
+  /// Bytes in each buffer.
   std::size_t bufferSize() const noexcept { return bufferSize_; }
+  /// Number of buffers.
   std::size_t count() const noexcept { return count_; }
+  /// Buffers not handed out.
   std::size_t available() const noexcept { return freeList_.size(); }
 
   /// Whether the buffers are io_uring fixed buffers; if not, why.
   bool registered() const noexcept { return disk_ != nullptr; }
+  /// Why the buffers are not registered (empty while they are).
   const std::string& registrationNote() const noexcept { return note_; }
 
   /// The iovecs to register (each at most 1 GiB of whole buffers): buffer i
@@ -3959,6 +4096,7 @@ class BufferPool {
     }
     return out;
   }
+  /// Buffers in each region of regions().
   std::size_t buffersPerRegion() const noexcept { return kMaxRegion / bufferSize_; }
 
   /// A free buffer, or nothing if all are out.
@@ -4047,8 +4185,10 @@ enum class DiskErrc {
 
 }  // namespace coio
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::DiskErrc> : std::true_type {};
+/// @endcond
 
 namespace coio {
 
@@ -4071,11 +4211,13 @@ class DiskCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::DiskErrc ("coio.disk").
 inline const std::error_category& diskCategory() noexcept {
   static const detail::DiskCategory category;
   return category;
 }
 
+/// Makes coio::DiskErrc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(DiskErrc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), diskCategory()};
 }
@@ -4255,6 +4397,7 @@ namespace coio {
 /// result and flags, on the loop thread. It must stay alive until its last
 /// completion (flags without IORING_CQE_F_MORE) has arrived, cancelled or not.
 struct UringOperation {
+  /// Called on the loop thread with each CQE's result and flags.
   void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
 };
 
@@ -4279,7 +4422,7 @@ enum class TaskRun {
   /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
   /// kernels fall back to `cooperative`). The default: +4-6 % request rate
   /// on loopback TCP over `cooperative`, disk reads the same or better
-  /// (tests/bench/net/RESULTS.md, tests/bench/disk/RESULTS.md).
+  /// (docs/benchmarks.md).
   /// Restriction: the ring is bound to the first thread that runs the loop
   /// (set up disabled, enabled there, or where the SQ first fills if that
   /// comes earlier). From then on only that thread may run the loop,
@@ -4289,6 +4432,7 @@ enum class TaskRun {
   deferred,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(TaskRun mode) noexcept {
   switch (mode) {
     case TaskRun::immediate: return "immediate";
@@ -4321,6 +4465,7 @@ enum class RecvMode {
   adaptive,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(RecvMode mode) noexcept {
   switch (mode) {
     case RecvMode::plain: return "plain";
@@ -4490,12 +4635,15 @@ inline std::string describeUringSetupError(int err) {
 ///   falling back to EpollReactor.
 class UringReactor : public detail::ReactorBase<UringReactor> {
  public:
+  /// The awaitable type of this reactor's io_uring operations.
   template <typename Prep, typename T>
   using Operation = detail::UringIoOperation<Prep, T>;
 
+  /// How the ring is set up and used.
   struct Options {
     unsigned entries = 256;      ///< SQ size
     unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
+    /// When prepared SQEs reach the kernel.
     SubmitPolicy submitPolicy = SubmitPolicy::batched;
     TaskRun taskRun = TaskRun::deferred;  ///< see TaskRun; falls back to cooperative before Linux 6.1
     /// How `recv` reads sockets (see RecvMode); plain on kernels before 6.0
@@ -4519,6 +4667,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   static constexpr unsigned kRecvModeSwitch = 4;
 
   UringReactor() : UringReactor(Options{}) {}
+  /// Sets up the ring; throws std::system_error naming the cause if io_uring is unusable (see probe()).
   explicit UringReactor(Options options);
   ~UringReactor() {
     closeLoop();
@@ -4532,9 +4681,13 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// (in `why`) the same explanation the constructor would throw.
   static Result<void> probe(std::string* why = nullptr);
 
+  /// Completes once `fd` is readable (a one-shot poll).
   Operation<detail::PollPrep, void> readable(int fd, std::stop_token stop = {}) noexcept;
+  /// Completes once `fd` is writable (a one-shot poll).
   Operation<detail::PollPrep, void> writable(int fd, std::stop_token stop = {}) noexcept;
+  /// accept4 as an io_uring operation (non-blocking, close-on-exec): the new fd.
   Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  /// connect as an io_uring operation; `address` must stay valid until it completes.
   Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
                                                std::stop_token stop = {}) noexcept;
   /// A plain recv SQE, or a read served by the socket's multishot recv, as
@@ -4547,6 +4700,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// by then). A read served by the socket's multishot recv yields what is
   /// there, as recv does.
   detail::UringRecv recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  /// Sends with a non-blocking send(2) first, and an SQE only when the
+  /// socket is full; that SQE sends all that is left (MSG_WAITALL) unless
+  /// an error or a stop comes first: bytes sent.
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
@@ -4622,7 +4778,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// The task-run mode the ring was set up with (after any fallback).
   TaskRun taskRun() const noexcept { return taskRun_; }
 
+  /// When prepared SQEs reach the kernel.
   SubmitPolicy submitPolicy() const noexcept { return policy_; }
+  /// Changes the submit policy from now on (loop thread).
   void setSubmitPolicy(SubmitPolicy policy) noexcept { policy_ = policy; }
 
   /// Operations whose last completion has not arrived yet (including the
@@ -5951,6 +6109,7 @@ class ReadBatch;
 ///   registration), so they may live in frames the reactor destroys later.
 class Disk {
  public:
+  /// Ring sizes and submission tuning.
   struct Options {
     unsigned entries = 256;                             ///< SQ size of a dedicated ring (EpollReactor)
     unsigned cqEntries = 4096;                          ///< CQ size of a dedicated ring
@@ -5962,7 +6121,9 @@ class Disk {
     unsigned maxRegisteredFiles = 256;                  ///< slots of the registered-file table
   };
 
+  /// Uses the reactor's ring, default options.
   explicit Disk(UringReactor& reactor) : Disk(reactor, Options{}) {}
+  /// Sets up a dedicated ring with default options; throws std::system_error if io_uring is unusable.
   explicit Disk(EpollReactor& reactor) : Disk(reactor, Options{}) {}
 
   /// Uses the reactor's ring.
@@ -6199,6 +6360,7 @@ class ReadBatch;
 ///   Disk's loop thread (or while no loop runs); close it before the Disk.
 class File {
  public:
+  /// How File::open opens the file.
   struct OpenOptions {
     bool write = false;     ///< O_RDWR instead of O_RDONLY
     bool create = false;    ///< O_CREAT (mode 0644)
@@ -6207,7 +6369,9 @@ class File {
   };
 
   File() noexcept = default;
+  /// Takes over `other`'s file; `other` becomes closed.
   File(File&& other) noexcept { take(other); }
+  /// Closes the file held, if any, and takes over `other`'s.
   File& operator=(File&& other) noexcept {
     if (this != &other) {
       close();
@@ -6219,6 +6383,7 @@ class File {
 
   /// Opens `path` (read-only unless `options` say otherwise).
   static Result<File> open(Disk& disk, const char* path) { return open(disk, path, OpenOptions{}); }
+  /// Opens `path` with `options`; the error is the open(2) errno.
   static Result<File> open(Disk& disk, const char* path, OpenOptions options) {
     int flags = (options.write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
     if (options.create) flags |= O_CREAT;
@@ -6234,8 +6399,11 @@ class File {
     return file;
   }
 
+  /// Whether a file is open.
   bool isOpen() const noexcept { return fd_.valid(); }
+  /// The file descriptor (-1 when closed).
   int fd() const noexcept { return fd_.get(); }
+  /// Whether the file was opened with O_DIRECT.
   bool direct() const noexcept { return direct_; }
   /// The O_DIRECT alignment of offsets, lengths and buffer addresses (from
   /// statx STATX_DIOALIGN when the kernel reports it, else 4096); 1 without O_DIRECT.
@@ -6417,6 +6585,7 @@ class ReadBatch {
   struct Read;
 
  public:
+  /// An empty batch submitting to `disk`'s ring.
   explicit ReadBatch(Disk& disk) noexcept : ring_(disk.queue()) {}
   ReadBatch(const ReadBatch&) = delete;
   ReadBatch& operator=(const ReadBatch&) = delete;
@@ -6432,7 +6601,9 @@ class ReadBatch {
     return add(file, offset, destination.data, destination.size, destination.fixedIndex);
   }
 
+  /// Reserves room for `n` reads.
   void reserve(std::size_t n) { reads_.reserve(n); }
+  /// Number of reads added.
   std::size_t size() const noexcept { return reads_.size(); }
 
   /// Read i's outcome; meaningful once the batch has been awaited.
@@ -6481,6 +6652,7 @@ class ReadBatch {
 
   /// Submits the reads; the awaiter resumes when all have completed.
   Awaiter submit(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
+  /// Same as `submit()` without a stop token.
   Awaiter operator co_await() noexcept { return submit(); }
 
   /// Streaming: submits the reads (as submit() does) without waiting for
@@ -6656,8 +6828,10 @@ class ReadBatch {
 
 namespace coio {
 
+/// Which reactor to run: chosen at run time, e.g. from a command line.
 enum class ReactorKind { epoll, uring };
 
+/// "epoll" or "uring".
 inline std::string_view toString(ReactorKind kind) noexcept { return kind == ReactorKind::epoll ? "epoll" : "uring"; }
 
 /// "epoll" or "uring"; Errc::invalidArgument otherwise.

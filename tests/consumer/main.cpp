@@ -2,6 +2,7 @@
 // posted from another thread, run with blockingWait; a timer on an
 // EpollReactor; and, when built with the uring component
 // (COIO_CONSUMER_URING), a disk read through coio::Disk on that reactor.
+// Found as a package, its version must be the headers' COIO_VERSION.
 #ifdef COIO_CONSUMER_URING
 #include <coio/uring.hpp>
 #else
@@ -10,8 +11,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#ifdef COIO_CONSUMER_PACKAGE_VERSION
+static_assert(std::string_view(COIO_VERSION) == COIO_CONSUMER_PACKAGE_VERSION,
+              "the package's version differs from the headers' COIO_VERSION");
+#endif
 
 namespace {
 
@@ -57,9 +64,9 @@ int main() {
 #ifdef COIO_CONSUMER_URING
   coio::Disk disk(reactor);
   if (!reactor.runUntil(readOwnElfHeader(disk))) return fail("disk read");
-  std::puts("coio_consumer: ok (Task, Baton, reactor, disk read)");
+  std::puts("coio_consumer: coio " COIO_VERSION " ok (Task, Baton, reactor, disk read)");
 #else
-  std::puts("coio_consumer: ok (Task, Baton, reactor)");
+  std::puts("coio_consumer: coio " COIO_VERSION " ok (Task, Baton, reactor)");
 #endif
   return 0;
 }

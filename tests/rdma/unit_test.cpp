@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,6 +118,30 @@ TEST_CASE("configs are checked for consistency and against device limits", "[rdm
     c.messageBuffers = 0;
     CHECK(checkConfig(c, big).error() == coio::Errc::invalidArgument);
   }
+}
+
+TEST_CASE("work to a dead peer fails in a bounded time: (retryCount + 1) ACK timeouts, none at 7", "[rdma]") {
+  using std::chrono::microseconds;
+  const QueuePairConfig defaults;
+  const std::optional<microseconds> bound = transportFailureBound(defaults);
+  // rxe retries forever at retryCount 7: the defaults must not use it.
+  REQUIRE(bound);
+  CHECK(*bound == microseconds(469762));  // 7 tries of 4.096 us * 2^14
+  CHECK(*bound < defaults.drainTimeout);  // so close() after the peer died returns before drainTimeout
+  QueuePairConfig c;
+  c.timeout = 10;
+  c.retryCount = 3;
+  CHECK(transportFailureBound(c) == microseconds(16777));
+  c.retryCount = 0;
+  CHECK(transportFailureBound(c) == microseconds(4194));
+  c.timeout = 31;  // the largest: 2^43 ns per try, no overflow
+  c.retryCount = 6;
+  CHECK(transportFailureBound(c) == microseconds(61572651155));
+  c.retryCount = 7;
+  CHECK_FALSE(transportFailureBound(c));
+  c.retryCount = 3;
+  c.timeout = 0;  // no ACK timer at all
+  CHECK_FALSE(transportFailureBound(c));
 }
 
 TEST_CASE("connection parameters round-trip and foreign records are rejected", "[rdma]") {

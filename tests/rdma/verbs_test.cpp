@@ -8,12 +8,14 @@
 #include <coio/net/tcp_stream.hpp>
 #include <coio/rdma/rdma.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
 #if COIO_TEST_URING
 #include <coio/reactor/uring_reactor.hpp>
 #endif
 
 #include <catch2/catch.hpp>
 
+#include "../killed_at_end.hpp"
 #include "connected_pair.hpp"
 
 #include <sys/wait.h>
@@ -28,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace coio;
@@ -150,6 +153,164 @@ std::vector<std::string> makeMessages(std::size_t n, std::size_t maxSize, char t
     out.push_back(std::move(m));
   }
   return out;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Timing slack for a TCG guest on a loaded host: the bounds asserted below
+// are the documented ones plus this.
+constexpr auto kSlack = 2s;
+
+// Awaits `task`, and how long it took.
+template <typename T>
+Task<std::pair<T, Clock::duration>> timed(Task<T> task) {
+  const auto start = Clock::now();
+  T result = co_await std::move(task);
+  co_return std::pair<T, Clock::duration>{std::move(result), Clock::now() - start};
+}
+
+// What an operation on a queue pair whose peer died may fail with: the
+// oldest unacknowledged work request's retry exhaustion, a flush of the
+// others, or the queue pair's error state for those waiting.
+bool deadPeerError(std::error_code e) {
+  return e == completionError(IBV_WC_RETRY_EXC_ERR) || e == completionError(IBV_WC_WR_FLUSH_ERR) ||
+         e == RdmaErrc::queuePairError;
+}
+
+// How the peer of the dead-peer tests goes away.
+enum class PeerDeath { abortQp, killProcess };
+
+constexpr std::size_t kPeerBytes = 64 * 1024;
+
+// Keeps RDMA WRITEs, READs and SENDs to the peer in flight and a recv()
+// waiting on `a`, lets the peer die (`die`) mid-way, and checks that each
+// of them fails within the transport's bound of a's config, and that
+// close() then returns at once (nothing is left to drain).
+template <typename R, typename Die>
+Task<void> outstandingWorkFailsWhenThePeerDies(R& reactor, QueuePair<R>& a, RemoteBuffer peer, Die die) {
+  const std::optional<std::chrono::microseconds> bound = transportFailureBound(a.config());
+  REQUIRE(bound);
+  Registered local(2 * kPeerBytes);
+  const LocalBuffer out = local.mr.local(0, kPeerBytes);
+  const LocalBuffer in = local.mr.local(kPeerBytes, kPeerBytes);
+  const std::string message(1000, 'm');
+  std::vector<std::byte> inbox(a.config().messageSize);
+  struct Ended {
+    std::size_t succeeded = 0;
+    std::error_code error;
+    Clock::time_point at;
+  };
+  auto untilFailure = [](auto op) -> Task<Ended> {
+    Ended e;
+    for (;;) {
+      Result<void> r = co_await op();
+      if (!r) {
+        e.error = r.error();
+        e.at = Clock::now();
+        co_return e;
+      }
+      ++e.succeeded;
+    }
+  };
+  auto write = [&] { return a.rdmaWrite(peer, std::span(&out, 1)); };
+  auto read = [&] { return a.rdmaRead(peer, std::span(&in, 1)); };
+  auto send = [&] { return a.send(bytesOf(message)); };
+  auto recv = [&]() -> Task<Result<void>> {
+    Result<std::size_t> n = co_await a.recv(inbox);  // the peer sends nothing: waits until the end
+    if (!n) co_return n.error();
+    co_return Result<void>{};
+  };
+  auto dieLater = [&]() -> Task<Clock::time_point> {
+    co_await reactor.sleepFor(50ms);
+    const Clock::time_point at = Clock::now();
+    die();
+    co_return at;
+  };
+  auto [writes, reads, sends, recvs, diedAt] =
+      co_await collectAll(untilFailure(write), untilFailure(read), untilFailure(send), untilFailure(recv), dieLater());
+  CHECK(writes.succeeded > 0);  // work was flowing when the peer died
+  CHECK(reads.succeeded > 0);
+  CHECK(sends.succeeded > 0);
+  const std::pair<const char*, const Ended*> ended[] = {
+      {"WRITE", &writes}, {"READ", &reads}, {"SEND", &sends}, {"recv", &recvs}};
+  for (const auto& [what, e] : ended) {
+    INFO(what << " failed with " << e->error.message() << " after " << (e->at - diedAt) / 1ms
+              << " ms; bound " << bound->count() / 1000 << " ms");
+    CHECK(deadPeerError(e->error));
+    CHECK(e->at >= diedAt);  // not before
+    CHECK(e->at - diedAt <= *bound + kSlack);
+  }
+  CHECK(a.state() == QueuePairState::error);
+  CHECK(a.error() == completionError(IBV_WC_RETRY_EXC_ERR));
+  auto [closed, closing] = co_await timed(a.close());
+  CHECK(closed);
+  CHECK(closing < kSlack);
+}
+
+// Consumes messages on `qp` until it fails.
+template <typename R>
+Task<void> consume(QueuePair<R>& qp) {
+  std::vector<std::byte> buffer(qp.config().messageSize);
+  while (co_await qp.recv(buffer)) {
+  }
+}
+
+// In a forked child (a device and reactor of its own; no Catch2 here, exit
+// codes instead): connects a queue pair to the parent at `address`, sends
+// it a RemoteBuffer of kPeerBytes registered bytes over the stream, then
+// consumes messages until it is killed.
+[[noreturn]] void runPeerProcess(SocketAddress address, QueuePairConfig config) {
+  const char* name = std::getenv("COIO_RDMA_DEVICE");
+  Result<std::unique_ptr<Device>> dev = Device::open({name ? name : ""});
+  if (!dev) ::_exit(2);
+  std::vector<std::byte> memory(kPeerBytes);
+  Result<MemoryRegion> mr = MemoryRegion::create(**dev, memory, kAccessAll);
+  if (!mr) ::_exit(3);
+  EpollReactor reactor;
+  reactor.runUntil([&]() -> Task<void> {
+    Result<TcpStream<EpollReactor>> stream = co_await TcpStream<EpollReactor>::connect(reactor, address);
+    if (!stream) ::_exit(4);
+    Result<Qp<EpollReactor>> qp = QueuePair<EpollReactor>::create(reactor, **dev, config);
+    if (!qp) ::_exit(5);
+    if (!co_await (*qp)->connect(*stream)) ::_exit(6);
+    const RemoteBuffer remote = mr->remote();
+    if (!co_await stream->writeAll(std::as_bytes(std::span(&remote, 1)))) ::_exit(7);
+    co_await consume(**qp);
+    for (;;) ::pause();  // until SIGKILL
+  }());
+  ::_exit(8);
+}
+
+// Connects a queue pair of `config` to a child process (runPeerProcess),
+// runs body(qp, the child's memory, a function that SIGKILLs the child),
+// then closes the queue pair and reaps the child.
+template <typename R, typename Body>
+Task<void> withPeerProcess(R& reactor, const QueuePairConfig& config, Body body) {
+  Result<TcpListener<R>> listener = TcpListener<R>::bind(reactor, SocketAddress::loopbackV4());
+  REQUIRE(listener);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) runPeerProcess(*listener->localAddress(), config);
+  const coio::testing::KilledAtEnd reap(child);
+  Result<TcpStream<R>> stream =
+      co_await withTimeout(reactor, [&](std::stop_token stop) { return listener->accept(std::move(stop)); }, 10s);
+  REQUIRE(stream);
+  Result<Qp<R>> qp = QueuePair<R>::create(reactor, device(), config);
+  REQUIRE(qp);
+  std::exception_ptr failure;
+  try {
+    Result<void> connected = co_await (*qp)->connect(*stream);
+    REQUIRE(connected);
+    RemoteBuffer peer;
+    Result<void> got = co_await stream->readExact(std::as_writable_bytes(std::span(&peer, 1)));
+    REQUIRE(got);
+    co_await body(**qp, peer, [child] { ::kill(child, SIGKILL); });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  Result<void> closed = co_await (*qp)->close();
+  CHECK(closed);
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace
@@ -429,6 +590,108 @@ TEMPLATE_LIST_TEST_CASE("a peer that disappears mid-transfer fails the transfer"
         CHECK(error == completionError(IBV_WC_RETRY_EXC_ERR));
         CHECK(a.state() == QueuePairState::error);
         CHECK(std::chrono::steady_clock::now() - start < 30s);
+      },
+      c, c));
+}
+
+TEST_CASE("with the default config, work sent to a dead peer fails within the documented bound", "[rdma]") {
+  // rxe retries forever at retryCount 7, the old default: this write never
+  // failed and close() waited out drainTimeout (5 s), then flushed it.
+  const QueuePairConfig defaults;
+  const std::optional<std::chrono::microseconds> bound = transportFailureBound(defaults);
+  REQUIRE(bound);
+  EpollReactor reactor;
+  reactor.runUntil(withPair(reactor, [&](QueuePair<EpollReactor>& a, QueuePair<EpollReactor>& b) -> Task<void> {
+    Registered local(4096);
+    Registered remote(4096);
+    const LocalBuffer src = local.mr.local(0, 4096);
+    b.abort();  // as a crash would: b's QP answers nothing from now on
+    auto closeSoon = [&]() -> Task<Result<void>> {
+      co_await reactor.sleepFor(10ms);
+      co_return co_await a.close();  // with the write in flight
+    };
+    auto [wrote, closed] = co_await collectAll(timed(a.rdmaWrite(remote.mr.remote(), std::span(&src, 1))),
+                                               timed(closeSoon()));
+    INFO("the write failed after " << wrote.second / 1ms << " ms, close() took " << closed.second / 1ms
+                                   << " ms; bound " << bound->count() / 1000 << " ms");
+    CHECK(wrote.first.error() == completionError(IBV_WC_RETRY_EXC_ERR));
+    CHECK(wrote.second >= *bound / 2);  // the transport retried: not some other failure
+    CHECK(wrote.second <= *bound + kSlack);
+    CHECK(closed.first);
+    CHECK(closed.second <= *bound + kSlack);
+    CHECK(closed.second < defaults.drainTimeout / 2);
+  }));
+}
+
+TEMPLATE_LIST_TEST_CASE("a peer killed or aborted with WRITEs, READs and SENDs outstanding fails them all in time",
+                        "[rdma]", Reactors) {
+  using R = TestType;
+  if (!usable<R>()) return;
+  QueuePairConfig c;
+  c.timeout = 12;  // ~17 ms a try, 4 tries: a short bound, not so short a busy guest misses an ACK
+  c.retryCount = 3;
+  const PeerDeath death = GENERATE(PeerDeath::abortQp, PeerDeath::killProcess);
+  R reactor;
+  if (death == PeerDeath::abortQp) {
+    INFO("the peer's queue pair is aborted");
+    reactor.runUntil(withPair(
+        reactor,
+        [&reactor](QueuePair<R>& a, QueuePair<R>& b) -> Task<void> {
+          Registered memory(kPeerBytes);
+          co_await collectAll(
+              outstandingWorkFailsWhenThePeerDies(reactor, a, memory.mr.remote(), [&b] { b.abort(); }), consume(b));
+        },
+        c, c));
+  } else {
+    INFO("the peer's process is killed");
+    reactor.runUntil(withPeerProcess(reactor, c, [&reactor](QueuePair<R>& a, RemoteBuffer peer, auto kill) {
+      return outstandingWorkFailsWhenThePeerDies(reactor, a, peer, kill);
+    }));
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("a stop ends a waiting RDMA operation cleanly and fails the queue pair under a posted one",
+                        "[rdma]", Reactors) {
+  using R = TestType;
+  if (!usable<R>()) return;
+  QueuePairConfig c;
+  c.maxRdmaWr = 1;  // the second write waits for the first
+  c.maxRdmaWrPerPost = 1;
+  c.timeout = 18;  // ~1.1 s a try: the stop ends the write, not the transport
+  R reactor;
+  reactor.runUntil(withPair(
+      reactor,
+      [&reactor](QueuePair<R>& a, QueuePair<R>& b) -> Task<void> {
+        Registered local(4096);
+        Registered remote(4096);
+        const LocalBuffer src = local.mr.local(0, 4096);
+        b.abort();  // nothing will be acknowledged
+        std::stop_source stopFirst;
+        Clock::time_point stoppedAt;
+        auto first = [&]() -> Task<Result<void>> {
+          co_return co_await a.rdmaWrite(remote.mr.remote(), std::span(&src, 1), stopFirst.get_token());
+        };
+        auto thenTheRest = [&]() -> Task<void> {
+          // withTimeout: how a caller bounds one operation in time.
+          Result<void> second = co_await withTimeout(
+              reactor, [&](std::stop_token t) { return a.rdmaWrite(remote.mr.remote(), std::span(&src, 1), t); },
+              50ms);
+          CHECK(second.error() == std::errc::timed_out);
+          CHECK(a.state() == QueuePairState::ready);  // it never was posted: nothing to recall
+          stoppedAt = Clock::now();
+          stopFirst.request_stop();
+        };
+        auto [firstResult, unit] = co_await collectAll(first(), thenTheRest());
+        (void)unit;
+        const auto afterStop = Clock::now() - stoppedAt;
+        INFO("the posted write returned " << afterStop / 1ms << " ms after its stop");
+        CHECK(firstResult.error() == std::errc::operation_canceled);
+        CHECK(afterStop < kSlack);
+        // A posted write cannot be recalled: the queue pair went to error.
+        CHECK(a.state() == QueuePairState::error);
+        CHECK(a.error() == std::errc::operation_canceled);
+        Result<void> after = co_await a.rdmaRead(remote.mr.remote(), std::span(&src, 1));
+        CHECK(after.error() == RdmaErrc::queuePairError);
       },
       c, c));
 }

@@ -9,6 +9,8 @@
 #include "rdma_channel.hpp"
 #endif
 
+#include "../killed_at_end.hpp"
+
 #include <coio/core/collect_all.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #include <coio/reactor/uring_reactor.hpp>
@@ -21,12 +23,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -155,10 +160,12 @@ struct Fixture {
     REQUIRE(c);
     co_return std::move(*c);
   }
-  // A client that reconnects to the server after an idle close.
-  Task<std::unique_ptr<storage::StorageClient<R>>> client(storage::ClientOptions options = {.verifyChecksums = true}) {
+  // A client that reconnects after an idle close, to the server (or to `to`).
+  Task<std::unique_ptr<storage::StorageClient<R>>> client(storage::ClientOptions options = {.verifyChecksums = true},
+                                                          std::optional<coio::SocketAddress> to = {}) {
+    const coio::SocketAddress target = to.value_or(address);
     Result<std::unique_ptr<storage::StorageClient<R>>> c = co_await storage::StorageClient<R>::connect(
-        [this](std::stop_token stop) { return connectChannel(address, std::move(stop)); }, limiter, options);
+        [this, target](std::stop_token stop) { return connectChannel(target, std::move(stop)); }, limiter, options);
     INFO(c.error().message());
     REQUIRE(c);
     co_return std::move(*c);
@@ -444,6 +451,16 @@ TEMPLATE_LIST_TEST_CASE("a client that disconnects mid-request gets every buffer
   });
 }
 
+#if COIO_E2E_RDMA
+// A forked child's own device (not the parent's context); exit code 2 if none.
+template <typename S>
+std::unique_ptr<coio::rdma::Device> childDevice() {
+  auto device = coio::rdma::Device::open({.name = Fixture<S>::deviceName()});
+  if (!device) ::_exit(2);
+  return std::move(*device);
+}
+#endif
+
 // In a forked child, with its own reactor (and device): connects a channel
 // of the setup's transport to `address`, writes a byte to `ready`, then
 // waits to be killed. Never returns; no Catch2 here (exit codes instead).
@@ -451,8 +468,7 @@ template <typename S>
 [[noreturn]] void runDoomedClient(coio::SocketAddress address, int ready) {
   using R = typename S::R;
 #if COIO_E2E_RDMA
-  auto device = coio::rdma::Device::open({.name = Fixture<S>::deviceName()});
-  if (!device) ::_exit(2);
+  const std::unique_ptr<coio::rdma::Device> device = childDevice<S>();
 #endif
   R reactor;
   auto connectThenWait = [&](R& r) -> Task<void> {
@@ -460,7 +476,7 @@ template <typename S>
     if (!stream) ::_exit(3);
 #if COIO_E2E_RDMA
     Result<std::unique_ptr<storage::Channel<R>>> channel =
-        co_await storage::RdmaChannel<R>::connect(r, **device, std::move(*stream), {}, 10s);
+        co_await storage::RdmaChannel<R>::connect(r, *device, std::move(*stream), {}, 10s);
     if (!channel) ::_exit(4);
 #endif
     const char byte = 1;
@@ -501,6 +517,207 @@ TEMPLATE_LIST_TEST_CASE("a client process killed while connected is dropped at o
     CHECK(WIFSIGNALED(status));
     const bool dropped = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });
     CHECK(dropped);
+  });
+}
+
+// In a forked child, with its own reactor (and device): serves `dir` on
+// 127.0.0.1 (any port) over the setup's transport, writes the port to
+// `ready`, then serves until killed. Never returns; no Catch2 here.
+template <typename S>
+[[noreturn]] void runDoomedServer(const std::filesystem::path& dir, int ready) {
+  using R = typename S::R;
+#if COIO_E2E_RDMA
+  const std::unique_ptr<coio::rdma::Device> device = childDevice<S>();
+#endif
+  R reactor;
+  auto server = storage::StorageServer<R>::open(reactor, dir.string(), Fixture<S>::small());
+  if (!server) ::_exit(3);
+#if COIO_E2E_RDMA
+  auto transport = storage::RdmaTransport<R>::create(reactor, *device, (*server)->bufferMemory(), 256);
+  if (!transport) ::_exit(4);
+  (*server)->useTransport(std::move(*transport));
+#endif
+  auto listener = coio::TcpListener<R>::bind(reactor, coio::SocketAddress::loopbackV4());
+  if (!listener) ::_exit(5);
+  (*server)->serve(*listener);
+  const std::uint16_t port = listener->localAddress()->port();
+  if (::write(ready, &port, sizeof port) != sizeof port) ::_exit(6);
+  reactor.runUntil([](R& r) -> Task<void> {
+    for (;;) co_await r.sleepFor(1h);  // serving, until SIGKILL
+  }(reactor));
+  ::_exit(7);
+}
+
+#if COIO_E2E_RDMA
+// How many memory regions this process has registered, as the kernel counts
+// them (iproute2's `rdma resource show mr`); -1 if that cannot be run.
+int registeredRegions() {
+  FILE* rdma = ::popen("rdma -j resource show mr", "r");
+  if (!rdma) return -1;
+  std::string out;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, rdma)) > 0;) out.append(buffer, n);
+  if (::pclose(rdma) != 0) return -1;
+  const std::string mine = "\"pid\":" + std::to_string(::getpid());
+  int count = 0;
+  for (std::size_t at = out.find(mine); at != std::string::npos; at = out.find(mine, at + 1)) {
+    const std::size_t end = at + mine.size();
+    count += end == out.size() || std::isdigit(static_cast<unsigned char>(out[end])) == 0;
+  }
+  return count;
+}
+#endif
+
+TEMPLATE_LIST_TEST_CASE("a server process killed under load: every request ends in time, no memory stays registered",
+                        "[storage][e2e]", Setups) {
+  // Over RDMA the client learns it from the transport (work the dead server
+  // never acknowledges fails within transportFailureBound()) or from a
+  // request's timeout; either way every request ends within its timeout,
+  // and a timed-out one is retried until the connection fails.
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSlack = 2s;  // a TCG guest on a loaded host
+  Fixture<TestType> f;
+  f.run([&](Fixture<TestType>& fx) -> Task<void> {
+    int pipeFds[2];
+    REQUIRE(::pipe2(pipeFds, O_CLOEXEC | O_NONBLOCK) == 0);
+    coio::detail::FileDescriptor readyRead(pipeFds[0]), readyWrite(pipeFds[1]);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) runDoomedServer<TestType>(fx.dir.path, readyWrite.get());
+    readyWrite.reset();
+    const coio::testing::KilledAtEnd reap(child);
+    const Result<void> readable = co_await fx.reactor.readable(readyRead.get());
+    std::uint16_t port = 0;
+    const bool serving = readable && ::read(readyRead.get(), &port, sizeof port) == sizeof port;
+    fx.reactor.forget(readyRead.get());
+    REQUIRE(serving);  // else the child exited early: its exit code says where
+#if COIO_E2E_RDMA
+    const int registeredBefore = registeredRegions();
+    REQUIRE(registeredBefore > 0);  // the fixture's own server: the count works
+#endif
+    const storage::ClientOptions options{.timeout = 1500ms, .verifyChecksums = true};
+    auto client = co_await fx.client(options, coio::SocketAddress::loopbackV4(port));
+
+    struct Reader {
+      std::size_t served = 0;
+      std::size_t timedOut = 0;  // and retried
+      std::error_code error;     // the connection's, that ended it
+      Clock::duration longest{};
+    };
+    std::size_t servedSoFar = 0;
+    Clock::time_point giveUp = Clock::time_point::max();  // set at the kill
+    auto reader = [&](std::span<std::byte> into) -> Task<Reader> {
+      Reader r;
+      const ReadOp op{1, 0, static_cast<std::uint32_t>(into.size()), into};
+      while (Clock::now() < giveUp) {
+        const Clock::time_point start = Clock::now();
+        Result<std::vector<ReadOutcome>> got = co_await client->batchRead(std::span(&op, 1));
+        r.longest = std::max(r.longest, Clock::now() - start);
+        if (got) {
+          ++r.served;
+          ++servedSoFar;
+        } else if (got.error() == std::errc::timed_out) {
+          ++r.timedOut;
+        } else {
+          r.error = got.error();
+          break;
+        }
+      }
+      co_return r;
+    };
+    auto killUnderLoad = [&]() -> Task<Reader> {
+      // Once the load flows (a TCG guest takes a while to start serving).
+      for (int i = 0; i < 1000 && servedSoFar < 32; ++i) co_await fx.reactor.sleepFor(10ms);
+      CHECK(servedSoFar >= 32);
+      giveUp = Clock::now() + 2 * options.timeout;
+      ::kill(child, SIGKILL);
+      co_return Reader{};
+    };
+    std::vector<Task<Reader>> tasks;
+    for (int i = 0; i < 8; ++i) tasks.push_back(reader(fx.buffer(16 * 1024)));
+    tasks.push_back(killUnderLoad());
+    std::vector<Reader> readers = co_await coio::collectAllRange(std::move(tasks));
+    readers.pop_back();
+    for (const Reader& r : readers) {
+      INFO("served " << r.served << ", timed out " << r.timedOut << ", ended by \"" << r.error.message()
+                     << "\"; longest request " << r.longest / 1ms << " ms");
+      CHECK(r.longest <= options.timeout + kSlack);
+    }
+    const Clock::time_point closing = Clock::now();
+    co_await client->close();
+    CHECK(Clock::now() - closing < kSlack);
+    client.reset();
+#if COIO_E2E_RDMA
+    CHECK(registeredRegions() == registeredBefore);  // the client's registrations went with it
+#endif
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a request that cannot even be sent ends within its timeout", "[storage][e2e]", Setups) {
+  // A server that accepts and never reads: over RDMA the client's credits
+  // run out (they are never returned), over TCP the socket buffers fill.
+  // The timeout used to start once the request was sent: those waited forever.
+  using R = typename TestType::R;
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSlack = 2s;
+  Fixture<TestType> f;
+  f.run([&](Fixture<TestType>& fx) -> Task<void> {
+    auto silent = coio::TcpListener<R>::bind(fx.reactor, coio::SocketAddress::loopbackV4());
+    REQUIRE(silent);
+    auto acceptSilently = [&]() -> Task<std::unique_ptr<storage::Channel<R>>> {
+      Result<coio::TcpStream<R>> stream = co_await silent->accept();
+      REQUIRE(stream);
+#if COIO_E2E_RDMA
+      Result<std::unique_ptr<storage::Channel<R>>> c =
+          co_await storage::RdmaChannel<R>::connect(fx.reactor, *fx.device, std::move(*stream), {}, 10s);
+      REQUIRE(c);
+      co_return std::move(*c);
+#else
+      co_return std::make_unique<storage::TcpChannel<R>>(std::move(*stream));
+#endif
+    };
+    const storage::ClientOptions options{.timeout = 300ms};
+    auto ends = co_await coio::collectAll(acceptSilently(), fx.client(options, *silent->localAddress()));
+    std::unique_ptr<storage::Channel<R>>& peer = std::get<0>(ends);  // not bindings: lambdas use them (clang 14)
+    std::unique_ptr<storage::StorageClient<R>>& client = std::get<1>(ends);
+    // RDMA: more requests than credits (32). TCP: 1 MiB frames, more than the socket buffers hold.
+    const std::size_t ios = TestType::rdma ? 8 : storage::proto::kMaxIosPerFrame;
+    const std::size_t requests = TestType::rdma ? 40 : 32;
+    const std::vector<ReadOp> batch(ios, ReadOp{1, 0, 1, fx.buffer(1)});
+    auto request = [&]() -> Task<std::pair<std::error_code, Clock::duration>> {
+      const Clock::time_point start = Clock::now();
+      Result<std::vector<ReadOutcome>> r = co_await client->batchRead(batch);
+      co_return std::pair{r ? std::error_code{} : r.error(), Clock::now() - start};
+    };
+    std::vector<Task<std::pair<std::error_code, Clock::duration>>> tasks;
+    for (std::size_t i = 0; i < requests; ++i) tasks.push_back(request());
+    // Were a request stuck, this ends it (Errc::closed), failing the test, not hanging it.
+    std::stop_source done;
+    bool closed = false;
+    auto unstick = [&]() -> Task<void> {
+      if (co_await fx.reactor.sleepFor(options.timeout + kSlack + 1s, done.get_token())) {
+        closed = true;
+        co_await client->close();
+      }
+    };
+    auto allThenDone = [&]() -> Task<std::vector<std::pair<std::error_code, Clock::duration>>> {
+      auto results = co_await coio::collectAllRange(std::move(tasks));
+      done.request_stop();
+      co_return results;
+    };
+    auto [results, unit] = co_await coio::collectAll(allThenDone(), unstick());
+    (void)unit;
+    std::size_t timedOut = 0;
+    for (const auto& [error, took] : results) {
+      INFO(error.message() << " after " << took / 1ms << " ms");
+      CHECK(error);
+      CHECK(took <= options.timeout + kSlack);
+      if constexpr (TestType::rdma) CHECK(error == std::errc::timed_out);  // waiting for a credit sent nothing
+      timedOut += error == std::errc::timed_out;
+    }
+    CHECK(timedOut > 0);
+    if (!closed) co_await client->close();
+    co_await peer->close();
   });
 }
 

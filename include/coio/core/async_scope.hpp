@@ -30,9 +30,11 @@ namespace coio {
 ///   and `failedCount()` counts them all.
 class AsyncScope {
  public:
+  /// Receives each exception that escapes a spawned task, on the thread where the task failed.
   using ExceptionHandler = std::function<void(std::exception_ptr)>;
 
   AsyncScope() = default;
+  /// A scope whose tasks' exceptions go to `onException` instead of `join()`.
   explicit AsyncScope(ExceptionHandler onException) : onException_(std::move(onException)) {}
   AsyncScope(const AsyncScope&) = delete;
   AsyncScope& operator=(const AsyncScope&) = delete;
@@ -41,6 +43,7 @@ class AsyncScope {
                 "AsyncScope destroyed while spawned tasks are still running");
   }
 
+  /// Starts `task` at once on the calling thread and keeps it alive until it finishes.
   void spawn(Task<void> task) {
     COIO_ASSERT(!joinStarted(), "AsyncScope::spawn after join");
     count_.fetch_add(1, std::memory_order_relaxed);
@@ -76,6 +79,8 @@ class AsyncScope {
     AsyncScope& scope_;
   };
 
+  /// Awaits every spawned task: resumes inline if all have finished, else on the thread that
+  /// finishes the last; rethrows the first exception when there is no handler.
   JoinAwaiter join() noexcept { return JoinAwaiter{*this}; }
 
  private:

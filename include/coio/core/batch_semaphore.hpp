@@ -27,6 +27,7 @@ namespace coio {
 /// - `release` happens-before the acquisition that takes its tokens.
 class BatchSemaphore {
  public:
+  /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
@@ -41,9 +42,12 @@ class BatchSemaphore {
   /// Takes n tokens if they are free and nobody is queued.
   bool tryAcquire(std::size_t n) { return core_.tryAcquire(checked(n)); }
 
+  /// Returns `n` units; resumes the waiters they satisfy inline on the calling thread, oldest first.
   void release(std::size_t n) noexcept { core_.release(n); }
 
+  /// Units free right now (a snapshot).
   std::size_t available() const noexcept { return core_.available(); }
+  /// The capacity given at construction: the largest request acquire() accepts.
   std::size_t capacity() const noexcept { return capacity_; }
 
  private:

@@ -29,6 +29,7 @@ namespace coio {
 ///   post() does not touch it. That destruction must not race with post().
 class Baton {
  public:
+  /// A Baton not yet signalled, or already signalled if `initiallySignalled`.
   explicit Baton(bool initiallySignalled = false) noexcept
       : state_(initiallySignalled ? static_cast<const void*>(this) : nullptr) {}
   Baton(const Baton&) = delete;
@@ -37,8 +38,10 @@ class Baton {
     COIO_ASSERT(state_.load(std::memory_order_relaxed) == nullptr || ready(), "Baton destroyed with waiters");
   }
 
+  /// Whether post() has been called (since the last reset()).
   bool ready() const noexcept { return state_.load(std::memory_order_acquire) == signalledState(); }
 
+  /// Signals the Baton and resumes every waiter inline on this thread, oldest first.
   void post() noexcept {
     const void* old = state_.load(std::memory_order_relaxed);
     do {
@@ -63,14 +66,18 @@ class Baton {
     }
   }
 
+  /// Makes a signalled Baton unsignalled again; does nothing while coroutines wait.
   void reset() noexcept {
     const void* expected = signalledState();
     state_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
   }
 
+  /// The awaitable of `co_await baton`: suspends until the Baton is posted.
   class [[nodiscard]] WaitOperation {
    public:
+    /// Awaits `baton`.
     explicit WaitOperation(const Baton& baton) noexcept : baton_(baton) {}
+    /// Copyable until it is awaited.
     WaitOperation(const WaitOperation&) = default;  // before it is awaited only
     // Only reached while linked if the awaiting frame is destroyed without
     // being resumed; left linked, a later post() would resume freed memory.

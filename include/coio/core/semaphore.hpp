@@ -23,6 +23,7 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
@@ -36,6 +37,7 @@ class Semaphore {
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }
 
+  /// Returns `n` tokens; while coroutines wait they go to the oldest, resumed inline on this thread.
   void release(std::size_t n = 1) noexcept { core_.release(n); }
 
   /// Tokens free right now (0 while anyone waits).

@@ -54,10 +54,13 @@ template <typename T>
 class [[nodiscard]] Task {
  public:
   using promise_type = detail::TaskPromise<T>;
+  /// The type `co_await` on the task yields.
   using value_type = T;
 
   Task() noexcept = default;
+  /// Takes over `other`'s coroutine; `other` becomes empty.
   Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /// Destroys the coroutine held, if any, and takes over `other`'s.
   Task& operator=(Task&& other) noexcept {
     if (this != &other) {
       reset();
@@ -86,6 +89,8 @@ class [[nodiscard]] Task {
     std::coroutine_handle<promise_type> handle_;
   };
 
+  /// Starts the task by symmetric transfer; the awaiter resumes on the thread that finishes it.
+  /// The task must be an rvalue: `co_await std::move(task)` or `co_await f()`.
   Awaiter operator co_await() && noexcept {
     COIO_ASSERT(handle_, "co_await on an empty coio::Task");
     return Awaiter{handle_};

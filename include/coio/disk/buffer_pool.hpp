@@ -28,10 +28,13 @@ class Disk;
 /// read into it as a fixed buffer. It owns nothing: the Buffer it came from
 /// must outlive every operation that uses it.
 struct BufferSlice {
+  /// Start of the slice.
   std::byte* data = nullptr;
+  /// Bytes in the slice.
   std::size_t size = 0;
   int fixedIndex = -1;  ///< index in the ring's fixed-buffer table, -1 if not registered
 
+  /// The slice as a span.
   std::span<std::byte> span() const noexcept { return {data, size}; }
   /// The part [offset, offset + length) of this slice (clamped to it).
   BufferSlice subslice(std::size_t offset, std::size_t length) const noexcept {
@@ -45,8 +48,10 @@ struct BufferSlice {
 class Buffer {
  public:
   Buffer() noexcept = default;
+  /// Takes over `other`'s buffer; `other` becomes empty.
   Buffer(Buffer&& other) noexcept
       : pool_(std::exchange(other.pool_, nullptr)), index_(other.index_) {}
+  /// Gives back the buffer held, if any, and takes over `other`'s.
   Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       reset();
@@ -57,14 +62,19 @@ class Buffer {
   }
   ~Buffer() { reset(); }
 
+  /// Whether the Buffer holds a buffer (not moved from or reset).
   bool valid() const noexcept { return pool_ != nullptr; }
   /// The buffer's index in its pool (also its place in the RDMA region).
   std::uint32_t index() const noexcept { return index_; }
+  /// Start of the buffer (4 KiB-aligned).
   std::byte* data() const noexcept;
+  /// Bytes in the buffer: the pool's bufferSize().
   std::size_t size() const noexcept;
+  /// The buffer as a span.
   std::span<std::byte> span() const noexcept { return {data(), size()}; }
   /// The whole buffer, or its part [offset, offset + length), as a slice.
   BufferSlice slice() const noexcept;
+  /// The part [offset, offset + length) as a slice (clamped to the buffer).
   BufferSlice slice(std::size_t offset, std::size_t length) const noexcept { return slice().subslice(offset, length); }
 
   /// Gives the buffer back to the pool now.
@@ -97,8 +107,10 @@ class Buffer {
 ///   be unregistered, e.g. its Disk gone (both asserted).
 class BufferPool {
  public:
+  /// How a BufferPool maps its memory.
   struct Options {
     std::size_t bufferSize = 512 * 1024;  ///< a multiple of 4 KiB, at most 1 GiB
+    /// Number of buffers.
     std::size_t count = 64;
     bool hugePages = false;  ///< back the mapping with hugetlbfs pages (MAP_HUGETLB)
     /// Ask for transparent huge pages (MADV_HUGEPAGE). Physically contiguous
@@ -129,13 +141,18 @@ class BufferPool {
 
   /// The whole mapping (for RDMA memory-region registration).
   std::byte* data() const noexcept { return base_; }
+  /// Bytes in all buffers together.
   std::size_t size() const noexcept { return bufferSize_ * count_; }
+  /// Bytes in each buffer.
   std::size_t bufferSize() const noexcept { return bufferSize_; }
+  /// Number of buffers.
   std::size_t count() const noexcept { return count_; }
+  /// Buffers not handed out.
   std::size_t available() const noexcept { return freeList_.size(); }
 
   /// Whether the buffers are io_uring fixed buffers; if not, why.
   bool registered() const noexcept { return disk_ != nullptr; }
+  /// Why the buffers are not registered (empty while they are).
   const std::string& registrationNote() const noexcept { return note_; }
 
   /// The iovecs to register (each at most 1 GiB of whole buffers): buffer i
@@ -148,6 +165,7 @@ class BufferPool {
     }
     return out;
   }
+  /// Buffers in each region of regions().
   std::size_t buffersPerRegion() const noexcept { return kMaxRegion / bufferSize_; }
 
   /// A free buffer, or nothing if all are out.

@@ -21,8 +21,10 @@ enum class DiskErrc {
 
 }  // namespace coio
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::DiskErrc> : std::true_type {};
+/// @endcond
 
 namespace coio {
 
@@ -45,11 +47,13 @@ class DiskCategory final : public std::error_category {
 };
 }  // namespace detail
 
+/// The error category of coio::DiskErrc ("coio.disk").
 inline const std::error_category& diskCategory() noexcept {
   static const detail::DiskCategory category;
   return category;
 }
 
+/// Makes coio::DiskErrc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(DiskErrc e) noexcept {  // NOLINT: found by ADL, name fixed by the standard
   return {static_cast<int>(e), diskCategory()};
 }

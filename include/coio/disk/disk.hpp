@@ -48,6 +48,7 @@ class ReadBatch;
 ///   registration), so they may live in frames the reactor destroys later.
 class Disk {
  public:
+  /// Ring sizes and submission tuning.
   struct Options {
     unsigned entries = 256;                             ///< SQ size of a dedicated ring (EpollReactor)
     unsigned cqEntries = 4096;                          ///< CQ size of a dedicated ring
@@ -59,7 +60,9 @@ class Disk {
     unsigned maxRegisteredFiles = 256;                  ///< slots of the registered-file table
   };
 
+  /// Uses the reactor's ring, default options.
   explicit Disk(UringReactor& reactor) : Disk(reactor, Options{}) {}
+  /// Sets up a dedicated ring with default options; throws std::system_error if io_uring is unusable.
   explicit Disk(EpollReactor& reactor) : Disk(reactor, Options{}) {}
 
   /// Uses the reactor's ring.

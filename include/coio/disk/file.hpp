@@ -45,6 +45,7 @@ class ReadBatch;
 ///   Disk's loop thread (or while no loop runs); close it before the Disk.
 class File {
  public:
+  /// How File::open opens the file.
   struct OpenOptions {
     bool write = false;     ///< O_RDWR instead of O_RDONLY
     bool create = false;    ///< O_CREAT (mode 0644)
@@ -53,7 +54,9 @@ class File {
   };
 
   File() noexcept = default;
+  /// Takes over `other`'s file; `other` becomes closed.
   File(File&& other) noexcept { take(other); }
+  /// Closes the file held, if any, and takes over `other`'s.
   File& operator=(File&& other) noexcept {
     if (this != &other) {
       close();
@@ -65,6 +68,7 @@ class File {
 
   /// Opens `path` (read-only unless `options` say otherwise).
   static Result<File> open(Disk& disk, const char* path) { return open(disk, path, OpenOptions{}); }
+  /// Opens `path` with `options`; the error is the open(2) errno.
   static Result<File> open(Disk& disk, const char* path, OpenOptions options) {
     int flags = (options.write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
     if (options.create) flags |= O_CREAT;
@@ -80,8 +84,11 @@ class File {
     return file;
   }
 
+  /// Whether a file is open.
   bool isOpen() const noexcept { return fd_.valid(); }
+  /// The file descriptor (-1 when closed).
   int fd() const noexcept { return fd_.get(); }
+  /// Whether the file was opened with O_DIRECT.
   bool direct() const noexcept { return direct_; }
   /// The O_DIRECT alignment of offsets, lengths and buffer addresses (from
   /// statx STATX_DIOALIGN when the kernel reports it, else 4096); 1 without O_DIRECT.

@@ -64,6 +64,7 @@ class ReadBatch {
   struct Read;
 
  public:
+  /// An empty batch submitting to `disk`'s ring.
   explicit ReadBatch(Disk& disk) noexcept : ring_(disk.queue()) {}
   ReadBatch(const ReadBatch&) = delete;
   ReadBatch& operator=(const ReadBatch&) = delete;
@@ -79,7 +80,9 @@ class ReadBatch {
     return add(file, offset, destination.data, destination.size, destination.fixedIndex);
   }
 
+  /// Reserves room for `n` reads.
   void reserve(std::size_t n) { reads_.reserve(n); }
+  /// Number of reads added.
   std::size_t size() const noexcept { return reads_.size(); }
 
   /// Read i's outcome; meaningful once the batch has been awaited.
@@ -128,6 +131,7 @@ class ReadBatch {
 
   /// Submits the reads; the awaiter resumes when all have completed.
   Awaiter submit(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
+  /// Same as `submit()` without a stop token.
   Awaiter operator co_await() noexcept { return submit(); }
 
   /// Streaming: submits the reads (as submit() does) without waiting for

@@ -73,7 +73,7 @@ class SocketAddress {
   /// 127.0.0.1:port
   static SocketAddress loopbackV4(std::uint16_t port = 0) noexcept { return ipv4(in_addr{htonl(INADDR_LOOPBACK)}, port); }
 
-  /// [::1]:port
+  /// The IPv6 loopback address, ::1, with `port`.
   static SocketAddress loopbackV6(std::uint16_t port = 0) noexcept { return ipv6(in6addr_loopback, port); }
 
   /// From what getsockname/accept filled in; Errc::invalidArgument unless
@@ -87,7 +87,9 @@ class SocketAddress {
     return a;
   }
 
+  /// AF_INET or AF_INET6.
   int family() const noexcept { return storage_.ss_family; }
+  /// The port, in host byte order.
   std::uint16_t port() const noexcept {
     switch (family()) {
       case AF_INET: return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
@@ -96,7 +98,9 @@ class SocketAddress {
     }
   }
 
+  /// The address as a sockaddr, for system calls.
   const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
+  /// Bytes of data() in use.
   socklen_t size() const noexcept { return length_; }
 
   /// `1.2.3.4:80`, `[::1]:80`, or an empty string for an empty address.
@@ -113,6 +117,7 @@ class SocketAddress {
     }
   }
 
+  /// Equal when family, address and port are.
   friend bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept {
     return a.length_ == b.length_ && std::memcmp(&a.storage_, &b.storage_, a.length_) == 0;
   }

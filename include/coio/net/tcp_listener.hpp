@@ -37,6 +37,7 @@ class TcpListener {
   using AcceptAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().accept(0, {})), detail::AcceptedStream<R>>;
 
+  /// Takes over `other`'s socket.
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) = delete;
   ~TcpListener() {
@@ -63,7 +64,9 @@ class TcpListener {
     return AcceptAwaiter{reactor_->accept(fd_.get(), std::move(stop)), detail::AcceptedStream<R>{reactor_}};
   }
 
+  /// The address the listener is bound to (the port chosen when bound to port 0).
   Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  /// The listening socket's file descriptor.
   int fd() const noexcept { return fd_.get(); }
 
  private:

@@ -52,6 +52,7 @@ inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, soc
 
 }  // namespace detail
 
+/// Which direction TcpStream::shutdown ends.
 enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 
 /// A connected TCP socket (non-blocking) driven by a reactor of type R.
@@ -79,7 +80,9 @@ class TcpStream {
 
   /// Adopts a connected non-blocking socket.
   TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
+  /// Closes the socket held, if any, and takes over `other`'s.
   TcpStream& operator=(TcpStream&& other) noexcept {
     if (this != &other) {
       close();
@@ -153,6 +156,7 @@ class TcpStream {
     co_return Result<void>{};
   }
 
+  /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
   Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
     if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
     return {};
@@ -165,7 +169,9 @@ class TcpStream {
     return {};
   }
 
+  /// This end's address.
   Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  /// The peer's address.
   Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
 
   /// Closes the socket now (idempotent).
@@ -190,8 +196,11 @@ class TcpStream {
     return std::move(fd_);
   }
 
+  /// Whether the stream holds a socket.
   bool isOpen() const noexcept { return fd_.valid(); }
+  /// The socket's file descriptor (-1 when closed).
   int fd() const noexcept { return fd_.get(); }
+  /// The reactor the stream's operations run on.
   R& reactor() const noexcept { return *reactor_; }
 
  private:

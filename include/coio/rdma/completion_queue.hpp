@@ -30,6 +30,7 @@ namespace coio::rdma {
 /// passed to drain() runs on the calling thread.
 class CompletionQueue {
  public:
+  /// Completions polled per ibv_poll_cq call in drain().
   static constexpr int kPollBatch = 16;
 
   /// A CQ of `entries` completions; `eventAckBatch` events are acknowledged at a time.
@@ -46,12 +47,14 @@ class CompletionQueue {
     return q;
   }
 
+  /// Takes over `other`'s CQ and channel.
   CompletionQueue(CompletionQueue&& other) noexcept = default;
   CompletionQueue& operator=(CompletionQueue&&) = delete;  // would drop the unacknowledged events
   ~CompletionQueue() {
     if (cq_ && unacked_ > 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
   }
 
+  /// The verbs CQ.
   ibv_cq* get() const noexcept { return cq_.get(); }
   /// The completion channel's fd: readable when an event is pending.
   int fd() const noexcept { return channel_->fd; }

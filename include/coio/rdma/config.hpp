@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace coio::rdma {
@@ -34,7 +35,7 @@ struct QueuePairConfig {
   /// that many empty loop iterations after each burst; an idle queue pair
   /// costs nothing. 0: always sleep. 16 measured +10-15 % message rate on
   /// one reactor thread and +50 % with sender and receiver on two
-  /// (tests/bench/rdma/RESULTS.md); storage over RDMA unchanged.
+  /// (docs/benchmarks.md); storage over RDMA unchanged.
   std::uint32_t pollBeforeSleep = 16;
   /// Within each of those iterations, an empty CQ is polled up to this
   /// many more times in a row before the watcher yields: a poll reads user
@@ -42,24 +43,58 @@ struct QueuePairConfig {
   /// non-blocking wait). Bounds the time other coroutines on the thread
   /// wait, to spinPolls CQ polls per iteration. 0: one poll per iteration.
   /// 16 measured +17 % message rate with sender and receiver on two
-  /// threads, 64 and 256 no better (tests/bench/rdma/RESULTS.md).
+  /// threads, 64 and 256 no better (docs/benchmarks.md).
   std::uint32_t spinPolls = 16;
-  // Transport (RTR/RTS attributes).
-  std::uint8_t timeout = 14;    ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms) per retry
-  std::uint8_t retryCount = 7;  ///< transport retries before IBV_WC_RETRY_EXC_ERR
+  // Transport (RTR/RTS attributes). Work the peer does not acknowledge
+  // (its process died, its QP was aborted, the path is down) is sent
+  // retryCount + 1 times, one ACK timeout each, then fails with
+  // IBV_WC_RETRY_EXC_ERR: see transportFailureBound() (defaults: ~0.47 s).
+  /// Local ACK timeout: 4.096 us * 2^timeout per try (14: ~67 ms). 0 means
+  /// no timer: unacknowledged work is never retried nor failed.
+  std::uint8_t timeout = 14;
+  /// Transport retries before IBV_WC_RETRY_EXC_ERR (0-7). Not 7 by default:
+  /// Soft-RoCE (rxe) retries forever at 7 (its completer never counts a 7
+  /// down), so work sent to a dead peer would never fail there, and close()
+  /// would wait out drainTimeout; hardware that follows the spec retries 7
+  /// times. 6 costs one try (~67 ms) of tolerance on hardware.
+  std::uint8_t retryCount = 6;
   /// RNR policy: the credit scheme guarantees a posted receive for every
   /// SEND, so by default an RNR NAK is not retried (0) and surfaces as
   /// IBV_WC_RNR_RETRY_EXC_ERR: a bug made visible instead of a silent stall.
   std::uint8_t rnrRetry = 0;
   std::uint8_t minRnrTimer = 12;  ///< 0.64 ms; only matters when rnrRetry > 0
-  std::chrono::milliseconds drainTimeout{5000};  ///< close(): how long in-flight work may take to finish
+  /// close(): how long posted work may take to finish. Work to a dead peer
+  /// fails sooner, within transportFailureBound(); this bounds the rest
+  /// (a peer that acknowledges but is slow, a device that stops completing).
+  std::chrono::milliseconds drainTimeout{5000};
 };
+
+/// How long, nominally, work sent to a peer that stopped answering (its
+/// process died, its QP was aborted, the path is down) is retried before
+/// it fails with IBV_WC_RETRY_EXC_ERR, counted from the peer's last answer
+/// or the post, whichever is later: retryCount + 1 tries of one ACK timeout,
+/// (retryCount + 1) * 4.096 us * 2^timeout. The defaults: 7 * 67 ms =
+/// 0.47 s. The queue pair then enters `error`: the first unacknowledged
+/// work request fails with IBV_WC_RETRY_EXC_ERR, the rest are flushed.
+/// Providers round each timeout up to their timer's tick (rxe: a kernel
+/// jiffy, 4 ms at HZ=250: noticeable only for small timeouts), and a
+/// device may wait longer than asked (some enforce a minimum timeout).
+/// std::nullopt where a provider coio supports never gives up: timeout 0
+/// (no ACK timer anywhere) or retryCount 7 (rxe retries forever).
+inline std::optional<std::chrono::microseconds> transportFailureBound(const QueuePairConfig& c) noexcept {
+  if (c.timeout == 0 || c.timeout > 31 || c.retryCount >= 7) return std::nullopt;
+  const std::uint64_t nanosPerTry = std::uint64_t{4096} << c.timeout;  // < 2^44: no overflow below
+  return std::chrono::microseconds((std::uint64_t{c.retryCount} + 1) * nanosPerTry / 1000);
+}
 
 /// The device limits a QueuePairConfig is checked against (from
 /// ibv_query_device / ibv_query_port).
 struct DeviceLimits {
+  /// Work requests per queue (max_qp_wr).
   std::uint32_t maxQpWr = 0;
+  /// Scatter/gather elements per work request (max_sge).
   std::uint32_t maxSge = 0;
+  /// Completions per CQ (max_cqe).
   std::uint32_t maxCqe = 0;
   std::uint32_t maxQpRdAtom = 0;      ///< as responder
   std::uint32_t maxQpInitRdAtom = 0;  ///< as initiator
@@ -79,6 +114,7 @@ struct QueuePairSizes {
   std::uint64_t maxRecvWr;    ///< recvBuffers
   std::uint64_t cqe;          ///< maxSendWr + maxRecvWr
 
+  /// The sizes `c` needs.
   static QueuePairSizes of(const QueuePairConfig& c) noexcept {
     QueuePairSizes s{};
     const std::uint64_t buffers = c.messageBuffers;

@@ -69,19 +69,27 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
+  /// The device's name (e.g. mlx5_0, rxe0).
   const std::string& name() const noexcept { return name_; }
+  /// The verbs context.
   ibv_context* context() const noexcept { return context_.get(); }
+  /// The protection domain every MemoryRegion and QueuePair on this Device uses.
   ibv_pd* protectionDomain() const noexcept { return pd_.get(); }
+  /// The port used (1-based).
   std::uint8_t port() const noexcept { return port_; }
+  /// The device's attributes (ibv_query_device).
   const ibv_device_attr& attributes() const noexcept { return deviceAttr_; }
+  /// The port's attributes (ibv_query_port), as when opened.
   const ibv_port_attr& portAttributes() const noexcept { return portAttr_; }
   /// Ethernet (RoCE) or InfiniBand.
   bool isRoce() const noexcept { return portAttr_.link_layer == IBV_LINK_LAYER_ETHERNET; }
   /// The GID table index used as source GID (RoCE: selected by
   /// detail::selectRoceGid; InfiniBand: 0, addressing is by LID).
   std::uint32_t gidIndex() const noexcept { return gidIndex_; }
+  /// The GID at gidIndex().
   const ibv_gid& gid() const noexcept { return gid_; }
 
+  /// The device limits that QueuePairConfig is checked against.
   DeviceLimits limits() const noexcept {
     return DeviceLimits{static_cast<std::uint32_t>(deviceAttr_.max_qp_wr),
                         static_cast<std::uint32_t>(deviceAttr_.max_sge),

@@ -22,8 +22,10 @@ enum class RdmaErrc {
 
 }  // namespace coio::rdma
 
+/// @cond INTERNAL
 template <>
 struct std::is_error_code_enum<coio::rdma::RdmaErrc> : std::true_type {};
+/// @endcond
 
 namespace coio::rdma {
 
@@ -59,16 +61,19 @@ class CompletionCategory final : public std::error_category {
 
 }  // namespace detail
 
+/// The error category of RdmaErrc.
 inline const std::error_category& rdmaCategory() noexcept {
   static const detail::RdmaCategory category;
   return category;
 }
 
+/// The error category of failed work completions (ibv_wc_status values); see completionError().
 inline const std::error_category& completionCategory() noexcept {
   static const detail::CompletionCategory category;
   return category;
 }
 
+/// Makes RdmaErrc usable as a std::error_code (found by ADL).
 inline std::error_code make_error_code(RdmaErrc e) noexcept {  // NOLINT: found by ADL
   return {static_cast<int>(e), rdmaCategory()};
 }

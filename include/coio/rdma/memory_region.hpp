@@ -19,6 +19,7 @@ enum class Access : int {
   remoteWrite = IBV_ACCESS_REMOTE_WRITE,  ///< peers may RDMA WRITE into it (needs localWrite)
   remoteRead = IBV_ACCESS_REMOTE_READ,    ///< peers may RDMA READ from it
 };
+/// Combines access flags.
 constexpr Access operator|(Access a, Access b) noexcept { return static_cast<Access>(static_cast<int>(a) | static_cast<int>(b)); }
 /// Everything a buffer used for RDMA in both directions needs.
 constexpr Access kAccessAll = Access::localWrite | Access::remoteWrite | Access::remoteRead;
@@ -26,8 +27,11 @@ constexpr Access kAccessAll = Access::localWrite | Access::remoteWrite | Access:
 /// A registered range as a peer addresses it: what one side sends the other
 /// so that it can RDMA READ/WRITE there.
 struct RemoteBuffer {
+  /// Address in the peer's memory.
   std::uint64_t addr = 0;
+  /// Bytes the peer may access from addr.
   std::uint64_t length = 0;
+  /// The peer region's remote key.
   std::uint32_t rkey = 0;
 
   /// The part [offset, offset + n) (clamped to the buffer).
@@ -39,8 +43,11 @@ struct RemoteBuffer {
 
 /// A registered local range, as a work request's scatter/gather element.
 struct LocalBuffer {
+  /// Start of the local memory.
   std::byte* data = nullptr;
+  /// Bytes.
   std::uint32_t length = 0;
+  /// The local region's key.
   std::uint32_t lkey = 0;
 };
 
@@ -61,8 +68,10 @@ class MemoryRegion {
     return MemoryRegion(mr, memory);
   }
 
+  /// Takes over `other`'s registration; `other` becomes empty.
   MemoryRegion(MemoryRegion&& other) noexcept
       : mr_(std::exchange(other.mr_, nullptr)), memory_(std::exchange(other.memory_, {})) {}
+  /// Deregisters the region held, if any, and takes over `other`'s.
   MemoryRegion& operator=(MemoryRegion&& other) noexcept {
     if (this != &other) {
       reset();
@@ -73,10 +82,14 @@ class MemoryRegion {
   }
   ~MemoryRegion() { reset(); }
 
+  /// The registered memory.
   std::span<std::byte> memory() const noexcept { return memory_; }
+  /// The local key, for scatter/gather elements.
   std::uint32_t lkey() const noexcept { return mr_->lkey; }
+  /// The remote key, for the peer's RDMA operations.
   std::uint32_t rkey() const noexcept { return mr_->rkey; }
 
+  /// Whether `part` lies inside the registered memory.
   bool contains(std::span<const std::byte> part) const noexcept {
     return part.data() >= memory_.data() && part.data() + part.size() <= memory_.data() + memory_.size();
   }
@@ -86,6 +99,7 @@ class MemoryRegion {
     COIO_ASSERT(contains(part) && part.size() <= UINT32_MAX, "LocalBuffer outside its MemoryRegion");
     return LocalBuffer{part.data(), static_cast<std::uint32_t>(part.size()), lkey()};
   }
+  /// The part [offset, offset + length) of this region as a scatter/gather element.
   LocalBuffer local(std::size_t offset, std::size_t length) const noexcept {
     return local(memory_.subspan(offset, length));
   }
@@ -95,6 +109,7 @@ class MemoryRegion {
     COIO_ASSERT(contains(part), "RemoteBuffer outside its MemoryRegion");
     return RemoteBuffer{reinterpret_cast<std::uintptr_t>(part.data()), part.size(), rkey()};
   }
+  /// The whole region as a peer addresses it.
   RemoteBuffer remote() const noexcept { return remote(memory_); }
 
  private:

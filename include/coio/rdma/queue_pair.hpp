@@ -84,6 +84,27 @@ struct FreeMemory {
 ///   (asserted): it tells the peer, drains outstanding work (bounded by
 ///   drainTimeout), and stops the completion watcher.
 ///
+/// Bounding an operation in time (e.g. with coio::withTimeout):
+/// - Posted work to a peer that stopped answering (process killed, QP
+///   aborted, path down) fails within transportFailureBound(config), 0.47 s
+///   with the defaults: the oldest unacknowledged work request with
+///   IBV_WC_RETRY_EXC_ERR, the rest flushed (IBV_WC_WR_FLUSH_ERR), waiting
+///   ones with RdmaErrc::queuePairError; close() then returns as soon.
+/// - send(), recv(), rdmaWrite(), rdmaRead() and RdmaBatch::post() take a
+///   std::stop_token (request it on the loop thread). While they wait (for
+///   a credit, a send buffer, a message, RDMA work-request tokens) a stop
+///   ends them with std::errc::operation_canceled, nothing posted and the
+///   queue pair still ready.
+/// - A posted SEND is not waited for: send() completes at the post.
+/// - A posted RDMA WRITE or READ cannot be recalled (the NIC may still be
+///   moving its bytes): stopping it moves the queue pair to `error` (error()
+///   is std::errc::operation_canceled; every other operation fails, as after
+///   abort()), and the operation completes once its flush completion has
+///   arrived, so its buffers are free when it returns: with
+///   std::errc::operation_canceled, or with success if it finished first.
+/// - connect() is bounded by its stream (shut it down to end it); close()
+///   by drainTimeout.
+///
 /// Lifetime: created by `create()` (immovable: work-request ids point into
 /// it); the Device and the reactor must outlive it.
 template <Reactor R>
@@ -131,25 +152,33 @@ class QueuePair {
     co_return Result<void>{};
   }
 
+  /// Where the queue pair is in its life (init, connecting, ready, close, error).
   QueuePairState state() const noexcept { return state_; }
   /// The error that moved the queue pair to `error` (empty otherwise).
   std::error_code error() const noexcept { return error_; }
+  /// The configuration it was created with.
   const QueuePairConfig& config() const noexcept { return config_; }
+  /// The device it was created on.
   const Device& device() const noexcept { return device_; }
+  /// The reactor its operations resume on.
   R& reactor() const noexcept { return reactor_; }
+  /// The queue pair number (QPN) the peer addresses.
   std::uint32_t qpNumber() const noexcept { return qp_->qp_num; }
 
   // --- RDMA ----------------------------------------------------------------
 
+  /// An empty batch of RDMA WRITEs or READs on this queue pair, to fill with add() and post().
   RdmaBatch<R> rdmaBatch(RdmaOp op) noexcept { return RdmaBatch<R>(*this, op); }
 
   /// Writes the local buffers, in order, to the contiguous `remote` range.
-  Task<Result<void>> rdmaWrite(RemoteBuffer remote, std::span<const LocalBuffer> locals) {
-    return rdmaOne(RdmaOp::write, remote, locals);
+  /// `stop`: see "Bounding an operation in time" above.
+  Task<Result<void>> rdmaWrite(RemoteBuffer remote, std::span<const LocalBuffer> locals, std::stop_token stop = {}) {
+    return rdmaOne(RdmaOp::write, remote, locals, std::move(stop));
   }
   /// Reads the contiguous `remote` range into the local buffers, in order.
-  Task<Result<void>> rdmaRead(RemoteBuffer remote, std::span<const LocalBuffer> locals) {
-    return rdmaOne(RdmaOp::read, remote, locals);
+  /// `stop`: see "Bounding an operation in time" above.
+  Task<Result<void>> rdmaRead(RemoteBuffer remote, std::span<const LocalBuffer> locals, std::stop_token stop = {}) {
+    return rdmaOne(RdmaOp::read, remote, locals, std::move(stop));
   }
 
   // --- messages --------------------------------------------------------------
@@ -167,9 +196,9 @@ class QueuePair {
   Task<Result<void>> send(std::span<const std::byte> message, std::stop_token stop = {}) {
     if (message.size() > config_.messageSize) co_return RdmaErrc::messageTooLarge;
     if (state_ != QueuePairState::ready) co_return stateError();
-    const bool credit = co_await acquireUnlessStopped(credits_, stop);
+    const bool credit = co_await acquireUnlessStopped(one(credits_), stop);
     if (!credit) co_return waitError(stop);
-    const bool buffer = co_await acquireUnlessStopped(sendBuffers_, stop);
+    const bool buffer = co_await acquireUnlessStopped(one(sendBuffers_), stop);
     if (!buffer || state_ != QueuePairState::ready) {
       if (state_ == QueuePairState::ready) credits_.release();  // cancelled: the credit is still good
       if (buffer) sendBuffers_.release();
@@ -201,7 +230,7 @@ class QueuePair {
   /// std::errc::operation_canceled when `stop` ends the wait.
   Task<Result<std::size_t>> recv(std::span<std::byte> out, std::stop_token stop = {}) {
     bool got = received_.tryAcquire();
-    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(received_, stop);
+    if (!got && state_ == QueuePairState::ready) got = co_await acquireUnlessStopped(one(received_), stop);
     // Given up because the state changed: messages that arrived before still count.
     if (!got && !stop.stop_requested()) got = received_.tryAcquire();
     if (!got) co_return waitError(stop);
@@ -226,10 +255,10 @@ class QueuePair {
   // --- closing ---------------------------------------------------------------
 
   /// Drops the connection at once, as a crash would: the QP moves to ERR
-  /// without telling the peer (which sees its work fail with
-  /// IBV_WC_RETRY_EXC_ERR), in-flight work is flushed and every operation
-  /// fails; error() is std::errc::connection_aborted. close() is still
-  /// required.
+  /// without telling the peer (whose posted work fails with
+  /// IBV_WC_RETRY_EXC_ERR within transportFailureBound() of its config),
+  /// in-flight work is flushed and every operation fails; error() is
+  /// std::errc::connection_aborted. close() is still required.
   void abort() { enterError(std::make_error_code(std::errc::connection_aborted)); }
 
   /// Closes the queue pair: operations still queued (waiting for a
@@ -239,7 +268,9 @@ class QueuePair {
   /// the QP moves to ERR and its remaining work is flushed (its operations
   /// complete with IBV_WC_WR_FLUSH_ERR); finally the completion watcher
   /// stops. std::errc::timed_out if the work did not drain in time (the
-  /// device is dead; operations still waiting then never resume).
+  /// device is dead; operations still waiting then never resume). With a
+  /// dead peer the posted work fails within transportFailureBound() and
+  /// close() returns then, well before drainTimeout.
   /// Idempotent; a second call returns at once.
   Task<Result<void>> close() {
     if (closeStarted_) co_return Result<void>{};
@@ -414,18 +445,20 @@ class QueuePair {
 
   // --- posting -------------------------------------------------------------------
 
-  Task<Result<void>> rdmaOne(RdmaOp op, RemoteBuffer remote, std::span<const LocalBuffer> locals) {
+  Task<Result<void>> rdmaOne(RdmaOp op, RemoteBuffer remote, std::span<const LocalBuffer> locals,
+                             std::stop_token stop) {
     RdmaBatch<R> batch(*this, op);
     if (Result<void> added = batch.add(remote, locals); !added) co_return added;
-    co_return co_await batch.post();
+    co_return co_await batch.post(std::move(stop));
   }
 
-  Task<Result<void>> postBatch(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges) {
+  Task<Result<void>> postBatch(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges,
+                               std::stop_token stop) {
     const std::size_t perPost = config_.maxRdmaWrPerPost;
-    if (wrs.size() <= perPost) co_return co_await postChain(op, wrs, sges);
+    if (wrs.size() <= perPost) co_return co_await postChain(op, wrs, sges, std::move(stop));
     std::vector<Task<Result<void>>> chains;
     for (std::size_t i = 0; i < wrs.size(); i += perPost) {
-      chains.push_back(postChain(op, wrs.subspan(i, std::min(perPost, wrs.size() - i)), sges));
+      chains.push_back(postChain(op, wrs.subspan(i, std::min(perPost, wrs.size() - i)), sges, stop));
     }
     std::vector<Result<void>> results = co_await collectAllRange(std::move(chains));
     for (Result<void>& r : results) {
@@ -434,14 +467,16 @@ class QueuePair {
     co_return Result<void>{};
   }
 
-  Task<Result<void>> postChain(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges) {
+  Task<Result<void>> postChain(ibv_wr_opcode op, std::span<const detail::RdmaWr> wrs, std::span<ibv_sge> sges,
+                               std::stop_token stop) {
     if (wrs.empty()) co_return Result<void>{};
     const auto n = static_cast<std::uint32_t>(wrs.size());
-    const bool admitted = co_await rdmaTokens_.acquire(n, abort_.get_token());
-    if (!admitted) co_return stateError();
-    if (state_ != QueuePairState::ready) {
+    const auto tokens = [this, n](std::stop_token t) { return rdmaTokens_.acquire(n, std::move(t)); };
+    const bool admitted = co_await acquireUnlessStopped(tokens, stop);
+    if (!admitted) co_return waitError(stop);
+    if (state_ != QueuePairState::ready || stop.stop_requested()) {
       rdmaTokens_.release(n);
-      co_return stateError();
+      co_return waitError(stop);
     }
     auto chain = std::make_unique<detail::RdmaChain>(n);
     std::vector<ibv_send_wr> list(n);
@@ -471,9 +506,15 @@ class QueuePair {
       co_return systemError(rc);
     }
     ++pendingSignaled_;
-    co_await chain->done;
-    if (chain->status != IBV_WC_SUCCESS) co_return completionError(chain->status);
-    co_return Result<void>{};
+    {
+      // Posted work cannot be recalled: a stop fails the queue pair, whose
+      // flush completes the chain (the NIC is then done with its buffers).
+      const std::stop_callback cancel(stop, [this] { failPostedWork(); });
+      co_await chain->done;
+    }
+    if (chain->status == IBV_WC_SUCCESS) co_return Result<void>{};
+    if (chain->status == IBV_WC_WR_FLUSH_ERR && stop.stop_requested()) co_return std::errc::operation_canceled;
+    co_return completionError(chain->status);
   }
 
   // A message-path work request (SEND, ACK, CLOSE; at most one SGE). While
@@ -678,6 +719,16 @@ class QueuePair {
     abort_.request_stop();  // queued operations resume now, with the error
   }
 
+  // A posted operation was stopped: fails the queue pair (ready), or just
+  // flushes what close() is draining.
+  void failPostedWork() {
+    if (state_ == QueuePairState::ready) {
+      enterError(std::make_error_code(std::errc::operation_canceled));
+    } else {
+      moveQpToError();
+    }
+  }
+
   // Flushes all outstanding work: each work request completes (with
   // IBV_WC_WR_FLUSH_ERR) and the watcher consumes it.
   void moveQpToError() noexcept {
@@ -697,15 +748,21 @@ class QueuePair {
     return make_error_code(peerClosed_ && !closeStarted_ ? Errc::eof : Errc::closed);
   }
 
-  // Waits for a token of `s` until the queue pair leaves `ready` or the
+  // `acquire(token)` for one token of `s`.
+  static auto one(Semaphore& s) noexcept {
+    return [&s](std::stop_token token) { return s.acquire(std::move(token)); };
+  }
+
+  // Waits for `acquire(token)` until the queue pair leaves `ready` or the
   // caller's `stop` is requested (only then is a combined token needed).
-  Task<bool> acquireUnlessStopped(Semaphore& s, const std::stop_token& stop) {
-    if (!stop.stop_possible()) co_return co_await s.acquire(abort_.get_token());
+  template <typename Acquire>
+  Task<bool> acquireUnlessStopped(Acquire acquire, const std::stop_token& stop) {
+    if (!stop.stop_possible()) co_return co_await acquire(abort_.get_token());
     std::stop_source either;
     const auto forward = [&either] { either.request_stop(); };
     const std::stop_callback onAbort(abort_.get_token(), forward);
     const std::stop_callback onStop(stop, forward);
-    co_return co_await s.acquire(either.get_token());
+    co_return co_await acquire(either.get_token());
   }
 
   // Why a wait gave up: the caller's stop, else the queue pair's state.

@@ -14,6 +14,7 @@ namespace coio::rdma {
 /// `close`. Work can be posted only in `ready`.
 enum class QueuePairState : std::uint8_t { init, connecting, ready, close, error };
 
+/// Whether the state machine allows `from` -> `to`.
 constexpr bool canTransition(QueuePairState from, QueuePairState to) noexcept {
   using S = QueuePairState;
   switch (to) {
@@ -26,6 +27,7 @@ constexpr bool canTransition(QueuePairState from, QueuePairState to) noexcept {
   return false;
 }
 
+/// The state's name, for messages.
 constexpr std::string_view toString(QueuePairState s) noexcept {
   switch (s) {
     case QueuePairState::init: return "init";

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <stop_token>
 #include <vector>
 
 namespace coio::rdma {
@@ -17,6 +18,7 @@ namespace coio::rdma {
 template <Reactor R>
 class QueuePair;
 
+/// The RDMA operation of an RdmaBatch.
 enum class RdmaOp { write = IBV_WR_RDMA_WRITE, read = IBV_WR_RDMA_READ };
 
 namespace detail {
@@ -72,10 +74,14 @@ inline Result<std::uint64_t> appendWorkRequests(const RemoteBuffer& remote, std:
 /// batch). It yields success or the first failure (in chain order; within a
 /// chain the first failed completion). The batch must outlive post(); the
 /// local and remote memory must stay registered until post() completes.
+/// `stop` ends a post that waits for work-request tokens (nothing posted:
+/// std::errc::operation_canceled) and fails the queue pair under chains
+/// already posted (see QueuePair, "Bounding an operation in time").
 /// Threading: as QueuePair (loop thread; resumes on the loop thread).
 template <Reactor R>
 class RdmaBatch {
  public:
+  /// An empty batch of `op` operations on `qp`.
   RdmaBatch(QueuePair<R>& qp, RdmaOp op) noexcept : qp_(&qp), op_(op) {}
 
   /// Errc::invalidArgument if the local buffers are empty or exceed `remote`.
@@ -86,12 +92,17 @@ class RdmaBatch {
     bytes_ += *added;
     return {};
   }
+  /// Adds one local buffer; see the other overload.
   Result<void> add(const RemoteBuffer& remote, const LocalBuffer& local) { return add(remote, std::span(&local, 1)); }
 
   /// Posts everything added; see the class comment.
-  Task<Result<void>> post() { return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_); }
+  Task<Result<void>> post(std::stop_token stop = {}) {
+    return qp_->postBatch(static_cast<ibv_wr_opcode>(op_), wrs_, sges_, std::move(stop));
+  }
 
+  /// Work requests the batch has made so far.
   std::size_t workRequests() const noexcept { return wrs_.size(); }
+  /// Bytes added so far.
   std::uint64_t bytes() const noexcept { return bytes_; }
 
  private:

@@ -148,6 +148,7 @@ class EpollOperation;
 /// spawn, schedule and the timers, which both reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
  public:
+  /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
 
@@ -161,6 +162,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
   Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  /// As readable(), for writability.
   Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.

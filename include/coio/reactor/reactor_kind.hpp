@@ -10,8 +10,10 @@
 
 namespace coio {
 
+/// Which reactor to run: chosen at run time, e.g. from a command line.
 enum class ReactorKind { epoll, uring };
 
+/// "epoll" or "uring".
 inline std::string_view toString(ReactorKind kind) noexcept { return kind == ReactorKind::epoll ? "epoll" : "uring"; }
 
 /// "epoll" or "uring"; Errc::invalidArgument otherwise.

@@ -30,6 +30,7 @@ namespace coio {
 template <Reactor R>
 class ReactorPool {
  public:
+  /// Starts `size` reactors, each constructed from `args` and run on its own thread.
   template <typename... Args>
   explicit ReactorPool(std::size_t size, const Args&... args) {
     COIO_ASSERT(size > 0, "a ReactorPool needs at least one reactor");
@@ -64,12 +65,15 @@ class ReactorPool {
     }
   }
 
+  /// Number of reactors.
   std::size_t size() const noexcept { return reactors_.size(); }
+  /// Reactor `i` (0 <= i < size()).
   R& reactor(std::size_t i) noexcept { return *reactors_[i]; }
 
   /// The reactor the next spawn would use; advances the round robin.
   R& next() noexcept { return *reactors_[next_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]; }
 
+  /// Spawns `task` on the next reactor (round robin); callable from any thread.
   void spawn(Task<void> task) { next().spawn(std::move(task)); }
 
   /// Stops every reactor and joins its thread (idempotent); rethrows the

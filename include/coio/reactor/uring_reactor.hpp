@@ -42,6 +42,7 @@ namespace coio {
 /// result and flags, on the loop thread. It must stay alive until its last
 /// completion (flags without IORING_CQE_F_MORE) has arrived, cancelled or not.
 struct UringOperation {
+  /// Called on the loop thread with each CQE's result and flags.
   void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
 };
 
@@ -66,7 +67,7 @@ enum class TaskRun {
   /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
   /// kernels fall back to `cooperative`). The default: +4-6 % request rate
   /// on loopback TCP over `cooperative`, disk reads the same or better
-  /// (tests/bench/net/RESULTS.md, tests/bench/disk/RESULTS.md).
+  /// (docs/benchmarks.md).
   /// Restriction: the ring is bound to the first thread that runs the loop
   /// (set up disabled, enabled there, or where the SQ first fills if that
   /// comes earlier). From then on only that thread may run the loop,
@@ -76,6 +77,7 @@ enum class TaskRun {
   deferred,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(TaskRun mode) noexcept {
   switch (mode) {
     case TaskRun::immediate: return "immediate";
@@ -108,6 +110,7 @@ enum class RecvMode {
   adaptive,
 };
 
+/// The mode's name, for messages.
 inline std::string_view toString(RecvMode mode) noexcept {
   switch (mode) {
     case RecvMode::plain: return "plain";
@@ -277,12 +280,15 @@ inline std::string describeUringSetupError(int err) {
 ///   falling back to EpollReactor.
 class UringReactor : public detail::ReactorBase<UringReactor> {
  public:
+  /// The awaitable type of this reactor's io_uring operations.
   template <typename Prep, typename T>
   using Operation = detail::UringIoOperation<Prep, T>;
 
+  /// How the ring is set up and used.
   struct Options {
     unsigned entries = 256;      ///< SQ size
     unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
+    /// When prepared SQEs reach the kernel.
     SubmitPolicy submitPolicy = SubmitPolicy::batched;
     TaskRun taskRun = TaskRun::deferred;  ///< see TaskRun; falls back to cooperative before Linux 6.1
     /// How `recv` reads sockets (see RecvMode); plain on kernels before 6.0
@@ -306,6 +312,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   static constexpr unsigned kRecvModeSwitch = 4;
 
   UringReactor() : UringReactor(Options{}) {}
+  /// Sets up the ring; throws std::system_error naming the cause if io_uring is unusable (see probe()).
   explicit UringReactor(Options options);
   ~UringReactor() {
     closeLoop();
@@ -319,9 +326,13 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// (in `why`) the same explanation the constructor would throw.
   static Result<void> probe(std::string* why = nullptr);
 
+  /// Completes once `fd` is readable (a one-shot poll).
   Operation<detail::PollPrep, void> readable(int fd, std::stop_token stop = {}) noexcept;
+  /// Completes once `fd` is writable (a one-shot poll).
   Operation<detail::PollPrep, void> writable(int fd, std::stop_token stop = {}) noexcept;
+  /// accept4 as an io_uring operation (non-blocking, close-on-exec): the new fd.
   Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  /// connect as an io_uring operation; `address` must stay valid until it completes.
   Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
                                                std::stop_token stop = {}) noexcept;
   /// A plain recv SQE, or a read served by the socket's multishot recv, as
@@ -334,6 +345,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// by then). A read served by the socket's multishot recv yields what is
   /// there, as recv does.
   detail::UringRecv recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  /// Sends with a non-blocking send(2) first, and an SQE only when the
+  /// socket is full; that SQE sends all that is left (MSG_WAITALL) unless
+  /// an error or a stop comes first: bytes sent.
   Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
                                                 std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
@@ -409,7 +423,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// The task-run mode the ring was set up with (after any fallback).
   TaskRun taskRun() const noexcept { return taskRun_; }
 
+  /// When prepared SQEs reach the kernel.
   SubmitPolicy submitPolicy() const noexcept { return policy_; }
+  /// Changes the submit policy from now on (loop thread).
   void setSubmitPolicy(SubmitPolicy policy) noexcept { policy_ = policy; }
 
   /// Operations whose last completion has not arrived yet (including the

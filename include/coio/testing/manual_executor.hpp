@@ -16,10 +16,15 @@ namespace coio::testing {
 
 /// The clock of a ManualExecutor: it only moves when the test says so.
 struct VirtualClock {
+  /// Nanoseconds of virtual time.
   using duration = std::chrono::nanoseconds;
+  /// See std::chrono clocks.
   using rep = duration::rep;
+  /// See std::chrono clocks.
   using period = duration::period;
+  /// A point in virtual time.
   using time_point = std::chrono::time_point<VirtualClock, duration>;
+  /// Virtual time never goes back.
   static constexpr bool is_steady = true;
 };
 
@@ -39,8 +44,11 @@ struct VirtualClock {
 ///   the one thread that drives it.
 class ManualExecutor {
  public:
+  /// The executor's virtual clock.
   using Clock = VirtualClock;
+  /// A span of virtual time.
   using Duration = Clock::duration;
+  /// A point in virtual time.
   using TimePoint = Clock::time_point;
 
   ManualExecutor() : scope_([this](std::exception_ptr e) { failures_.push_back(std::move(e)); }) {}
@@ -74,6 +82,7 @@ class ManualExecutor {
     return n;
   }
 
+  /// The current virtual time (starts at zero; moves only in advance()).
   TimePoint now() const noexcept { return now_; }
 
   /// Moves virtual time forward by `d`, firing due timers in order and
@@ -125,6 +134,7 @@ class ManualExecutor {
     return Awaiter{*this, deadline};
   }
 
+  /// Awaitable: resumes `d` of virtual time from now, during advance(), on the advancing thread.
   auto sleepFor(Duration d) noexcept { return sleepUntil(now_ + d); }
 
  private:

@@ -1,5 +1,5 @@
 // Core micro-benchmarks. Every coio figure is printed next to a baseline
-// measured in the same run (see RESULTS.md for what each row measures):
+// measured in the same run (docs/benchmarks.md says what each row measures):
 //   - a bare hand-written lazy task (malloc'd frame) for Task and fan-out,
 //     and the same task with coio's frame pool to isolate the allocator,
 //   - one uncontended atomic exchange for Baton and the semaphores,

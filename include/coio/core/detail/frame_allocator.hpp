@@ -2,7 +2,7 @@
 // Coroutine frame recycling. A lazy Task costs one frame allocation, and
 // with malloc that is more than half of a create+await+destroy (callgrind,
 // a bare promise: 230 instructions per op with malloc, 105 with this pool;
-// timings in tests/bench/core/RESULTS.md).
+// timings in docs/benchmarks.md).
 // Frames are recycled through per-thread free lists keyed by size class: no
 // locks, no atomics. A frame freed on another thread than the one that
 // allocated it simply joins that thread's list. Each class keeps at most
