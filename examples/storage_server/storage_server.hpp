@@ -631,22 +631,22 @@ class StorageServer {
         for (std::size_t io = 0; io < request.ios.size(); ++io) release(io);
       }
     }
-    // The response, once every piece has gone, or at least (a channel that
-    // sends in order) started: queued right behind the request's last piece,
+    // The response (every piece is released by now, so the results are
+    // final), once every piece has gone, or at least (a channel that sends
+    // in order) started: then queued right behind the request's last piece,
     // not behind the pieces of other requests queued while they went out.
-    if (!conn.channel->sendsInOrder()) co_await sends.join();
     std::vector<std::byte> frame;
-    if (!stop.stop_requested()) {  // else the connection is going away
-      if (!granted) {
-        ++stats_.transmitTimeouts;
-        for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
-      } else {
-        out.finish(results);
-      }
-      proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
-      sends.spawn(sendFrame(conn, frame));
+    if (!granted) {
+      if (!stop.stop_requested()) ++stats_.transmitTimeouts;  // else the connection is going away
+      for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
+    } else {
+      out.finish(results);
     }
+    proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
+    const bool inOrder = conn.channel->sendsInOrder();
+    if (inOrder && !stop.stop_requested()) sends.spawn(sendFrame(conn, frame));
     co_await sends.join();
+    if (!inOrder && !stop.stop_requested()) co_await sendFrame(conn, frame);
     if (out.transmitting) --stats_.transmitting;
   }
 

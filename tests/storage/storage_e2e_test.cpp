@@ -712,7 +712,10 @@ TEMPLATE_LIST_TEST_CASE("a request that cannot even be sent ends within its time
       INFO(error.message() << " after " << took / 1ms << " ms");
       CHECK(error);
       CHECK(took <= options.timeout + kSlack);
-      if constexpr (TestType::rdma) CHECK(error == std::errc::timed_out);  // waiting for a credit sent nothing
+      // RDMA: a request sent (granted with it) that times out aborts the
+      // queue pair, as the server may be writing; the rest then fail with
+      // the connection. Those still waiting for a credit sent nothing.
+      if constexpr (TestType::rdma) CHECK((error == std::errc::timed_out || error == client->failure()));
       timedOut += error == std::errc::timed_out;
     }
     CHECK(timedOut > 0);
@@ -761,7 +764,12 @@ TEMPLATE_LIST_TEST_CASE("a client that never grants times out; its buffers are r
 
 TEMPLATE_LIST_TEST_CASE("the transmission limit is never exceeded, across 64 concurrent clients",
                         "[storage][e2e]", Setups) {
-  Fixture<TestType> f(Fixture<TestType>::small(), kTransmissionLimit);
+  storage::ServerOptions options = Fixture<TestType>::small();
+  // 192 requests through 3 slots: on a slow device (Soft-RoCE under TCG)
+  // the last grants come seconds after their reads; this test is about the
+  // bound, not the transmit timeout.
+  options.transmitTimeout = 30s;
+  Fixture<TestType> f(options, kTransmissionLimit);
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     std::vector<std::unique_ptr<storage::StorageClient<typename TestType::R>>> clients;
     for (int c = 0; c < 64; ++c) clients.push_back(co_await fx.client());
