@@ -102,9 +102,11 @@ struct ServerStats {
 ///   pool buffers (ranges widened to the O_DIRECT alignment, split into
 ///   pieces of pieceSize), and each piece is checksummed and sent as soon
 ///   as it and the pieces before it in its IO are read, while the other
-///   reads go on (PROTOCOL.md, version 2). Nothing is sent before the
-///   client granted transmission (with the request, or by TransmitGrant;
-///   without it, after transmitTimeout, the request is answered timedOut).
+///   reads go on (PROTOCOL.md, version 2). Nothing is read or sent before
+///   the client granted transmission (with the request, or by
+///   TransmitGrant; without it, after transmitTimeout, the request is
+///   answered timedOut), so buffers are only held by requests that can
+///   finish.
 ///   The response goes last. Pool buffers are returned on every path:
 ///   completion, timeout, disconnect, shutdown.
 /// - Bounded per connection: at most maxRequestsPerConnection requests in
@@ -582,12 +584,24 @@ class StorageServer {
       pieces.clear();
     }
     const std::stop_token stop = conn.stop.get_token();
-    // Not granted with the request: ask now, so that the grant's round trip
-    // overlaps the reads (a response without data needs no grant).
-    std::optional<GrantWait> grant;
+    // Not granted with the request (the client is at its transmission
+    // bound): ask, and take no read buffers before the grant. Requests that
+    // hold buffers are then always granted and finish: were an ungranted
+    // one to hold buffers while granted ones wait for them, and those hold
+    // the client's slots, neither could go on. A response without data
+    // needs no grant.
     if (!request.granted && !pieces.empty()) {
-      grant.emplace(conn, id);
+      GrantWait grant(conn, id);
       co_await askForGrant(conn, id);
+      if (!co_await awaitGrant(conn, grant)) {
+        if (stop.stop_requested()) co_return;  // the connection is going away
+        ++stats_.transmitTimeouts;
+        for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
+        std::vector<std::byte> frame;
+        proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
+        co_await sendFrame(conn, frame);
+        co_return;
+      }
     }
     Lease lease;
     if (!pieces.empty()) {
@@ -603,9 +617,8 @@ class StorageServer {
     }
     batch.start();
     // Stream each run of pieces as soon as it and the pieces before it in
-    // its IO are read (PROTOCOL.md: an IO's data goes in order), if
-    // transmission is granted; else once the grant comes (below). Sends
-    // start in order and overlap the reads still in flight.
+    // its IO are read (PROTOCOL.md: an IO's data goes in order). Sends start
+    // in order and overlap the reads still in flight.
     RequestStream out(*this, request, results, plans, pieces, lease, id);
     coio::AsyncScope sends;
     const auto release = [&](std::size_t io) {
@@ -618,30 +631,14 @@ class StorageServer {
     };
     while (std::optional<std::size_t> p = co_await batch.next(stop)) {
       out.done[*p] = true;
-      if (!grant) release(out.ioOf[*p]);
-    }
-    bool granted = true;
-    if (grant) {
-      if (out.hasData()) {
-        granted = co_await awaitGrant(conn, *grant);
-      } else if (!grant->granted) {
-        ignoreLateGrant(conn, id);  // every read failed: nothing to wait for
-      }
-      if (granted) {
-        for (std::size_t io = 0; io < request.ios.size(); ++io) release(io);
-      }
+      release(out.ioOf[*p]);
     }
     // The response (every piece is released by now, so the results are
     // final), once every piece has gone, or at least (a channel that sends
     // in order) started: then queued right behind the request's last piece,
     // not behind the pieces of other requests queued while they went out.
+    out.finish(results);
     std::vector<std::byte> frame;
-    if (!granted) {
-      if (!stop.stop_requested()) ++stats_.transmitTimeouts;  // else the connection is going away
-      for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
-    } else {
-      out.finish(results);
-    }
     proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
     const bool inOrder = conn.channel->sendsInOrder();
     if (inOrder && !stop.stop_requested()) sends.spawn(sendFrame(conn, frame));
@@ -689,14 +686,6 @@ class StorageServer {
       return OutgoingPiece{id, request.ios[io].remote,
                            {static_cast<std::uint32_t>(io), offset, sent[io] - offset},
                            std::span(asked).subspan(first, plans[io].firstPiece + next[io] - first)};
-    }
-
-    // Whether any IO still has data to send.
-    bool hasData() const noexcept {
-      for (std::size_t io = 0; io < plans.size(); ++io) {
-        if (results[io].status == proto::IoStatus::ok && plans[io].pieces > 0) return true;
-      }
-      return false;
     }
 
     // The response's byte counts and checksums, once every piece went.
@@ -764,9 +753,9 @@ class StorageServer {
     co_await sendFrame(conn, frame);
   }
 
-  // After the reads: waits up to transmitTimeout for the grant asked for,
-  // unless it came already. True if granted; false on timeout (a grant
-  // that comes later is then ignored) or when the connection stops.
+  // Waits up to transmitTimeout for the grant asked for, unless it came
+  // already. True if granted; false on timeout (a grant that comes later is
+  // then ignored) or when the connection stops.
   coio::Task<bool> awaitGrant(Connection& conn, GrantWait& wait) {
     if (!wait.granted) {
       // The connection's stop ends the wait as a grant would.

@@ -259,11 +259,12 @@ storage::proto::RemoteBuffer remoteOf(Channel& channel, std::span<std::byte> int
   return *remote;
 }
 
-std::vector<std::byte> requestFrame(std::uint64_t id, std::vector<storage::proto::ReadIo> ios) {
+// Not granted unless asked: most of these tests drive the TransmitRequest /
+// TransmitGrant exchange themselves.
+std::vector<std::byte> requestFrame(std::uint64_t id, std::vector<storage::proto::ReadIo> ios, bool granted = false) {
   std::vector<std::byte> frame;
-  // Not granted: these tests drive the TransmitRequest / TransmitGrant exchange themselves.
   storage::proto::encode(frame, id,
-                         storage::proto::BatchReadRequest{storage::proto::ChecksumMode::crc32c, false, std::move(ios)});
+                         storage::proto::BatchReadRequest{storage::proto::ChecksumMode::crc32c, granted, std::move(ios)});
   return frame;
 }
 
@@ -432,19 +433,23 @@ TEMPLATE_LIST_TEST_CASE("a client that disconnects mid-request gets every buffer
                         Setups) {
   Fixture<TestType> f;
   f.run([](Fixture<TestType>& fx) -> Task<void> {
-    {
-      auto raw = co_await fx.channel();
-      const std::vector<std::byte> request =
-          requestFrame(1, {{1, 0, kChunkSize, remoteOf(*raw, fx.buffer(kChunkSize))},
-                           {2, 3, 40000, remoteOf(*raw, fx.buffer(40000))}});
-      co_await sendRaw(*raw, request);
-      Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
-      REQUIRE(frame);
-      CHECK(frame->header.type == storage::proto::MessageType::transmitRequest);
-      CHECK(fx.server->buffersInUse() > 0);  // read and waiting for our grant
-      co_await raw->close();  // without granting
-    }
     auto& server = *fx.server;
+    {
+      // Granted with their requests, more data than the pool and the socket
+      // buffers together hold (4 × 3 MiB; pool 8 MiB), and never read: over
+      // TCP the server's sends stall with the buffers.
+      auto raw = co_await fx.channel();
+      const std::span<std::byte> into = fx.buffer(kChunkSize);  // shared: its contents do not matter here
+      for (std::uint64_t id = 1; id <= 4; ++id) {
+        std::vector<storage::proto::ReadIo> ios;
+        for (std::uint64_t i = 0; i < 48; ++i) ios.push_back({i % kChunks, 0, kChunkSize, remoteOf(*raw, into)});
+        co_await sendRaw(*raw, requestFrame(id, std::move(ios), true));
+      }
+      co_await eventually(fx.reactor, [&server] { return server.buffersInUse() > 0; });
+      co_await fx.reactor.sleepFor(100ms);  // the sends stall
+      if (!TestType::rdma) CHECK(server.buffersInUse() > 0);  // RDMA writes need nothing of the client: may be done
+      co_await raw->close();
+    }
     const bool closed = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });
     CHECK(closed);
     CHECK(server.buffersInUse() == 0);
@@ -721,6 +726,64 @@ TEMPLATE_LIST_TEST_CASE("a request that cannot even be sent ends within its time
     CHECK(timedOut > 0);
     if (!closed) co_await client->close();
     co_await peer->close();
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a request waiting for its grant holds no read buffers: a granted one is served meanwhile",
+                        "[storage][e2e]", Setups) {
+  // Request 1 (ungranted, never granted for now) asks for the whole pool;
+  // then a client with a free slot grants with its request. Were request 1
+  // to take the buffers while it waits, the granted request would wait for
+  // them until request 1's transmit timeout (30 s) while holding the slot.
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.poolBytes = 8 * options.pieceSize;  // two whole chunks
+  options.transmitTimeout = 30s;
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    auto raw = co_await fx.channel();
+    std::span<std::byte> into = fx.buffer(2 * kChunkSize);
+    const std::vector<std::byte> request = requestFrame(
+        1, {{1, 0, kChunkSize, remoteOf(*raw, into.first(kChunkSize))},
+            {2, 0, kChunkSize, remoteOf(*raw, into.subspan(kChunkSize))}});
+    co_await sendRaw(*raw, request);
+    Result<storage::IncomingFrame> ask = co_await readRaw(*raw);
+    REQUIRE(ask);
+    REQUIRE(ask->header.type == storage::proto::MessageType::transmitRequest);
+    CHECK(fx.server->buffersInUse() == 0);
+    auto client = co_await fx.client();
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<ReadOp> ios = {{3, 100, 1000, {}}};
+    const std::vector<ReadOutcome> served = co_await readAndCheck(fx, *client, ios);
+    CHECK(served[0].status == IoStatus::ok);
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    // Request 1, granted now, is served in full.
+    std::vector<std::byte> grant;
+    storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, 1);
+    co_await sendRaw(*raw, grant);
+    std::size_t delivered = 0;
+    for (;;) {
+      Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
+      REQUIRE(frame);
+      if (frame->header.type == storage::proto::MessageType::batchReadResponse) {
+        auto response = storage::proto::decodeBatchReadResponse(frame->payload, 2);
+        REQUIRE(response);
+        for (const auto& r : response->results) CHECK(r.status == IoStatus::ok);
+        break;
+      }
+      REQUIRE(frame->header.type == storage::proto::MessageType::ioData);  // TCP: both IOs' pieces
+      auto piece = storage::proto::decodeIoData(frame->payload);
+      REQUIRE(piece);
+      REQUIRE(piece->ioIndex < 2);
+      const Result<void> got =
+          co_await raw->receiveData(into.subspan(piece->ioIndex * kChunkSize + piece->offset, piece->length), {});
+      REQUIRE(got);
+      delivered += piece->length;
+    }
+    if (!TestType::rdma) CHECK(delivered == 2 * kChunkSize);
+    CHECK(storage::matchesChunkBytes(1, 0, into.first(kChunkSize)));
+    CHECK(storage::matchesChunkBytes(2, 0, into.subspan(kChunkSize)));
+    co_await client->close();
+    co_await raw->close();
   });
 }
 
