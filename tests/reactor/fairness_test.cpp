@@ -156,8 +156,10 @@ TEMPLATE_LIST_TEST_CASE("an operation that is ready every time does not starve t
   TestType reactor;
   constexpr std::size_t budget = TestType::kInlineTurnsPerIteration;
   std::array<std::byte, 16> buffer{};
-  auto [ours, peer] = tcpPair();
-  const int fd = ours.get();
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  std::pair<FileDescriptor, FileDescriptor> pair = tcpPair();
+  const FileDescriptor& peer = pair.second;
+  const int fd = pair.first.get();
 
   SECTION("send to a socket whose peer drains it") {
     std::jthread drain([p = peer.get()] {
