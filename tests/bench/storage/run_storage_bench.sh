@@ -281,7 +281,7 @@ import json, statistics, sys
 path, duration, rounds, reactors, reactor, verify, chunks, load0, load1 = sys.argv[1:]
 rows = [json.loads(line) for line in open(path)]
 goal = {"4K": 0.9, "512K": 0.9, "4M": 0.9}
-sizes = list(dict.fromkeys(r["size"] for r in rows))
+sizes = list(dict.fromkeys(r["size"] for r in rows if r["tool"] == "coio"))  # the main rounds (not latency, sweep)
 def med(size, tool, key="gib"):
     return statistics.median(r[key] for r in rows if r["size"] == size and r["tool"] == tool)
 print(f"coio-storage-bench over TCP (loopback) vs min(fio, iperf3); {duration} s per run; GiB/s: medians of {rounds} round(s), "
