@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -109,10 +110,18 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
 }
 
 /// Serialises writers on one stream: each send() writes all its parts
-/// back to back (one gather write where the socket takes it), so a frame
-/// and the data after it are never split by another frame. Sends go out
-/// in the order they were called (the lock is FIFO). Awaited on the
-/// stream's loop thread.
+/// back to back, so a frame and the data after it are never split by
+/// another frame. Sends go out in the order they were called. Awaited on
+/// the stream's loop thread.
+///
+/// Group commit: a send that finds the stream idle yields once to the
+/// coroutines already ready on the loop (a burst of read completions, say),
+/// then writes for every send queued behind it as well: one gather write
+/// (IOV_MAX parts per system call) for many small frames instead of one
+/// each. Whoever leads writes until its own parts are out, then hands the
+/// stream to the oldest send still queued. A queued send that is cancelled
+/// before a write took it leaves the queue untouched by its bytes; once
+/// taken, its write runs to the end under the leader's stop token.
 ///
 /// A send that fails or is cancelled part-way leaves the byte stream
 /// unusable: the writer is then broken and every later send fails at once.
@@ -120,29 +129,86 @@ template <coio::Reactor R>
 class FrameWriter {
  public:
   explicit FrameWriter(coio::TcpStream<R>& stream) noexcept : stream_(stream) {}
+  FrameWriter(const FrameWriter&) = delete;
+  FrameWriter& operator=(const FrameWriter&) = delete;
 
-  /// `parts` is scratch for the write (see TcpStream::writeAll).
-  coio::Task<coio::Result<void>> send(std::span<iovec> parts, std::stop_token stop) {
+  coio::Task<coio::Result<void>> send(std::span<const iovec> parts, std::stop_token stop) {
     if (broken_) co_return coio::Errc::closed;
-    const bool locked = co_await lock_.acquire(stop);
-    if (!locked) co_return std::errc::operation_canceled;
-    // A send before us may have broken it while we queued.
-    coio::Result<void> written = broken_ ? coio::Errc::closed : co_await stream_.writeAll(parts, stop);
-    if (!written) broken_ = true;
-    lock_.release();
-    co_return written;
+    Sender me{parts};
+    queue_.push_back(&me);
+    if (writing_) {
+      // Written by the leader, or handed the stream.
+      if (!co_await me.wake.acquire(stop)) {
+        if (!me.taken) {
+          std::erase(queue_, &me);
+          co_return std::errc::operation_canceled;
+        }
+        co_await me.wake.acquire();  // in a write under way: the leader's stop governs it
+      }
+      if (me.written) co_return std::move(me.result);
+    } else {
+      writing_ = true;
+      co_await stream_.reactor().schedule();  // let this turn's other sends queue behind
+    }
+    if (stop.stop_requested()) {  // nothing of ours went: the stream stays usable
+      std::erase(queue_, &me);
+      handOver();
+      co_return std::errc::operation_canceled;
+    }
+    while (!me.written) co_await writeBatch(me, stop);
+    handOver();
+    co_return std::move(me.result);
   }
 
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) {
-    iovec parts[] = {{const_cast<std::byte*>(frame.data()), frame.size()}};
+    const iovec parts[] = {{const_cast<std::byte*>(frame.data()), frame.size()}};
     co_return co_await send(parts, std::move(stop));
   }
 
   bool broken() const noexcept { return broken_; }
 
  private:
+  struct Sender {
+    explicit Sender(std::span<const iovec> p) noexcept : parts(p) {}
+    std::span<const iovec> parts;
+    coio::Semaphore wake{0};  // released when written, or when handed the stream
+    coio::Result<void> result = coio::Errc::closed;
+    bool taken = false;    // in a write under way
+    bool written = false;  // `result` is final
+  };
+
+  // Writes the oldest queued sends (whole ones, IOV_MAX parts or the first
+  // alone if larger) in one writeAll, then wakes the ones it wrote.
+  coio::Task<void> writeBatch(Sender& leader, std::stop_token stop) {
+    std::vector<Sender*> taken;
+    batch_.clear();
+    while (!queue_.empty() && (taken.empty() || batch_.size() + queue_.front()->parts.size() <= IOV_MAX)) {
+      Sender* s = queue_.front();
+      queue_.pop_front();
+      s->taken = true;
+      taken.push_back(s);
+      batch_.insert(batch_.end(), s->parts.begin(), s->parts.end());
+    }
+    const coio::Result<void> written = broken_ ? coio::Errc::closed : co_await stream_.writeAll(batch_, stop);
+    if (!written) broken_ = true;
+    for (Sender* s : taken) {
+      s->result = written;
+      s->written = true;
+    }
+    for (Sender* s : taken) {
+      if (s != &leader) s->wake.release();  // resumes it inline
+    }
+  }
+
+  void handOver() noexcept {
+    writing_ = !queue_.empty();
+    if (writing_) queue_.front()->wake.release();
+  }
+
   coio::TcpStream<R>& stream_;
-  coio::Semaphore lock_{1};
+  std::deque<Sender*> queue_;  // not yet taken, oldest first
+  std::vector<iovec> batch_;   // the parts of the write under way (writeAll's scratch)
+  bool writing_ = false;       // a leader holds the stream
   bool broken_ = false;
 };
 
