@@ -35,8 +35,9 @@
 #   4M       1      8      2            8             8             -P 2 -l 1M (iperf3's largest)
 # Mapping: the bench's --depth is the number of batchReads in flight in total (spread round robin
 # over the connections, not per connection), so outstanding IOs = depth x batch, and fio gets
-# iodepth = depth x batch with bs = the IO size. Batches of 8 at 4K amortise the 4 frames per
-# batchRead (request, TransmitRequest, grant, response); depth 16 keeps a slow IO from idling the
+# iodepth = depth x batch with bs = the IO size. Batches of 8 at 4K amortise the request and
+# response frames of a batchRead (protocol version 2: the client grants transmission with the
+# request while it has a free slot; each IO's data follows an IoData frame); depth 16 keeps a slow IO from idling the
 # queue. At 4M one IO already becomes 16 reads of 256 KiB (one ReadBatch; the block layer merges
 # them back into ~4 MiB requests), so batch 1.
 # fio: io_uring, direct=1, random offsets that are multiples of bs (blockalign=bs) in the 6 data

@@ -5,7 +5,8 @@
 # flight) and then coio-storage-bench --transport rdma against a local
 # coio-storage-server --transport rdma, one connection, batch x depth IOs in
 # flight (4 KiB: 16 x 4, larger: 2 x 4). Each batch is a whole request:
-# request SEND, disk reads, TransmitRequest/Grant, RDMA WRITEs, response
+# request SEND (granted with it while a slot is free), disk reads, an RDMA WRITE per
+# piece as it is read, response
 # SEND. The ratio runs without --verify (the bench's byte check is CPU work
 # that TCG makes dominant); a final 512 KiB run with --verify must report
 # zero errors. Prints a Markdown table of coio / ib_write_bw. Needs an RDMA device: run it in the Soft-RoCE guest
