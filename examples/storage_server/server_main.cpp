@@ -33,11 +33,13 @@ constexpr const char* kUsage = R"(usage:
       content, and D/index with each chunk's CRC32C.
   coio-storage-server serve --dir D [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
-      [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--buffered]
-      [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
+      [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
+      [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
       [--rdma-device NAME] [--rdma-writes 256]
       Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
-      finish). --pool is the read-buffer pool per reactor; --buffered reads
+      finish). --pool is the read-buffer pool per reactor, in buffers of
+      --piece-size (a multiple of 4K): a larger read is read and sent in
+      pieces of that size, each as soon as it is read; --buffered reads
       through the page cache instead of O_DIRECT; --max-requests bounds the
       requests in flight per connection. A frame must arrive whole within
       --frame-timeout-ms of its first byte (an RDMA handshake within it of the
@@ -298,8 +300,11 @@ int serve(const std::map<std::string, std::string>& options) {
       settings.server.maxBatchBytes = *number;
     } else if (name == "--transmit-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0) {
       settings.server.transmitTimeout = std::chrono::milliseconds(*number);
-    } else if (name == "--pool" && (number = storage::cli::parseSize(value)) && *number >= settings.server.pieceSize) {
+    } else if (name == "--pool" && (number = storage::cli::parseSize(value)) && *number > 0) {
       settings.server.poolBytes = *number;
+    } else if (name == "--piece-size" && (number = storage::cli::parseSize(value)) && *number > 0 &&
+               *number % 4096 == 0 && *number <= (16u << 20)) {
+      settings.server.pieceSize = *number;
     } else if (name == "--max-requests" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= 65536) {
       settings.server.maxRequestsPerConnection = static_cast<std::uint32_t>(*number);
@@ -325,6 +330,7 @@ int serve(const std::map<std::string, std::string>& options) {
     }
   }
   if (settings.dir.empty()) return usage("serve needs --dir");
+  if (settings.server.poolBytes < settings.server.pieceSize) return usage("--pool must hold one --piece-size buffer");
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
   coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(listen);

@@ -55,7 +55,10 @@ struct ServerOptions {
   /// shutdown(): how long in-flight requests may take to finish before
   /// their connections are cut.
   std::chrono::steady_clock::duration drainTimeout = std::chrono::seconds(5);
-  std::size_t pieceSize = 256 * 1024;                ///< one pool buffer; larger reads are split into pieces
+  /// One pool buffer (--piece-size); larger reads are split into pieces,
+  /// each its own request to the device (ReadBatch::keepApart), sent as
+  /// soon as it is read.
+  std::size_t pieceSize = 128 * 1024;
   std::size_t poolBytes = 128u << 20;                ///< this reactor's read-buffer pool
   bool directIo = true;                              ///< O_DIRECT, if the file system allows it
   /// How long a connection dropped for a protocol error gets to read its Error frame.
@@ -611,6 +614,9 @@ class StorageServer {
     }
 
     coio::ReadBatch batch(disk_);
+    // Pieces complete one by one, so that each goes out while the rest are
+    // read: merged back into one request they would complete together.
+    batch.keepApart();
     batch.reserve(pieces.size());
     for (std::size_t p = 0; p < pieces.size(); ++p) {
       batch.add(files_[pieces[p].file], pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));

@@ -9,10 +9,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <set>
@@ -397,4 +399,67 @@ TEMPLATE_LIST_TEST_CASE("a stop while a started batch waits cancels its reads, w
   };
   reactor.runUntil(test());
   checkFifoUnclaimed(fifo);
+}
+
+namespace {
+
+// Reads the block layer merged into others so far on the device holding
+// `path` (the second field of /sys/dev/block/MAJ:MIN/stat).
+std::uint64_t readMerges(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  const std::string stat =
+      "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) + "/stat";
+  std::ifstream in(stat);
+  INFO(stat << ": the device's I/O counters are needed to see merges");
+  std::uint64_t reads = 0, merges = 0;
+  REQUIRE(static_cast<bool>(in >> reads >> merges));
+  return merges;
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("keepApart: adjacent O_DIRECT reads stay separate requests, each completing on its own",
+                        "[disk][batch]", DiskReactors) {
+  constexpr std::size_t kPiece = 64 * 1024, kPieces = 32;
+  TempDir dir;
+  const std::string path = dir.patternFile(3, kPiece * kPieces);
+  {
+    // On the device: an O_DIRECT read of dirty pages waits for their
+    // writeback, which io_uring does off the submitting thread, read by read.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::fsync(fd) == 0);
+    ::close(fd);
+  }
+  BufferPool pool({.bufferSize = kPiece, .count = kPieces});
+  TestType reactor;
+  coio::Disk disk(reactor);
+  REQUIRE(disk.registerBuffers(pool).hasValue());
+  // One batch of kPieces reads covering the file end to end; the device's
+  // merge count before and after.
+  auto mergesOf = [&](bool apart) -> Task<std::uint64_t> {
+    File file = openOrFail(disk, path, {.direct = true});
+    std::vector<coio::Buffer> buffers;
+    for (std::size_t i = 0; i < kPieces; ++i) buffers.push_back(*pool.tryAcquire());
+    const std::uint64_t before = readMerges(path);
+    ReadBatch batch(disk);
+    batch.keepApart(apart);
+    for (std::size_t i = 0; i < kPieces; ++i) batch.add(file, i * kPiece, buffers[i].slice());
+    batch.start();
+    std::size_t yielded = 0;
+    while (std::optional<std::size_t> i = co_await batch.next()) {
+      ++yielded;
+      CHECK(batch.result(*i).value() == kPiece);
+      CHECK(matchesPattern(3, *i * kPiece, buffers[*i].span()));
+    }
+    CHECK(yielded == kPieces);
+    co_return readMerges(path) - before;
+  };
+  // Without it the block layer merges (else this test could not tell);
+  // with it, nothing of ours is merged.
+  const std::uint64_t merged = reactor.runUntil(mergesOf(false));
+  INFO("merges without keepApart: " << merged);
+  REQUIRE(merged > 0);
+  CHECK(reactor.runUntil(mergesOf(true)) == 0);
 }

@@ -5,6 +5,7 @@
 #include <coio/detail/syscall.hpp>
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/detail/disk_ring.hpp>
+#include <coio/disk/detail/io_priority.hpp>
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
 
@@ -57,6 +58,16 @@ namespace coio {
 ///   once every read was yielded. It resumes on the Disk's loop thread.
 ///   A stop requested while reads are in flight cancels them; next() goes
 ///   on yielding them as their completions arrive.
+/// - keepApart(): each read reaches the device as a request of its own, so
+///   each completes on its own. By default the block layer merges reads of
+///   adjacent ranges that reach it together into one request, which a
+///   streaming reader then sees complete all at once (16 reads of 256 KiB
+///   become one 4 MiB request). With keepApart, consecutive reads of the
+///   batch alternate between two I/O priorities of the submitting thread's
+///   class that differ in level only (its own level and the next), and the
+///   block layer never merges requests of different priorities. Schedulers
+///   that order by priority order by class (mq-deadline); BFQ also weighs
+///   the level, so every other read gets one level's worth less weight.
 /// - The destinations must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
@@ -79,6 +90,10 @@ class ReadBatch {
   std::size_t add(const File& file, std::uint64_t offset, BufferSlice destination) {
     return add(file, offset, destination.data, destination.size, destination.fixedIndex);
   }
+
+  /// Keeps every read a request of its own (see the class comment), from
+  /// the next submission on.
+  void keepApart(bool apart = true) noexcept { keepApart_ = apart; }
 
   /// Reserves room for `n` reads.
   void reserve(std::size_t n) { reads_.reserve(n); }
@@ -241,6 +256,7 @@ class ReadBatch {
     ring_.openBatch();
     for (Read& read : reads_) {
       if (read.invalid || read.request.length == 0) continue;
+      read.request.ioprio = keepApart_ ? detail::apartIoprios()[(&read - reads_.data()) & 1] : 0;
       if (failed == 0) {
         try {
           ring_.submit(read, read.request);
@@ -289,6 +305,7 @@ class ReadBatch {
   std::size_t remaining_ = 0;
   std::coroutine_handle<> handle_;  // the awaiting coroutine (streaming: only while next() waits)
   bool streaming_ = false;          // start()ed: completions are queued for next()
+  bool keepApart_ = false;
   std::vector<std::size_t> completed_;  // streaming: indices in completion order; [0, yielded_) yielded
   std::size_t yielded_ = 0;
 };

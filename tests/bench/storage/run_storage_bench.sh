@@ -38,8 +38,8 @@
 # iodepth = depth x batch with bs = the IO size. Batches of 8 at 4K amortise the request and
 # response frames of a batchRead (protocol version 2: the client grants transmission with the
 # request while it has a free slot; each IO's data follows an IoData frame); depth 16 keeps a slow IO from idling the
-# queue. At 4M one IO already becomes 16 reads of 256 KiB (one ReadBatch; the block layer merges
-# them back into ~4 MiB requests), so batch 1.
+# queue. At 4M one IO already becomes 32 reads of 128 KiB (the server's --piece-size), each its
+# own request to the device (ReadBatch::keepApart) and sent as soon as it is read, so batch 1.
 # fio: io_uring, direct=1, random offsets that are multiples of bs (blockalign=bs) in the 6 data
 # files, so every IO lies inside one chunk (4 MiB chunks, a multiple of every bs). The server's
 # read buffers are transparent huge pages (BufferPool's default); fio's are too, through glibc's
@@ -51,8 +51,8 @@
 # iperf3: as many streams as the bench has connections, same duration, message size = the IO size
 # (capped at iperf3's 1 MiB). iperf3 3.12 runs all streams on one thread per side, as our server
 # (one reactor) and bench (one thread) do. Processes are not pinned.
-# Server: --reactors $REACTORS --pool 128M (per reactor; 4M x 8 outstanding needs 32 MiB of 256 KiB
-# pieces, 4K x 128 needs 128 pieces = 32 MiB).
+# Server: --reactors $REACTORS --pool 128M (per reactor; 4M x 8 outstanding needs 32 MiB of 128 KiB
+# pieces, 4K x 128 needs 128 pieces = 16 MiB).
 #
 # Output: a Markdown table (medians over ROUNDS; the ratio is the median of the per-round ratios,
 # each round running fio, iperf3 and coio back to back), then a details table: IOPS, the disk's

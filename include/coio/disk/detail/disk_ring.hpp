@@ -32,6 +32,7 @@ struct DiskRequest {
   void* address = nullptr;
   std::uint32_t length = 0;
   std::uint64_t offset = 0;
+  std::uint16_t ioprio = 0;             // 0: the submitting thread's (see ioprio(7))
 
   void operator()(io_uring_sqe* sqe) const noexcept {
     switch (opcode) {
@@ -41,6 +42,7 @@ struct DiskRequest {
       default: io_uring_prep_rw(opcode, sqe, fd, address, length, offset); break;
     }
     if (fixedFile) sqe->flags |= IOSQE_FIXED_FILE;
+    sqe->ioprio = ioprio;
   }
 };
 
