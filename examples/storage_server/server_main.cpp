@@ -11,10 +11,16 @@
 #include <coio/reactor/reactor_kind.hpp>
 #include <coio/reactor/reactor_pool.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -35,6 +41,7 @@ constexpr const char* kUsage = R"(usage:
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
+      [--tcp-congestion NAME]
       [--rdma-device NAME] [--rdma-writes 256]
       Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
       finish). --pool is the read-buffer pool per reactor, in buffers of
@@ -47,7 +54,9 @@ constexpr const char* kUsage = R"(usage:
       --idle-timeout-ms. --max-connections bounds the connections (split
       between the reactors; more are accepted and closed at once); the
       default is 10000, or half of what the fd limit (raised to the hard
-      limit at start) leaves, if less. RDMA: clients connect over TCP to
+      limit at start) leaves, if less. --tcp-congestion sets the congestion
+      control of the served connections (default: the system's; e.g. cubic:
+      bbr reorders segments over loopback). RDMA: clients connect over TCP to
       --listen and bring up a queue pair on it; --rdma-device picks the
       device (default: the first with an ACTIVE port), --rdma-writes bounds
       the RDMA WRITEs in flight on it (split between the reactors).
@@ -317,6 +326,8 @@ int serve(const std::map<std::string, std::string>& options) {
     } else if (name == "--max-connections" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= (1u << 24)) {
       settings.maxConnections = *number;
+    } else if (name == "--tcp-congestion" && !value.empty()) {
+      settings.server.tcpCongestion = value;
     } else if (name == "--buffered") {
       settings.server.directIo = false;
 #if COIO_STORAGE_RDMA
@@ -343,6 +354,18 @@ int serve(const std::map<std::string, std::string>& options) {
   }
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-server", settings.rdmaDevice, settings)) {
     return 1;
+  }
+  if (!settings.server.tcpCongestion.empty()) {
+    const std::string& cc = settings.server.tcpCongestion;
+    const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool taken = probe >= 0 && ::setsockopt(probe, IPPROTO_TCP, TCP_CONGESTION, cc.data(), cc.size()) == 0;
+    const int error = errno;
+    if (probe >= 0) ::close(probe);
+    if (!taken) {
+      std::fprintf(stderr, "coio-storage-server: --tcp-congestion %s: %s (available: see "
+                   "/proc/sys/net/ipv4/tcp_available_congestion_control)\n", cc.c_str(), std::strerror(error));
+      return 1;
+    }
   }
   limitConnections(settings);
   std::string why;

@@ -74,6 +74,9 @@ struct ServerOptions {
   /// more is accepted and closed at once (--max-connections, split
   /// between the reactors).
   std::size_t maxConnections = 1024;
+  /// The congestion control of the connections' sends (--tcp-congestion,
+  /// TcpStream::setCongestionControl); empty: the system's default.
+  std::string tcpCongestion;
 };
 
 /// Counters of one server (read on its loop thread, or once it is idle).
@@ -353,6 +356,8 @@ class StorageServer {
         continue;
       }
       (void)stream->setNoDelay(true);
+      // Checked at start-up (server_main): a name the kernel took once it takes again.
+      if (!options_.tcpCongestion.empty()) (void)stream->setCongestionControl(options_.tcpCongestion);
       if (shard != this) {
         // Not read yet, so nothing is read ahead and the release succeeds
         // (if it did not, this shard would serve the connection, moving

@@ -8,6 +8,8 @@
 #include <coio/reactor/reactor_pool.hpp>
 
 #include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -315,4 +317,22 @@ TEMPLATE_LIST_TEST_CASE("an echo server on a ReactorPool: accept on one reactor,
   for (std::size_t i = 0; i < kConnections; ++i) CHECK(replies[i] == "pooled " + std::to_string(i));
   pool.stop();
   CHECK(acceptFailures == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("setCongestionControl: an available algorithm is taken, an unknown one refused",
+                        "[net][tcp]", TcpTestReactors) {
+  TestType reactor;
+  Listener<TestType> listener = listen(reactor, SocketAddress::loopbackV4());
+  auto test = [&](TestType& r) -> Task<void> {
+    Result<Stream<TestType>> stream = co_await Stream<TestType>::connect(r, *listener.localAddress());
+    REQUIRE(stream.hasValue());
+    // reno is always built in (the kernel's fallback); the current one may be anything.
+    CHECK(stream->setCongestionControl("reno").hasValue());
+    char name[16] = {};
+    socklen_t length = sizeof name;
+    REQUIRE(::getsockopt(stream->fd(), IPPROTO_TCP, TCP_CONGESTION, name, &length) == 0);
+    CHECK(std::string(name) == "reno");
+    CHECK(stream->setCongestionControl("no-such-algorithm").error() == std::errc::no_such_file_or_directory);
+  };
+  reactor.runUntil(test(reactor));
 }

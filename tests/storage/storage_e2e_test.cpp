@@ -17,9 +17,13 @@
 #include <coio/reactor/uring_reactor.hpp>
 
 #include <catch2/catch.hpp>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1950,3 +1954,43 @@ TEMPLATE_LIST_TEST_CASE("batchRead times out wherever the server stalls; its buf
   }
 }
 #endif
+
+namespace {
+
+// The congestion control of this process's sockets accepted on `port`.
+std::vector<std::string> acceptedCongestionControls(std::uint16_t port) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof local, peerLength = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLength) != 0 || local.ss_family != AF_INET ||
+        ntohs(reinterpret_cast<sockaddr_in&>(local).sin_port) != port ||
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0) {
+      continue;
+    }
+    char name[16] = {};
+    socklen_t length = sizeof name;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &length) == 0) names.emplace_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("tcpCongestion: every accepted connection sends with the named algorithm", "[storage][e2e]",
+                        Setups) {
+  storage::ServerOptions options = Fixture<TestType>::small();
+  options.tcpCongestion = "reno";  // always built in; the system default may be anything else
+  Fixture<TestType> f(options);
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    auto first = co_await fx.client();
+    auto second = co_await fx.client();
+    const std::vector<ReadOp> ios = {{1, 0, 100, {}}};
+    (void)co_await readAndCheck(fx, *first, ios);
+    (void)co_await readAndCheck(fx, *second, ios);
+    CHECK(acceptedCongestionControls(fx.address.port()) == std::vector<std::string>{"reno", "reno"});
+    co_await first->close();
+    co_await second->close();
+  });
+}

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <span>
 #include <stop_token>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -166,6 +167,17 @@ class TcpStream {
   Result<void> setNoDelay(bool on) noexcept {
     const int value = on ? 1 : 0;
     if (::setsockopt(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value) != 0) return systemError(errno);
+    return {};
+  }
+
+  /// TCP_CONGESTION: the congestion control algorithm of this connection's
+  /// sends (e.g. "cubic", "bbr"; /proc/sys/net/ipv4/tcp_available_congestion_control
+  /// lists them). Errors: ENOENT for an unknown name, EPERM for one not in
+  /// tcp_allowed_congestion_control without CAP_NET_ADMIN.
+  Result<void> setCongestionControl(std::string_view name) noexcept {
+    if (::setsockopt(fd(), IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) != 0) {
+      return systemError(errno);
+    }
     return {};
   }
 

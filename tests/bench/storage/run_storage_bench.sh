@@ -21,6 +21,12 @@
 #                    the client checks every byte). Whatever VERIFY says, every size is first checked
 #                    with a VERIFY_SECONDS [1] --verify run, which must report 0 errors.
 #   TMPDIR [/var/tmp] where the dataset goes (must allow O_DIRECT; tmpfs does not)
+#   CC [cubic]       TCP congestion control of both senders: coio's server (--tcp-congestion) and
+#                    iperf3 (-C); "" for the system default. Over loopback bbr's pacing sends one
+#                    socket's segments from two CPUs (the pacing timer's and the ACK's), whose
+#                    backlogs deliver them out of order: spurious retransmissions, and ~25 % more
+#                    CPU per GiB for coio's server (iperf3, streaming flat out, loses nothing).
+#                    Linux's default is cubic; some VM kernels are built with bbr.
 #   LATENCY [1]      1: also the unloaded-latency row: one 4 KiB IO at a time (coio batch 1, depth 1,
 #                    1 connection) against fio's QD1 p50 plus one sockperf round trip (TCP ping-pong,
 #                    64 B: twice sockperf's reported p50, which is half a round trip)
@@ -76,6 +82,7 @@ verify_seconds=${VERIFY_SECONDS:-1}
 latency=${LATENCY:-1}
 sweep=${SWEEP-1 2 4 8 16 32 64}
 sweep_seconds=${SWEEP_SECONDS:-3}
+cc=${CC-cubic}
 
 die() { echo "run_storage_bench.sh: $*" >&2; exit 1; }
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds, not '$duration'"
@@ -116,9 +123,9 @@ files=$(python3 -c 'import sys; print(":".join(f"{sys.argv[1]}/data-{f}" for f i
   "$data" "$chunks")
 [[ $data != *:* ]] || die "the dataset path must not contain ':' (fio's file separator)"
 
-echo "== starting coio-storage-server (tcp, $reactors $reactor reactor(s), --pool 128M)" >&2
+echo "== starting coio-storage-server (tcp, $reactors $reactor reactor(s), --pool 128M, congestion control ${cc:-default})" >&2
 start_storage_server "$bin/coio-storage-server" "$work/server.log" 100 serve --dir "$data" --listen 127.0.0.1:0 \
-  --transport tcp --reactors "$reactors" --reactor "$reactor" --pool 128M
+  --transport tcp --reactors "$reactors" --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"}
 [[ -n $address ]] || { cat "$work/server.log" >&2; die "the server did not start"; }
 grep -qi "buffered" "$work/server.log" && { cat "$work/server.log" >&2; die "the server fell back to buffered reads (no O_DIRECT in $work)"; }
 sed 's/^/   server: /' "$work/server.log" >&2
@@ -176,7 +183,7 @@ run_iperf3() {  # size streams round
   iperf3 -s -1 -p $port >"$work/iperf3-server.log" 2>&1 &
   iperf_pid=$!
   wait_for_port $port || { cat "$work/iperf3-server.log" >&2; die "the iperf3 server did not start on port $port"; }
-  iperf3 -c 127.0.0.1 -p $port -t "$duration" -P "$streams" -l "$len" -J >"$out" ||
+  iperf3 -c 127.0.0.1 -p $port -t "$duration" -P "$streams" -l "$len" ${cc:+-C "$cc"} -J >"$out" ||
     { cat "$out" >&2; die "iperf3 failed (-P $streams -l $len)"; }
   wait "$iperf_pid" || die "the iperf3 server failed"
   iperf_pid=""
@@ -277,9 +284,10 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 plot=${PLOT:-${TMPDIR:-/var/tmp}/coio-storage-sweep.svg}
 
 # --- the report -------------------------------------------------------------------
-python3 - "$results" "$duration" "$rounds" "$reactors" "$reactor" "$verify" "$chunks" "$load_before" "$load_after" <<'PY'
+python3 - "$results" "$duration" "$rounds" "$reactors" "$reactor" "$verify" "$chunks" "$load_before" "$load_after" \
+  "${cc:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)}" <<'PY'
 import json, statistics, sys
-path, duration, rounds, reactors, reactor, verify, chunks, load0, load1 = sys.argv[1:]
+path, duration, rounds, reactors, reactor, verify, chunks, load0, load1, cc = sys.argv[1:]
 rows = [json.loads(line) for line in open(path)]
 goal = {"4K": 0.9, "512K": 0.9, "4M": 0.9}
 sizes = list(dict.fromkeys(r["size"] for r in rows if r["tool"] == "coio"))  # the main rounds (not latency, sweep)
@@ -288,7 +296,7 @@ def med(size, tool, key="gib"):
 print(f"coio-storage-bench over TCP (loopback) vs min(fio, iperf3); {duration} s per run; GiB/s: medians of {rounds} round(s), "
       f"ratio: median of the rounds' coio / min(fio, iperf3); "
       f"server: {reactors} {reactor} reactor(s), O_DIRECT; bench --reactor {reactor}, verify {'on' if verify == '1' else 'off'}; "
-      f"dataset {chunks} x 4 MiB; load average {load0} before, {load1} after.")
+      f"dataset {chunks} x 4 MiB; TCP congestion control {cc}; load average {load0} before, {load1} after.")
 print()
 print("| io size | fio GiB/s | iperf3 GiB/s | coio GiB/s | ratio to min | goal | met? |")
 print("|---|---|---|---|---|---|---|")
