@@ -25,6 +25,7 @@
 #include <span>
 #include <stop_token>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace storage {
@@ -32,19 +33,24 @@ namespace storage {
 /// Reads a TcpStream through a read-ahead buffer, so that a batch's frames
 /// and small data pieces come out of a few receives instead of one each.
 /// A read that finds the buffer empty and is at least as large as it goes
-/// straight into the caller's memory (no copy for large data). Every read
-/// of the stream must go through it: it may hold bytes past the current
-/// frame. Awaited on the stream's loop thread, one read at a time.
+/// straight into the caller's memory (no copy for large data). The fill
+/// after such a read asks for `afterLarge` bytes only (the frame header
+/// that usually precedes more large data), not a whole buffer's worth, of
+/// which all but the header would be copied twice. Every read of the
+/// stream must go through it: it may hold bytes past the current frame.
+/// Awaited on the stream's loop thread, one read at a time.
 template <coio::Reactor R>
 class BufferedReader {
  public:
-  BufferedReader(coio::TcpStream<R>& stream, std::size_t capacity) : stream_(stream), buffer_(capacity) {}
+  BufferedReader(coio::TcpStream<R>& stream, std::size_t capacity, std::size_t afterLarge = 0)
+      : stream_(stream), buffer_(capacity), afterLarge_(afterLarge == 0 ? capacity : std::min(afterLarge, capacity)) {}
 
   /// Unread bytes in the buffer.
   std::size_t buffered() const noexcept { return end_ - begin_; }
   /// With the buffer empty: waits for the stream's next bytes and buffers them.
   coio::Task<coio::Result<void>> fill(std::stop_token stop) {
-    coio::Result<std::size_t> got = co_await stream_.read(buffer_, std::move(stop));
+    const std::size_t want = std::exchange(wentDirect_, false) ? afterLarge_ : buffer_.size();
+    coio::Result<std::size_t> got = co_await stream_.read(std::span(buffer_).first(want), std::move(stop));
     if (!got) co_return got.error();
     begin_ = 0;
     end_ = *got;
@@ -59,7 +65,10 @@ class BufferedReader {
       into = into.subspan(n);
       if (into.empty()) co_return coio::Result<void>{};
       begin_ = end_ = 0;  // drained
-      if (into.size() >= buffer_.size()) co_return co_await stream_.readExact(into, std::move(stop));
+      if (into.size() >= buffer_.size()) {
+        wentDirect_ = true;
+        co_return co_await stream_.readExact(into, std::move(stop));
+      }
       coio::Result<void> filled = co_await fill(stop);
       if (!filled) co_return filled;
     }
@@ -68,7 +77,9 @@ class BufferedReader {
  private:
   coio::TcpStream<R>& stream_;
   std::vector<std::byte> buffer_;
+  std::size_t afterLarge_;
   std::size_t begin_ = 0, end_ = 0;  // unread bytes: [begin_, end_)
+  bool wentDirect_ = false;          // the last read bypassed the buffer
 };
 
 /// Reads one frame from `source`. A header that fails validation is a

@@ -22,7 +22,8 @@ template <coio::Reactor R>
 class TcpChannel final : public Channel<R> {
  public:
   explicit TcpChannel(coio::TcpStream<R> stream)
-      : stream_(std::move(stream)), reader_(stream_, kReadAhead), writer_(stream_) {}
+      : stream_(std::move(stream)), reader_(stream_, kReadAhead, proto::kHeaderSize + proto::kIoDataPayload),
+        writer_(stream_) {}
 
   std::string_view name() const noexcept override { return "tcp"; }
   R& reactor() const noexcept override { return stream_.reactor(); }
@@ -68,7 +69,8 @@ class TcpChannel final : public Channel<R> {
   }
 
  private:
-  // Frames and several small IOs' data per receive; larger reads bypass it.
+  // Frames and several small IOs' data per receive; larger reads bypass it,
+  // and the receive after one takes just an IoData frame.
   static constexpr std::size_t kReadAhead = 32 * 1024;
 
   coio::TcpStream<R> stream_;

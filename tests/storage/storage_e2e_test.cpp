@@ -1603,6 +1603,34 @@ Task<std::pair<coio::TcpStream<R>, coio::TcpStream<R>>> loopbackPair(R& r) {
   co_return std::pair{std::move(*connected), std::move(*accepted)};
 }
 
+TEMPLATE_LIST_TEST_CASE("the TCP channel's read-ahead: after a large read, the next receive takes one frame header",
+                        "[storage][tcp]", Setups) {
+  using R = typename TestType::R;
+  R reactor;
+  reactor.runUntil([](R& r) -> Task<void> {
+    auto [out, in] = co_await loopbackPair(r);
+    // A 1 KiB read-ahead: small enough that everything sent fits in the
+    // sockets at once, so each fill could take all that is left.
+    constexpr std::size_t kLarge = 1024, kHeader = 40;
+    std::vector<std::byte> sent(2 * kLarge + kHeader);
+    for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<std::byte>(i * 7 + i / 251);
+    const Result<void> written = co_await out.writeAll(sent);
+    REQUIRE(written);
+    storage::BufferedReader<R> reader(in, kLarge, kHeader);
+    std::vector<std::byte> got(sent.size());
+    Result<void> step = co_await reader.readExact(std::span(got).first(kLarge), {});  // straight into `got`
+    REQUIRE(step);
+    step = co_await reader.fill({});
+    REQUIRE(step);
+    CHECK(reader.buffered() == kHeader);  // not the next large piece's first bytes as well
+    step = co_await reader.readExact(std::span(got).subspan(kLarge, kHeader), {});
+    REQUIRE(step);
+    step = co_await reader.readExact(std::span(got).subspan(kLarge + kHeader), {});
+    REQUIRE(step);
+    CHECK(got == sent);
+  }(reactor));
+}
+
 TEMPLATE_LIST_TEST_CASE("the TCP frame writer: sends made at once go out whole, in call order", "[storage][tcp]",
                         Setups) {
   using R = typename TestType::R;
