@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <coroutine>
 #include <cstdint>
-#include <exception>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -211,17 +209,7 @@ TEST_CASE("Semaphore: concurrent releases while waiters come and go lose no toke
 }
 
 namespace {
-// Starts at once and stays suspended until resumed; the test destroys it.
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
-};
+using coio::test::Eager;
 
 struct Chain {
   Semaphore sem{0};

@@ -1,7 +1,12 @@
 #pragma once
 // Small helpers shared by the core tests.
 #include <atomic>
+#include <coroutine>
+#include <csignal>
 #include <cstdint>
+#include <exception>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace coio::test {
 
@@ -18,6 +23,37 @@ struct LifeTracker {
 /// Approximate native stack pointer of the caller.
 [[gnu::noinline]] inline std::uintptr_t stackPointer() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
+/// A coroutine that starts at once and stays suspended at its end until
+/// the test destroys it: for waiters resumed inline, and for frames
+/// destroyed while they wait.
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+
+/// Runs `f` in a forked child (stderr closed, to keep the expected message
+/// out of the log). True if the child died of SIGABRT, as a failed
+/// COIO_ASSERT does (assertions are on in the test builds).
+template <typename F>
+bool abortsInChild(F&& f) {
+  const pid_t child = fork();
+  if (child < 0) return false;
+  if (child == 0) {
+    close(STDERR_FILENO);
+    f();
+    _exit(0);  // only reached if nothing aborted
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return false;
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
 }
 
 }  // namespace coio::test
