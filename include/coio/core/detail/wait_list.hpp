@@ -175,6 +175,13 @@ class [[nodiscard]] WaitOperation : protected Node {
   WaitOperation(Owner& owner, std::stop_token stop) noexcept
     requires Cancellable
       : owner_(owner), stop_(std::move(stop)) {}
+  // Movable until awaited: g++ moves an awaiter co_awaited as an xvalue
+  // (as blockingWait does) before it calls await_ready.
+  WaitOperation(WaitOperation&& other) noexcept
+      : Node(std::move(other.node())), owner_(other.owner_), stop_(std::move(other.stop_)) {
+    COIO_ASSERT(other.state == WaitState::idle, "a wait operation moved after it was awaited");
+  }
+  WaitOperation& operator=(WaitOperation&&) = delete;
 
   // Only reached while queued if the awaiting frame is destroyed without
   // being resumed; leaving it linked would let the owner resume freed memory.
