@@ -185,10 +185,7 @@ TEST_CASE("BoundedQueue: a cancelled pop yields operation_canceled and never get
     ec = item.error();
   }(q, timeout.get_token(), cancelledError));
   ex.spawn(popOne(q, second));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(10ms);
-    s.request_stop();
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 10ms));
   ex.advance(10ms);
   CHECK(cancelledError == std::errc::operation_canceled);
   CHECK(q.tryPush(5));

@@ -75,10 +75,7 @@ TEST_CASE("Event: a cancelled wait yields false and leaves the others waiting", 
     result = set;
   }(ev, timeout.get_token(), result));
   ex.spawn(waitAndRecord(ev, order, 1));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(10ms);
-    s.request_stop();
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 10ms));
   ex.advance(9ms);
   CHECK(result == -1);
   ex.advance(1ms);

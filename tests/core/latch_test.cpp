@@ -71,10 +71,7 @@ TEST_CASE("Latch: a cancelled wait yields false; the others still open with the 
     result = opened;
   }(latch, timeout.get_token(), result));
   ex.spawn(waitAndRecord(latch, order, 1));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(1ms);
-    s.request_stop();
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 1ms));
   ex.advance(1ms);
   CHECK(result == 0);
   CHECK(order.empty());

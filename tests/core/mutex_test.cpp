@@ -159,10 +159,7 @@ TEST_CASE("Mutex: a cancelled lock leaves the queue and the next waiter gets the
     empty = !guard;
   }(m, timeout.get_token(), guardEmpty));
   ex.spawn(lockAndRecord(m, order, 3));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(10ms);
-    s.request_stop();
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 10ms));
   ex.advance(9ms);
   CHECK(firstResult == -1);  // still waiting
   ex.advance(1ms);

@@ -75,10 +75,7 @@ TEST_CASE("Semaphore: a cancelled waiter leaves the queue and the next one gets 
     got = co_await sem.acquire(stop);
   }(sem, timeout.get_token(), firstGotToken));
   ex.spawn(acquireAndRecord(sem, order, 2));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(10ms);
-    s.request_stop();  // a timeout in virtual time
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 10ms));
   ex.drain();
   ex.advance(9ms);
   CHECK(firstGotToken);  // still waiting

@@ -118,10 +118,7 @@ TEST_CASE("SharedMutex: readers behind a cancelled writer join the readers holdi
     got = guard.ownsLock();
   }(m, timeout.get_token(), writerGot));
   ex.spawn(reader(m, order, 1));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(5ms);
-    s.request_stop();
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 5ms));
   ex.drain();
   CHECK(order.empty());
   ex.advance(5ms);

@@ -1,5 +1,8 @@
 #pragma once
 // Small helpers shared by the core tests.
+#include <coio/core/task.hpp>
+#include <coio/testing/manual_executor.hpp>
+
 #include <atomic>
 #include <coroutine>
 #include <csignal>
@@ -7,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <fcntl.h>
+#include <stop_token>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +44,14 @@ struct Eager {
   };
   std::coroutine_handle<promise_type> handle;
 };
+
+/// Requests stop on `source` once `delay` of `ex`'s virtual time has
+/// passed: a timeout for a cancellable wait.
+inline Task<void> stopAfter(testing::ManualExecutor& ex, std::stop_source& source,
+                            testing::ManualExecutor::Duration delay) {
+  co_await ex.sleepFor(delay);
+  source.request_stop();
+}
 
 /// Runs `f` in a forked child whose output goes to /dev/null (the expected
 /// message, and Catch's report of the signal, stay out of the log). True if
