@@ -12,7 +12,6 @@
 #include <chrono>
 #include <exception>
 #include <iterator>
-#include <latch>
 #include <memory>
 #include <stop_token>
 #include <system_error>
@@ -297,27 +296,20 @@ TEST_CASE("BoundedQueue: 4 producers and 4 consumers on threads deliver every it
   std::vector<Items> got(kThreads);
   std::vector<std::error_code> ends(kThreads);
   std::atomic<int> producersLeft{kThreads};
-  std::latch start(2 * kThreads);  // all at once, or they barely overlap
-  std::vector<std::thread> threads;
-  for (int c = 0; c < kThreads; ++c) {
-    threads.emplace_back([&, c] {
-      start.arrive_and_wait();
-      coio::blockingWait(drainInto(q, got[c], ends[c]));
-    });
-  }
-  for (int p = 0; p < kThreads; ++p) {
-    threads.emplace_back([&, p] {
-      start.arrive_and_wait();
-      coio::blockingWait([&]() -> Task<void> {
-        for (int i = 0; i < kPerProducer; ++i) {
-          auto done = co_await q.push(p * kPerProducer + i);
-          if (!done) std::terminate();  // nobody closes before every producer is done
-        }
-      }());
-      if (--producersLeft == 0) q.close();
-    });
-  }
-  for (auto& t : threads) t.join();
+  coio::test::onThreads(2 * kThreads, [&](int t) {
+    if (t < kThreads) {  // a consumer
+      coio::blockingWait(drainInto(q, got[t], ends[t]));
+      return;
+    }
+    const int p = t - kThreads;
+    coio::blockingWait([&]() -> Task<void> {
+      for (int i = 0; i < kPerProducer; ++i) {
+        auto done = co_await q.push(p * kPerProducer + i);
+        if (!done) std::terminate();  // nobody closes before every producer is done
+      }
+    }());
+    if (--producersLeft == 0) q.close();
+  });
   std::vector<int> seen(kThreads * kPerProducer, 0);
   for (int c = 0; c < kThreads; ++c) {
     CHECK(ends[c] == Errc::closed);

@@ -70,10 +70,7 @@ TEST_CASE("Event: a cancelled wait yields false and leaves the others waiting", 
   std::stop_source timeout;
   std::vector<int> order;
   int result = -1;
-  ex.spawn([](Event& ev, std::stop_token stop, int& result) -> Task<void> {
-    const bool set = co_await ev.wait(stop);
-    result = set;
-  }(ev, timeout.get_token(), result));
+  ex.spawn(coio::test::awaitInto(ev.wait(timeout.get_token()), result));
   ex.spawn(waitAndRecord(ev, order, 1));
   ex.spawn(coio::test::stopAfter(ex, timeout, 10ms));
   ex.advance(9ms);
@@ -88,21 +85,16 @@ TEST_CASE("Event: a cancelled wait yields false and leaves the others waiting", 
 
 TEST_CASE("Event: a cancellable wait on a set Event yields true even after stop; set before stop wins",
           "[event]") {
-  std::stop_source stop;
-  stop.request_stop();
   Event set(true), unset;
-  const bool a = coio::blockingWait(set.wait(stop.get_token()));
+  const bool a = coio::blockingWait(set.wait(coio::test::stoppedToken()));
   CHECK(a);
-  const bool b = coio::blockingWait(unset.wait(stop.get_token()));
+  const bool b = coio::blockingWait(unset.wait(coio::test::stoppedToken()));
   CHECK_FALSE(b);
 
   ManualExecutor ex;
   std::stop_source later;
   int result = -1;
-  ex.spawn([](Event& ev, std::stop_token t, int& result) -> Task<void> {
-    const bool got = co_await ev.wait(t);
-    result = got;
-  }(unset, later.get_token(), result));
+  ex.spawn(coio::test::awaitInto(unset.wait(later.get_token()), result));
   ex.drain();
   unset.set();
   later.request_stop();  // too late: the waiter was already released

@@ -66,10 +66,7 @@ TEST_CASE("Latch: a cancelled wait yields false; the others still open with the 
   std::stop_source timeout;
   std::vector<int> order;
   int result = -1;
-  ex.spawn([](Latch& latch, std::stop_token stop, int& result) -> Task<void> {
-    const bool opened = co_await latch.wait(stop);
-    result = opened;
-  }(latch, timeout.get_token(), result));
+  ex.spawn(coio::test::awaitInto(latch.wait(timeout.get_token()), result));
   ex.spawn(waitAndRecord(latch, order, 1));
   ex.spawn(coio::test::stopAfter(ex, timeout, 1ms));
   ex.advance(1ms);

@@ -8,7 +8,6 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <latch>
 #include <memory>
 #include <stop_token>
 #include <thread>
@@ -150,10 +149,7 @@ TEST_CASE("Mutex: a cancelled lock leaves the queue and the next waiter gets the
   std::vector<int> order;
   int firstResult = -1;
   bool guardEmpty = false;
-  ex.spawn([](Mutex& m, std::stop_token stop, int& result) -> Task<void> {
-    const bool got = co_await m.lock(stop);
-    result = got;
-  }(m, timeout.get_token(), firstResult));
+  ex.spawn(coio::test::awaitInto(m.lock(timeout.get_token()), firstResult));
   ex.spawn([](Mutex& m, std::stop_token stop, bool& empty) -> Task<void> {
     auto guard = co_await m.scopedLock(stop);
     empty = !guard;
@@ -176,13 +172,11 @@ TEST_CASE("Mutex: a cancelled lock leaves the queue and the next waiter gets the
 TEST_CASE("Mutex: a cancellable lock takes a free lock even after stop, and gives up at once if held",
           "[mutex]") {
   Mutex m;
-  std::stop_source stop;
-  stop.request_stop();
-  const bool got = coio::blockingWait(m.lock(stop.get_token()));
+  const bool got = coio::blockingWait(m.lock(coio::test::stoppedToken()));
   CHECK(got);
-  const bool again = coio::blockingWait(m.lock(stop.get_token()));
+  const bool again = coio::blockingWait(m.lock(coio::test::stoppedToken()));
   CHECK_FALSE(again);
-  auto guard = coio::blockingWait(m.scopedLock(stop.get_token()));
+  auto guard = coio::blockingWait(m.scopedLock(coio::test::stoppedToken()));
   CHECK_FALSE(guard.ownsLock());
   m.unlock();
   CHECK_FALSE(m.isLocked());
@@ -218,25 +212,19 @@ TEST_CASE("Mutex: a counter incremented under the lock by 4 threads is exact", "
   constexpr int kThreads = 4, kIterations = 5000;
   Mutex m;
   int counter = 0;
-  std::latch start(kThreads);  // all at once, or they barely overlap
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      coio::blockingWait([&]() -> Task<void> {
-        for (int i = 0; i < kIterations; ++i) {
-          if (t == 0 && m.tryLock()) {  // one thread mixes in the lock-free path
-            ++counter;
-            m.unlock();
-            continue;
-          }
-          auto guard = co_await m.scopedLock();
+  coio::test::onThreads(kThreads, [&](int t) {
+    coio::blockingWait([&]() -> Task<void> {
+      for (int i = 0; i < kIterations; ++i) {
+        if (t == 0 && m.tryLock()) {  // one thread mixes in the lock-free path
           ++counter;
+          m.unlock();
+          continue;
         }
-      }());
-    });
-  }
-  for (auto& t : threads) t.join();
+        auto guard = co_await m.scopedLock();
+        ++counter;
+      }
+    }());
+  });
   CHECK(counter == kThreads * kIterations);
   CHECK_FALSE(m.isLocked());
 }

@@ -90,14 +90,13 @@ TEST_CASE("Semaphore: a cancelled waiter leaves the queue and the next one gets 
 
 TEST_CASE("Semaphore: cancellable acquire with a free token or an early stop", "[semaphore]") {
   Semaphore sem(1);
-  std::stop_source stop;
-  stop.request_stop();
+  const std::stop_token stop = coio::test::stoppedToken();
   // A free token is taken even if stop was requested: cancellation only
   // ends waiting.
-  CHECK(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop.get_token()); }()));
+  CHECK(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop); }()));
   CHECK(sem.available() == 0);
   // No token and stop already requested: gives up without queueing.
-  CHECK_FALSE(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop.get_token()); }()));
+  CHECK_FALSE(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop); }()));
   sem.release();
   CHECK(sem.available() == 1);
 }

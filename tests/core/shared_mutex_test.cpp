@@ -9,10 +9,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <latch>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <vector>
 
 using coio::LockGuard;
@@ -133,17 +131,16 @@ TEST_CASE("SharedMutex: readers behind a cancelled writer join the readers holdi
 
 TEST_CASE("SharedMutex: cancellable acquisitions of either kind", "[sharedMutex]") {
   SharedMutex m;
-  std::stop_source stop;
-  stop.request_stop();
+  const std::stop_token stop = coio::test::stoppedToken();
   // Free: taken even though stop was requested.
-  const bool shared = coio::blockingWait(m.lockShared(stop.get_token()));
+  const bool shared = coio::blockingWait(m.lockShared(stop));
   CHECK(shared);
   // Held shared: a writer gives up at once.
-  const bool exclusive = coio::blockingWait(m.lock(stop.get_token()));
+  const bool exclusive = coio::blockingWait(m.lock(stop));
   CHECK_FALSE(exclusive);
   m.unlockShared();
-  CHECK(coio::blockingWait(m.lock(stop.get_token())));
-  auto guard = coio::blockingWait(m.scopedLockShared(stop.get_token()));
+  CHECK(coio::blockingWait(m.lock(stop)));
+  auto guard = coio::blockingWait(m.scopedLockShared(stop));
   CHECK_FALSE(guard.ownsLock());
   m.unlock();
 }
@@ -186,26 +183,20 @@ TEST_CASE("SharedMutex: readers never see a writer inside, and writes are exact,
   SharedMutex m;
   int a = 0, b = 0;
   std::atomic<int> torn{0};
-  std::latch start(kThreads);  // all at once, or they barely overlap
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      coio::blockingWait([&]() -> Task<void> {
-        for (int i = 0; i < kIterations; ++i) {
-          if ((i + t) % 4 == 0) {
-            auto guard = co_await m.scopedLock();
-            ++a;
-            ++b;
-          } else {
-            auto guard = co_await m.scopedLockShared();
-            if (a != b) ++torn;
-          }
+  coio::test::onThreads(kThreads, [&](int t) {
+    coio::blockingWait([&]() -> Task<void> {
+      for (int i = 0; i < kIterations; ++i) {
+        if ((i + t) % 4 == 0) {
+          auto guard = co_await m.scopedLock();
+          ++a;
+          ++b;
+        } else {
+          auto guard = co_await m.scopedLockShared();
+          if (a != b) ++torn;
         }
-      }());
-    });
-  }
-  for (auto& t : threads) t.join();
+      }
+    }());
+  });
   CHECK(torn == 0);
   CHECK(a == kThreads * kIterations / 4);
   CHECK(b == a);

@@ -10,7 +10,11 @@
 #include <cstdio>
 #include <exception>
 #include <fcntl.h>
+#include <latch>
 #include <stop_token>
+#include <thread>
+#include <utility>
+#include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +55,36 @@ inline Task<void> stopAfter(testing::ManualExecutor& ex, std::stop_source& sourc
                             testing::ManualExecutor::Duration delay) {
   co_await ex.sleepFor(delay);
   source.request_stop();
+}
+
+/// A token whose stop has already been requested.
+inline std::stop_token stoppedToken() {
+  std::stop_source source;
+  source.request_stop();
+  return source.get_token();
+}
+
+/// Awaits `op` (a cancellable wait: yields bool) and stores the result in
+/// `result` (left alone until then, so a sentinel shows it still waits).
+template <typename Op>
+Task<void> awaitInto(Op op, int& result) {
+  const bool got = co_await std::move(op);
+  result = got;
+}
+
+/// Runs `body(t)` for t in [0, n) on n threads that start together (so
+/// they overlap even on a busy machine), and joins them.
+template <typename F>
+void onThreads(int n, F body) {
+  std::latch start(n);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      body(t);
+    });
+  }
+  for (auto& thread : threads) thread.join();
 }
 
 /// Runs `f` in a forked child whose output goes to /dev/null (the expected
