@@ -296,18 +296,37 @@ TEST_CASE("BoundedQueue: 4 producers and 4 consumers on threads deliver every it
   std::vector<Items> got(kThreads);
   std::vector<std::error_code> ends(kThreads);
   std::atomic<int> producersLeft{kThreads};
+  // Half of each side runs one coroutine (which migrates to the threads
+  // that resume it), the other half blocks its own thread for each item.
   coio::test::onThreads(2 * kThreads, [&](int t) {
+    const bool coroutine = t % 2 == 0;
     if (t < kThreads) {  // a consumer
-      coio::blockingWait(drainInto(q, got[t], ends[t]));
-      return;
+      if (coroutine) {
+        coio::blockingWait(drainInto(q, got[t], ends[t]));
+        return;
+      }
+      for (;;) {
+        auto item = coio::blockingWait(q.pop());
+        if (!item) {
+          ends[t] = item.error();
+          return;
+        }
+        got[t].push_back(*item);
+      }
     }
     const int p = t - kThreads;
-    coio::blockingWait([&]() -> Task<void> {
+    if (coroutine) {
+      coio::blockingWait([&]() -> Task<void> {
+        for (int i = 0; i < kPerProducer; ++i) {
+          auto done = co_await q.push(p * kPerProducer + i);
+          if (!done) std::terminate();  // nobody closes before every producer is done
+        }
+      }());
+    } else {
       for (int i = 0; i < kPerProducer; ++i) {
-        auto done = co_await q.push(p * kPerProducer + i);
-        if (!done) std::terminate();  // nobody closes before every producer is done
+        if (!coio::blockingWait(q.push(p * kPerProducer + i))) std::terminate();
       }
-    }());
+    }
     if (--producersLeft == 0) q.close();
   });
   std::vector<int> seen(kThreads * kPerProducer, 0);

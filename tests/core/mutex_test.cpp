@@ -208,22 +208,33 @@ TEST_CASE("Mutex asserts on unlock while not locked and on destruction with wait
 
 TEST_CASE("Mutex: a counter incremented under the lock by 4 threads is exact", "[mutex][threads]") {
   // Plain int: TSan reports a race if any path lacks mutual exclusion or
-  // the unlock -> lock ordering.
-  constexpr int kThreads = 4, kIterations = 5000;
+  // the unlock -> lock ordering. Three threads block for each lock (their
+  // critical sections stay on their own thread, and an occasional sleep
+  // while holding the lock makes the others queue); the fourth runs one
+  // coroutine, which migrates to whichever thread unlocks for it.
+  constexpr int kThreads = 4, kIterations = 2000;
   Mutex m;
   int counter = 0;
   coio::test::onThreads(kThreads, [&](int t) {
-    coio::blockingWait([&]() -> Task<void> {
-      for (int i = 0; i < kIterations; ++i) {
-        if (t == 0 && m.tryLock()) {  // one thread mixes in the lock-free path
+    if (t == 0) {
+      coio::blockingWait([&]() -> Task<void> {
+        for (int i = 0; i < kIterations; ++i) {
+          auto guard = co_await m.scopedLock();
           ++counter;
-          m.unlock();
-          continue;
         }
-        auto guard = co_await m.scopedLock();
+      }());
+      return;
+    }
+    for (int i = 0; i < kIterations; ++i) {
+      if (t == 1 && m.tryLock()) {  // the lock-free path, mixed in
         ++counter;
+        m.unlock();
+        continue;
       }
-    }());
+      auto guard = coio::blockingWait(m.scopedLock());
+      ++counter;
+      if (i % 256 == 0) std::this_thread::sleep_for(20us);
+    }
   });
   CHECK(counter == kThreads * kIterations);
   CHECK_FALSE(m.isLocked());

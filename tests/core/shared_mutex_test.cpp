@@ -11,6 +11,7 @@
 #include <chrono>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 using coio::LockGuard;
@@ -178,24 +179,44 @@ TEST_CASE("SharedMutex: readers never see a writer inside, and writes are exact,
           "[sharedMutex][threads]") {
   // Writers update two plain ints that readers check for consistency: TSan
   // reports a race if exclusion or the release -> acquire ordering is
-  // missing on any path.
-  constexpr int kThreads = 4, kIterations = 3000;
+  // missing on any path. Threads 1-3 block for each lock and sometimes
+  // sleep holding it, so the others queue; thread 0 runs one coroutine.
+  constexpr int kThreads = 4, kIterations = 2000;
   SharedMutex m;
   int a = 0, b = 0;
   std::atomic<int> torn{0};
+  auto write = [&] {
+    ++a;
+    ++b;
+  };
+  auto read = [&] {
+    if (a != b) ++torn;
+  };
   coio::test::onThreads(kThreads, [&](int t) {
-    coio::blockingWait([&]() -> Task<void> {
-      for (int i = 0; i < kIterations; ++i) {
-        if ((i + t) % 4 == 0) {
-          auto guard = co_await m.scopedLock();
-          ++a;
-          ++b;
-        } else {
-          auto guard = co_await m.scopedLockShared();
-          if (a != b) ++torn;
+    if (t == 0) {
+      coio::blockingWait([&]() -> Task<void> {
+        for (int i = 0; i < kIterations; ++i) {
+          if (i % 4 == 0) {
+            auto guard = co_await m.scopedLock();
+            write();
+          } else {
+            auto guard = co_await m.scopedLockShared();
+            read();
+          }
         }
+      }());
+      return;
+    }
+    for (int i = 0; i < kIterations; ++i) {
+      if ((i + t) % 4 == 0) {
+        auto guard = coio::blockingWait(m.scopedLock());
+        write();
+      } else {
+        auto guard = coio::blockingWait(m.scopedLockShared());
+        read();
       }
-    }());
+      if (i % 256 == 0) std::this_thread::sleep_for(20us);
+    }
   });
   CHECK(torn == 0);
   CHECK(a == kThreads * kIterations / 4);
