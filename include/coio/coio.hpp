@@ -7,9 +7,15 @@
 #include <coio/core/baton.hpp>
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/blocking_wait.hpp>
+#include <coio/core/bounded_queue.hpp>
 #include <coio/core/collect_all.hpp>
+#include <coio/core/event.hpp>
+#include <coio/core/latch.hpp>
+#include <coio/core/lock_guard.hpp>
+#include <coio/core/mutex.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/semaphore.hpp>
+#include <coio/core/shared_mutex.hpp>
 #include <coio/core/stamped_ptr.hpp>
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>

@@ -3,11 +3,11 @@
 #include <coio/core/task.hpp>
 #include <coio/testing/manual_executor.hpp>
 
+#include "test_helpers.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <atomic>
-#include <coroutine>
-#include <exception>
 #include <random>
 #include <stdexcept>
 #include <stop_token>
@@ -186,16 +186,7 @@ namespace {
 // Runs eagerly until its first suspension and never resumes by itself, so
 // the test can destroy its frame while it waits (as a reactor tearing down
 // its tasks does).
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
-};
+using Detached = coio::test::Eager;
 Detached waitFor(BatchSemaphore& sem, std::size_t n) { co_await sem.acquire(n); }
 }  // namespace
 

@@ -3,11 +3,11 @@
 #include <coio/core/task.hpp>
 #include <coio/testing/manual_executor.hpp>
 
+#include "test_helpers.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <atomic>
-#include <coroutine>
-#include <exception>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -133,16 +133,7 @@ namespace {
 // Runs eagerly until its first suspension and never resumes by itself, so
 // the test can destroy its frame while it waits (as a reactor tearing down
 // its tasks does).
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
-};
+using Detached = coio::test::Eager;
 Detached waitOn(Baton& baton, std::atomic<int>& resumed) {
   co_await baton;
   ++resumed;

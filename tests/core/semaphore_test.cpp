@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <coroutine>
 #include <cstdint>
-#include <exception>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -77,10 +75,7 @@ TEST_CASE("Semaphore: a cancelled waiter leaves the queue and the next one gets 
     got = co_await sem.acquire(stop);
   }(sem, timeout.get_token(), firstGotToken));
   ex.spawn(acquireAndRecord(sem, order, 2));
-  ex.spawn([](ManualExecutor& ex, std::stop_source& s) -> Task<void> {
-    co_await ex.sleepFor(10ms);
-    s.request_stop();  // a timeout in virtual time
-  }(ex, timeout));
+  ex.spawn(coio::test::stopAfter(ex, timeout, 10ms));
   ex.drain();
   ex.advance(9ms);
   CHECK(firstGotToken);  // still waiting
@@ -95,14 +90,13 @@ TEST_CASE("Semaphore: a cancelled waiter leaves the queue and the next one gets 
 
 TEST_CASE("Semaphore: cancellable acquire with a free token or an early stop", "[semaphore]") {
   Semaphore sem(1);
-  std::stop_source stop;
-  stop.request_stop();
+  const std::stop_token stop = coio::test::stoppedToken();
   // A free token is taken even if stop was requested: cancellation only
   // ends waiting.
-  CHECK(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop.get_token()); }()));
+  CHECK(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop); }()));
   CHECK(sem.available() == 0);
   // No token and stop already requested: gives up without queueing.
-  CHECK_FALSE(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop.get_token()); }()));
+  CHECK_FALSE(coio::blockingWait([&]() -> Task<bool> { co_return co_await sem.acquire(stop); }()));
   sem.release();
   CHECK(sem.available() == 1);
 }
@@ -211,17 +205,7 @@ TEST_CASE("Semaphore: concurrent releases while waiters come and go lose no toke
 }
 
 namespace {
-// Starts at once and stays suspended until resumed; the test destroys it.
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
-};
+using coio::test::Eager;
 
 struct Chain {
   Semaphore sem{0};

@@ -1,11 +1,10 @@
 #include <coio/core/stamped_ptr.hpp>
 
+#include "test_helpers.hpp"
+
 #include <catch2/catch.hpp>
 
-#include <csignal>
 #include <cstdint>
-#include <sys/wait.h>
-#include <unistd.h>
 
 using coio::StampedPtr;
 
@@ -81,15 +80,8 @@ TEST_CASE("StampedPtr::fits rejects pointers that need more than 48 bits", "[sta
 TEST_CASE("StampedPtr asserts on a pointer that does not fit", "[stampedPtr]") {
   // The precondition check is on in the test build (COIO_ENABLE_ASSERTS=1):
   // packing a non-canonical pointer must abort, not silently truncate.
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    close(STDERR_FILENO);  // keep the expected assertion message out of the log
+  CHECK(coio::test::abortsInChild([] {
     auto p = StampedPtr<int>::make(reinterpret_cast<int*>(std::uintptr_t{0x0001'0000'0000'0000}), 1);
-    _exit(p.raw() == 0 ? 3 : 4);  // only reached if the assert did not fire
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  CHECK(WIFSIGNALED(status));
-  CHECK(WTERMSIG(status) == SIGABRT);
+    (void)p;
+  }));
 }

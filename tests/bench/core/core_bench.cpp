@@ -3,7 +3,9 @@
 //   - a bare hand-written lazy task (malloc'd frame) for Task and fan-out,
 //     and the same task with coio's frame pool to isolate the allocator,
 //   - one uncontended atomic exchange for Baton and the semaphores,
-//   - a std::mutex + condition_variable ping-pong for two-thread hand-offs.
+//   - std::mutex for coio::Mutex, uncontended and contended by two threads,
+//   - a std::mutex + condition_variable ping-pong for two-thread hand-offs,
+//   - a std::mutex + two condition_variables bounded queue for BoundedQueue.
 // Single-threaded rows use CPU time, ping-pongs wall time. By default each
 // benchmark is repeated 5 times, interleaved at random with the others, and
 // the table takes the median.
@@ -12,8 +14,10 @@
 #include <coio/core/baton.hpp>
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/blocking_wait.hpp>
+#include <coio/core/bounded_queue.hpp>
 #include <coio/core/collect_all.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/mutex.hpp>
 #include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
 
@@ -24,7 +28,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -147,6 +153,17 @@ void mutexLockUnlock(benchmark::State& state) {
     mutex.lock();
     mutex.unlock();
   }
+}
+
+// One op: `co_await lock()` that finds the coio::Mutex free, then unlock().
+void coioMutexLockUnlock(benchmark::State& state) {
+  coio::Mutex mutex;
+  [](benchmark::State& s, coio::Mutex& m) -> Driver {
+    for (auto _ : s) {
+      co_await m.lock();
+      m.unlock();
+    }
+  }(state, mutex);
 }
 
 // One op: a coroutine parked on a Baton is resumed by post(), then parks on
@@ -288,9 +305,11 @@ std::pair<int, int> twoAllowedCpus() {
   return cpus;
 }
 
-// One op: a round trip main -> partner -> main between two threads.
-template <typename Events, Placement placement>
-void pingPong(benchmark::State& state) {
+// Runs the benchmark loop `measured()` on this thread while `partner(stop)`
+// runs on a second one, placed per `placement`; then sets `stop` and calls
+// `wakePartner()` so that a partner blocked in a wait sees it.
+template <Placement placement, typename Partner, typename Loop, typename Wake>
+void withPartner(benchmark::State& state, Partner partner, Loop measured, Wake wakePartner) {
   const auto [mainCpu, otherCpu] = twoAllowedCpus();
   const int partnerCpu = placement == Placement::sameCpu ? mainCpu : otherCpu;
   if (mainCpu < 0 || partnerCpu < 0) {
@@ -298,23 +317,163 @@ void pingPong(benchmark::State& state) {
     return;
   }
   PinnedThread pinned(mainCpu);
-  Events events;
   std::atomic<bool> stop{false};
-  std::thread partner([&] {
+  std::thread partnerThread([&] {
     PinnedThread partnerPinned(partnerCpu);
-    for (;;) {
-      events.wait(0);
-      if (stop.load(std::memory_order_relaxed)) return;
-      events.post(1);
-    }
+    partner(stop);
   });
-  for (auto _ : state) {
-    events.post(0);
-    events.wait(1);
+  measured();
+  stop.store(true, std::memory_order_relaxed);  // published by wakePartner()
+  wakePartner();
+  partnerThread.join();
+}
+
+// One op: a round trip main -> partner -> main between two threads.
+template <typename Events, Placement placement>
+void pingPong(benchmark::State& state) {
+  Events events;
+  withPartner<placement>(
+      state,
+      [&](const std::atomic<bool>& stop) {
+        for (;;) {
+          events.wait(0);
+          if (stop.load(std::memory_order_relaxed)) return;
+          events.post(1);
+        }
+      },
+      [&] {
+        for (auto _ : state) {
+          events.post(0);
+          events.wait(1);
+        }
+      },
+      [&] { events.post(0); });
+}
+
+// A lock that threads take, blocking while another thread holds it.
+class StdMutexLock {
+ public:
+  void lock() { mutex_.lock(); }
+  void unlock() { mutex_.unlock(); }
+
+ private:
+  std::mutex mutex_;
+};
+
+// A thread takes the coio::Mutex with its lock-free path, or blocks through
+// blockingWait until an unlock on the other thread hands it over.
+class CoioMutexLock {
+ public:
+  void lock() {
+    if (!mutex_.tryLock()) coio::blockingWait(mutex_.lock());
   }
-  stop.store(true, std::memory_order_relaxed);  // published by post(0)
-  events.post(0);
-  partner.join();
+  void unlock() { mutex_.unlock(); }
+
+ private:
+  coio::Mutex mutex_;
+};
+
+// One op: lock and unlock, while a partner thread does the same in a loop.
+template <typename Lock, Placement placement>
+void contendedLockUnlock(benchmark::State& state) {
+  Lock lock;
+  withPartner<placement>(
+      state,
+      [&](const std::atomic<bool>& stop) {
+        while (!stop.load(std::memory_order_relaxed)) {
+          lock.lock();
+          lock.unlock();
+        }
+      },
+      [&] {
+        for (auto _ : state) {
+          lock.lock();
+          lock.unlock();
+        }
+      },
+      [] {});
+}
+
+// Baseline: a bounded queue of ints made of std::mutex, two
+// condition_variables and a std::deque (notify after unlocking).
+class CondvarQueue {
+ public:
+  explicit CondvarQueue(std::size_t capacity) : capacity_(capacity) {}
+  void push(int v) {
+    {
+      std::unique_lock lock(mutex_);
+      notFull_.wait(lock, [&] { return items_.size() < capacity_; });
+      items_.push_back(v);
+    }
+    notEmpty_.notify_one();
+  }
+  int pop() {
+    int v;
+    {
+      std::unique_lock lock(mutex_);
+      notEmpty_.wait(lock, [&] { return !items_.empty(); });
+      v = items_.front();
+      items_.pop_front();
+    }
+    notFull_.notify_one();
+    return v;
+  }
+
+ private:
+  std::size_t capacity_;
+  std::mutex mutex_;
+  std::condition_variable notFull_, notEmpty_;
+  std::deque<int> items_;
+};
+
+// A thread uses a coio::BoundedQueue through its try operations, or blocks
+// through blockingWait until the other thread makes room / hands an item.
+class CoioQueue {
+ public:
+  explicit CoioQueue(std::size_t capacity) : queue_(capacity) {}
+  void push(int v) {
+    if (queue_.tryPush(std::move(v))) return;  // moved from only on success
+    coio::blockingWait(queue_.push(std::move(v))).value();
+  }
+  int pop() {
+    coio::Result<int> item = queue_.tryPop();
+    if (!item) item = coio::blockingWait(queue_.pop());
+    return *item;
+  }
+
+ private:
+  coio::BoundedQueue<int> queue_;
+};
+
+// Ping-pong events made of two queues of capacity 1: post pushes, wait pops.
+template <typename Queue>
+class QueueEvents {
+ public:
+  void post(int i) { queues_[i].push(i); }
+  void wait(int i) { benchmark::DoNotOptimize(queues_[i].pop()); }
+
+ private:
+  Queue queues_[2]{Queue(1), Queue(1)};
+};
+
+constexpr std::size_t kQueueCapacity = 64;
+
+// One op: an item pushed through a queue of kQueueCapacity to a partner
+// thread that pops until it gets -1.
+template <typename Queue, Placement placement>
+void queueThroughput(benchmark::State& state) {
+  Queue queue(kQueueCapacity);
+  withPartner<placement>(
+      state,
+      [&](const std::atomic<bool>&) {
+        while (queue.pop() >= 0) {
+        }
+      },
+      [&] {
+        int i = 0;
+        for (auto _ : state) queue.push(i++ & 0x7fffffff);
+      },
+      [&] { queue.push(-1); });
 }
 
 using coio::bench::Measured;
@@ -327,6 +486,15 @@ const Row kCondvarSameCpu{"baseline/mutex_condvar_pingpong/same_cpu",
                           &pingPong<CondvarEvents, Placement::sameCpu>, {}, Measured::realTime};
 const Row kCondvarTwoCpus{"baseline/mutex_condvar_pingpong/two_cpus",
                           &pingPong<CondvarEvents, Placement::twoCpus>, {}, Measured::realTime};
+const Row kStdMutex{"baseline/std_mutex_lock_unlock", &mutexLockUnlock, {&kExchange}};
+const Row kStdMutexContended{"baseline/std_mutex_contended/two_cpus",
+                             &contendedLockUnlock<StdMutexLock, Placement::twoCpus>, {}, Measured::realTime};
+const Row kCondvarQueueSameCpu{"baseline/condvar_queue_pingpong/same_cpu",
+                               &pingPong<QueueEvents<CondvarQueue>, Placement::sameCpu>, {}, Measured::realTime};
+const Row kCondvarQueueTwoCpus{"baseline/condvar_queue_pingpong/two_cpus",
+                               &pingPong<QueueEvents<CondvarQueue>, Placement::twoCpus>, {}, Measured::realTime};
+const Row kCondvarQueueThroughput{"baseline/condvar_queue_throughput/two_cpus",
+                                  &queueThroughput<CondvarQueue, Placement::twoCpus>, {}, Measured::realTime};
 
 using SemaphorePair = SemaphoreEvents<coio::Semaphore>;
 using BatchSemaphorePair = SemaphoreEvents<coio::BatchSemaphore>;
@@ -337,9 +505,13 @@ const Row kRows[] = {
     {"baseline/bare_task_pooled", &taskAwait<PooledTask>, {&kBareTask}},
     {"baseline/bare_task_pooled_chain10", &taskChain<PooledTask>, {&kBareChain}},
     kExchange,
-    {"baseline/std_mutex_lock_unlock", &mutexLockUnlock, {&kExchange}},
+    kStdMutex,
+    kStdMutexContended,
     kCondvarSameCpu,
     kCondvarTwoCpus,
+    kCondvarQueueSameCpu,
+    kCondvarQueueTwoCpus,
+    kCondvarQueueThroughput,
     {"task/create_await_destroy", &taskAwait<coio::Task<int>>, {&kBareTask, 0.6}},
     {"task/chain10", &taskChain<coio::Task<int>>, {&kBareChain, 0.6}},
     {"collect_all_range/per_child_of_64", &collectAllRangeFanOut, {&kBareTask}, Measured::cpuTime, kFanOut},
@@ -358,6 +530,15 @@ const Row kRows[] = {
      Measured::realTime},
     {"baton/pingpong/two_cpus", &pingPong<BatonEvents, Placement::twoCpus>, {&kCondvarTwoCpus},
      Measured::realTime},
+    {"mutex/lock_unlock", &coioMutexLockUnlock, {&kStdMutex}},
+    {"mutex/contended/two_cpus", &contendedLockUnlock<CoioMutexLock, Placement::twoCpus>, {&kStdMutexContended},
+     Measured::realTime},
+    {"bounded_queue/pingpong/same_cpu", &pingPong<QueueEvents<CoioQueue>, Placement::sameCpu>,
+     {&kCondvarQueueSameCpu}, Measured::realTime},
+    {"bounded_queue/pingpong/two_cpus", &pingPong<QueueEvents<CoioQueue>, Placement::twoCpus>,
+     {&kCondvarQueueTwoCpus}, Measured::realTime},
+    {"bounded_queue/throughput/two_cpus", &queueThroughput<CoioQueue, Placement::twoCpus>,
+     {&kCondvarQueueThroughput}, Measured::realTime},
 };
 
 }  // namespace

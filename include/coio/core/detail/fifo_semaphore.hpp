@@ -1,6 +1,6 @@
 #pragma once
-// The engine shared by Semaphore and BatchSemaphore: a weighted, strictly
-// FIFO counting semaphore whose waiters are coroutines.
+// The engine shared by Semaphore, BatchSemaphore, Mutex and SharedMutex: a
+// weighted, strictly FIFO counting semaphore whose waiters are coroutines.
 //
 // One atomic word holds `tokens << 1 | kQueued`. While kQueued is clear
 // nobody waits, and tryAcquire/release are a single CAS each (no lock).
@@ -13,33 +13,23 @@
 // wants more tokens than are left (otherwise it would have been granted).
 //
 // Waiters are resumed after the lock is dropped, inline, on the thread that
-// released tokens (or cancelled a waiter). A waiter that releases in turn
-// resumes the next one inside its own release(), so a hand-over chain
-// nests one stack level per waiter: past kMaxInlineDepth nested
-// resumptions on a thread, waiters are queued instead and resumed by the
-// outermost resumption on that thread once the inner ones have returned
-// (a trampoline). Stack use stays bounded whatever the queue's length.
+// released tokens (or cancelled a waiter), with the bounded-stack
+// trampoline of wait_list.hpp for hand-over chains.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/wait_list.hpp>
 
 #include <atomic>
-#include <coroutine>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <stop_token>
+#include <utility>
 
 namespace coio::detail {
 
 class FifoSemaphore {
  public:
-  enum class WaitState : std::uint8_t { idle, queued, granted, cancelled };
-
-  struct Waiter {
+  struct Waiter : WaitNode {
     std::uint64_t wanted = 0;
-    std::coroutine_handle<> awaiting;
-    Waiter* prev = nullptr;
-    Waiter* next = nullptr;
-    WaitState state = WaitState::idle;  // guarded by the semaphore's mutex
   };
 
   explicit FifoSemaphore(std::uint64_t tokens) noexcept : state_(tokens << 1) {
@@ -47,7 +37,7 @@ class FifoSemaphore {
   }
   FifoSemaphore(const FifoSemaphore&) = delete;
   FifoSemaphore& operator=(const FifoSemaphore&) = delete;
-  ~FifoSemaphore() { COIO_ASSERT(head_ == nullptr, "semaphore destroyed with waiters"); }
+  ~FifoSemaphore() { COIO_ASSERT(waiters_.empty(), "semaphore destroyed with waiters"); }
 
   std::uint64_t available() const noexcept { return state_.load(std::memory_order_acquire) >> 1; }
 
@@ -69,19 +59,26 @@ class FifoSemaphore {
         return;
       }
     }
-    Waiter* granted;
+    WaitNode* granted;
     {
       std::lock_guard lock(mutex_);
       granted = grantLocked(n);
     }
-    resumeAll(granted);
+    resumeInline(granted);
+  }
+
+  // The WaitOperation protocol (wait_list.hpp).
+
+  bool tryNow(Waiter& w) noexcept {
+    if (!tryAcquire(w.wanted)) return false;
+    w.state = WaitState::granted;
+    return true;
   }
 
   /// Takes the tokens now, or queues `w`. Returns true if `w` was queued
   /// (the caller suspends; it is resumed once granted or cancelled), false
   /// if it got its tokens or was cancelled before it could queue.
-  /// Nothing of `w` is touched after the lock is released.
-  bool acquireOrEnqueue(Waiter& w) noexcept {
+  bool enqueue(Waiter& w) noexcept {
     std::lock_guard lock(mutex_);
     if (w.state == WaitState::cancelled) return false;
     std::uint64_t s = state_.load(std::memory_order_acquire);
@@ -98,11 +95,7 @@ class FifoSemaphore {
         break;
       }
     }
-    w.state = WaitState::queued;
-    w.prev = tail_;
-    w.next = nullptr;
-    (tail_ ? tail_->next : head_) = &w;
-    tail_ = &w;
+    waiters_.pushBack(w);
     return true;
   }
 
@@ -110,13 +103,13 @@ class FifoSemaphore {
   /// destroyed while it waits (e.g. a reactor tearing down its tasks).
   /// Waiters behind it that the tokens now satisfy are granted.
   void forget(Waiter& w) noexcept {
-    Waiter* granted;
+    WaitNode* granted;
     {
       std::lock_guard lock(mutex_);
       if (w.state != WaitState::queued) return;
       granted = withdrawLocked(w);
     }
-    resumeAll(granted);
+    resumeInline(granted);
   }
 
   /// Gives up waiting. If `w` is still queued it leaves the queue and is
@@ -124,7 +117,7 @@ class FifoSemaphore {
   /// the remaining tokens now satisfy are granted. A waiter that already got
   /// its tokens keeps them. Before `w` queues, marks it so it never does.
   void cancel(Waiter& w) noexcept {
-    Waiter* granted;
+    WaitNode* granted;
     {
       std::lock_guard lock(mutex_);
       if (w.state == WaitState::idle) {
@@ -135,39 +128,23 @@ class FifoSemaphore {
       granted = withdrawLocked(w);
     }
     w.next = granted;  // out of the queue: `next` is free to chain it first
-    resumeAll(&w);
+    resumeInline(&w);
   }
-
-  /// Nested resumptions (see the top of this file) a thread makes inline
-  /// before it defers to the outermost one.
-  static constexpr unsigned kMaxInlineDepth = 32;
 
  private:
   static constexpr std::uint64_t kQueued = 1;
 
-  // Per thread: how deep in resumeAll() we are, and the waiters deferred
-  // to the outermost call (linked through `next`).
-  struct Trampoline {
-    unsigned depth = 0;
-    Waiter* head = nullptr;
-    Waiter* tail = nullptr;
-  };
-  static Trampoline& trampoline() noexcept {
-    static thread_local Trampoline t;
-    return t;
-  }
-
   // Takes a queued waiter out of the queue (it gives up or its frame dies)
   // and grants whatever its leaving unblocks.
-  Waiter* withdrawLocked(Waiter& w) noexcept {
-    unlink(w);
+  WaitNode* withdrawLocked(Waiter& w) noexcept {
+    waiters_.unlink(w);
     w.state = WaitState::cancelled;
     return grantLocked(0);
   }
 
   // Adds n tokens, pops every head waiter they satisfy (in order) and
   // returns them as a list linked through `next`.
-  Waiter* grantLocked(std::uint64_t n) noexcept {
+  WaitNode* grantLocked(std::uint64_t n) noexcept {
     const std::uint64_t s = state_.load(std::memory_order_relaxed);
     if ((s & kQueued) == 0) {
       // The queue emptied while we waited for the lock: the lock-free paths
@@ -176,123 +153,38 @@ class FifoSemaphore {
       return nullptr;
     }
     std::uint64_t tokens = (s >> 1) + n;
-    Waiter* first = nullptr;
-    Waiter** last = &first;
-    while (head_ && head_->wanted <= tokens) {
-      Waiter* w = head_;
-      tokens -= w->wanted;
-      unlink(*w);
-      w->state = WaitState::granted;
-      *last = w;
-      last = &w->next;
+    WaitNode* first = nullptr;
+    WaitNode** last = &first;
+    while (!waiters_.empty() && head().wanted <= tokens) {
+      Waiter& w = head();
+      tokens -= w.wanted;
+      waiters_.unlink(w);
+      w.state = WaitState::granted;
+      *last = &w;
+      last = &w.next;
     }
-    *last = nullptr;
-    state_.store((tokens << 1) | (head_ ? kQueued : 0), std::memory_order_release);
+    state_.store((tokens << 1) | (waiters_.empty() ? 0 : kQueued), std::memory_order_release);
     return first;
   }
 
-  void unlink(Waiter& w) noexcept {
-    (w.prev ? w.prev->next : head_) = w.next;
-    (w.next ? w.next->prev : tail_) = w.prev;
-    w.prev = w.next = nullptr;
-  }
-
-  // Resumes the granted list `w` (linked through `next`), oldest first.
-  static void resumeAll(Waiter* w) noexcept {
-    if (!w) return;
-    Trampoline& t = trampoline();
-    if (t.depth >= kMaxInlineDepth) {  // deep in a hand-over chain: the outermost call resumes them
-      (t.tail ? t.tail->next : t.head) = w;
-      while (w->next) w = w->next;
-      t.tail = w;
-      return;
-    }
-    ++t.depth;
-    resumeList(w);
-    if (t.depth == 1) {
-      while (Waiter* deferred = t.head) {
-        t.head = t.tail = nullptr;
-        resumeList(deferred);  // may defer more: loop until none is left
-      }
-    }
-    --t.depth;
-  }
-
-  static void resumeList(Waiter* w) noexcept {
-    while (w) {
-      Waiter* next = w->next;  // read first: the resumed frame may be gone
-      w->awaiting.resume();
-      w = next;
-    }
-  }
+  Waiter& head() noexcept { return static_cast<Waiter&>(*waiters_.front()); }
 
   std::atomic<std::uint64_t> state_;
   std::mutex mutex_;
-  Waiter* head_ = nullptr;
-  Waiter* tail_ = nullptr;
+  WaitList waiters_;
 };
 
 /// `co_await` of an acquisition. The plain form resumes with nothing; the
 /// cancellable form resumes with true (tokens held) or false (gave up
 /// because `stop` was requested while queued; no tokens held).
 template <bool Cancellable>
-class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
+class [[nodiscard]] AcquireOperation : public WaitOperation<FifoSemaphore, FifoSemaphore::Waiter, Cancellable> {
  public:
-  AcquireOperation(FifoSemaphore& sem, std::uint64_t n) noexcept
-    requires(!Cancellable)
-      : sem_(sem) {
-    wanted = n;
+  template <typename... Stop>
+  AcquireOperation(FifoSemaphore& sem, std::uint64_t n, Stop... stop) noexcept
+      : WaitOperation<FifoSemaphore, FifoSemaphore::Waiter, Cancellable>(sem, std::move(stop)...) {
+    this->wanted = n;
   }
-  AcquireOperation(FifoSemaphore& sem, std::uint64_t n, std::stop_token stop) noexcept
-    requires Cancellable
-      : sem_(sem), stop_(std::move(stop)) {
-    wanted = n;
-  }
-
-  // Only reached while queued if the awaiting frame is destroyed without
-  // being resumed; leaving it linked would let a later release resume
-  // freed memory.
-  ~AcquireOperation() {
-    if (state == FifoSemaphore::WaitState::queued) sem_.forget(*this);
-  }
-
-  bool await_ready() noexcept {
-    if (sem_.tryAcquire(wanted)) {
-      state = FifoSemaphore::WaitState::granted;
-      return true;
-    }
-    return false;
-  }
-
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
-    awaiting = h;
-    if constexpr (Cancellable) {
-      // Registered before queueing: after acquireOrEnqueue returns true we
-      // may already have been resumed elsewhere and must touch nothing.
-      // If stop was already requested this runs cancel() inline, and the
-      // waiter never queues.
-      onStop_.emplace(stop_, OnStop{this});
-    }
-    return sem_.acquireOrEnqueue(*this);
-  }
-
-  auto await_resume() noexcept {
-    if constexpr (Cancellable) {
-      onStop_.reset();  // waits if a concurrent cancel() on another thread is still running
-      return state == FifoSemaphore::WaitState::granted;
-    }
-  }
-
- private:
-  struct OnStop {
-    AcquireOperation* op;
-    void operator()() const noexcept { op->sem_.cancel(*op); }
-  };
-  struct NoStop {};
-
-  FifoSemaphore& sem_;
-  [[no_unique_address]] std::conditional_t<Cancellable, std::stop_token, NoStop> stop_;
-  [[no_unique_address]] std::conditional_t<Cancellable, std::optional<std::stop_callback<OnStop>>, NoStop> onStop_;
 };
 
 }  // namespace coio::detail

@@ -1,0 +1,73 @@
+#pragma once
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/fifo_semaphore.hpp>
+#include <coio/core/lock_guard.hpp>
+
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+/// A mutex for coroutines, FIFO fair: a coroutine that finds it held
+/// suspends instead of blocking its thread, so it may be held across
+/// `co_await` (unlike a std::mutex).
+///
+/// Guarantees:
+/// - FIFO: waiters get the lock in the order they queued. `unlock()` hands
+///   it straight to the oldest waiter (it is never free in between), so
+///   neither a newcomer's `lock()` nor `tryLock()` can barge ahead.
+/// - Uncontended `lock`/`tryLock`/`unlock` are one CAS each, no lock.
+/// - `unlock()` happens-before the acquisition it hands the lock to: the
+///   next holder sees everything the previous one wrote.
+/// - A waiter is resumed inline on the thread that calls `unlock()` (inside
+///   that call), or, for a cancellable lock, on the thread that requests
+///   stop; a lock that is free continues on the awaiting thread without
+///   suspending. As for Semaphore, a hand-over more than 32 nested
+///   resumptions deep on one thread is deferred to the outermost one on
+///   that thread: a chain through any number of waiters uses bounded stack.
+/// - A waiter whose frame is destroyed while queued leaves the queue.
+///   Destroying the Mutex while coroutines wait, and `unlock()` while it is
+///   not held, are programming errors (asserted).
+/// - Not recursive, and not owned by a thread: a coroutine may lock on one
+///   thread and unlock on another.
+class Mutex {
+ public:
+  /// An unlocked mutex.
+  Mutex() noexcept : core_(1) {}
+
+  /// `co_await m.lock()` takes the lock, waiting in FIFO order.
+  detail::AcquireOperation<false> lock() noexcept { return {core_, 1}; }
+
+  /// Like lock(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true with the lock held, false without. A waiter that
+  /// gives up leaves the queue.
+  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+
+  /// `co_await m.scopedLock()` takes the lock like lock() and yields a guard
+  /// that unlocks when destroyed.
+  detail::ScopedLockOperation<LockGuard<Mutex>, false> scopedLock() noexcept { return {*this, core_, 1}; }
+
+  /// Like scopedLock(), but gives up if `stop` is requested while waiting:
+  /// the guard yielded is then empty (`ownsLock()` false).
+  detail::ScopedLockOperation<LockGuard<Mutex>, true> scopedLock(std::stop_token stop) noexcept {
+    return {*this, core_, 1, std::move(stop)};
+  }
+
+  /// Takes the lock if it is free and nobody waits.
+  bool tryLock() noexcept { return core_.tryAcquire(1); }
+
+  /// Releases the lock; the oldest waiter, if any, gets it and is resumed
+  /// inline on this thread before unlock() returns.
+  void unlock() noexcept {
+    COIO_ASSERT(core_.available() == 0, "coio::Mutex::unlock while not locked");
+    core_.release(1);
+  }
+
+  /// Whether the mutex is held right now (a snapshot).
+  bool isLocked() const noexcept { return core_.available() == 0; }
+
+ private:
+  detail::FifoSemaphore core_;
+};
+
+}  // namespace coio
