@@ -61,10 +61,12 @@
 # pieces, 4K x 128 needs 128 pieces = 16 MiB).
 #
 # Output: a Markdown table (medians over ROUNDS; the ratio is the median of the per-round ratios,
-# each round running fio, iperf3 and coio back to back), then a details table: IOPS, the disk's
-# average queue depth during fio and during coio (time_in_queue of the dataset's block device),
-# coio's batch latency, CPU use (% of one core: fio's own figure, iperf3's host + remote, coio's
-# server and bench from /proc and the shell's child times) and CPU core-seconds per GiB moved.
+# each round running fio, iperf3 and coio back to back, then iperf3 again paced at coio's rate),
+# then a details table: IOPS, the disk's queue during fio and during coio in IOs (bytes in flight
+# at the block device over the IO size, from time_in_queue x the average request's size: coio
+# reads an IO in several requests, fio in one), coio's batch latency, CPU use (% of one core:
+# fio's own figure, iperf3's host + remote, coio's server and bench from /proc and the shell's
+# child times) and CPU core-seconds per GiB moved (iperf3 flat out and paced, coio).
 # Exits non-zero, printing no ratio, if any tool fails or reports an error.
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/lib/storage_server.sh"
@@ -134,8 +136,13 @@ results=$work/results.jsonl
 # The block device under the dataset, for the disk's average queue depth during fio and coio runs.
 diskstat=/sys/class/block/$(basename "$(findmnt -n -o SOURCE --target "$data" 2>/dev/null || echo none)")/stat
 [[ -r $diskstat ]] || diskstat=/dev/null
-disk_queue() {  # stat-before stat-after seconds -> average requests in flight (time_in_queue / wall)
-  python3 -c 'import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print((int(b[10]) - int(a[10])) / 1000 / float(sys.argv[3]) if len(a) > 10 and len(b) > 10 else -1)' "$1" "$2" "$3"
+# Prints "requests bytes": the average requests in flight (time_in_queue / wall) and the average
+# request's size (sectors read / reads). coio reads an IO in --piece-size requests and fio in one,
+# so the goal compares bytes in flight: requests x request size / IO size, in IOs.
+disk_queue() {  # stat-before stat-after seconds
+  python3 -c 'import sys; a, b = sys.argv[1].split(), sys.argv[2].split()
+ok = len(a) > 10 and len(b) > 10 and int(b[0]) > int(a[0])
+print(f"{(int(b[10]) - int(a[10])) / 1000 / float(sys.argv[3])} {(int(b[2]) - int(a[2])) * 512 / (int(b[0]) - int(a[0]))}" if ok else "-1 0")' "$1" "$2" "$3"
 }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -160,8 +167,9 @@ job = json.load(open(sys.argv[1]))["jobs"][0]
 assert job["error"] == 0, job["error"]
 r = job["read"]
 assert r["io_bytes"] > 0 and r["runtime"] > 0
+queue, request = map(float, sys.argv[4].split())
 print(json.dumps({"tool": sys.argv[5], "size": sys.argv[2], "round": int(sys.argv[3]), "gib": r["bw_bytes"] / 2**30,
-                  "iops": r["iops"], "cpu": job["usr_cpu"] + job["sys_cpu"], "queue": float(sys.argv[4]),
+                  "iops": r["iops"], "cpu": job["usr_cpu"] + job["sys_cpu"], "queue": queue, "request": request,
                   "depth": int(sys.argv[6]), "p50_ms": r["clat_ns"]["percentile"]["50.000000"] / 1e6}))
 PY
     die "fio's output is unusable"
@@ -176,24 +184,26 @@ wait_for_port() {
   done
   return 1
 }
-run_iperf3() {  # size streams round
-  local size=$1 streams=$2 round=$3 len out=$work/iperf3.json
+run_iperf3() {  # size streams round [GiB/s to pace at, label]
+  local size=$1 streams=$2 round=$3 rate=${4:-} label=${5:-iperf3} len out=$work/iperf3.json pace=()
   len=$(python3 -c 'import sys; print(min(int(sys.argv[1]), 1 << 20))' "$(numfmt --from=iec "$size")")
+  # -b paces each stream: the total rate split between them, in bits/s.
+  [[ -n $rate ]] && pace=(-b "$(python3 -c 'import sys; print(int(float(sys.argv[1]) * 2**30 * 8 / int(sys.argv[2])))' "$rate" "$streams")")
   port=$((port + 1))
   iperf3 -s -1 -p $port >"$work/iperf3-server.log" 2>&1 &
   iperf_pid=$!
   wait_for_port $port || { cat "$work/iperf3-server.log" >&2; die "the iperf3 server did not start on port $port"; }
-  iperf3 -c 127.0.0.1 -p $port -t "$duration" -P "$streams" -l "$len" ${cc:+-C "$cc"} -J >"$out" ||
+  iperf3 -c 127.0.0.1 -p $port -t "$duration" -P "$streams" -l "$len" ${cc:+-C "$cc"} "${pace[@]}" -J >"$out" ||
     { cat "$out" >&2; die "iperf3 failed (-P $streams -l $len)"; }
   wait "$iperf_pid" || die "the iperf3 server failed"
   iperf_pid=""
-  python3 - "$out" "$size" "$round" "$streams" "$len" >>"$results" <<'PY' || die "iperf3's output is unusable"
+  python3 - "$out" "$size" "$round" "$streams" "$len" "$label" >>"$results" <<'PY' || die "iperf3's output is unusable"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert "error" not in d, d.get("error")
 end = d["end"]
 assert end["sum_received"]["bytes"] > 0
-print(json.dumps({"tool": "iperf3", "size": sys.argv[2], "round": int(sys.argv[3]), "streams": int(sys.argv[4]),
+print(json.dumps({"tool": sys.argv[6], "size": sys.argv[2], "round": int(sys.argv[3]), "streams": int(sys.argv[4]),
                   "len": int(sys.argv[5]), "gib": end["sum_received"]["bits_per_second"] / 8 / 2**30,
                   "cpu": end["cpu_utilization_percent"]["host_total"] + end["cpu_utilization_percent"]["remote_total"],
                   "cpu_per_gib": (end["cpu_utilization_percent"]["host_total"] + end["cpu_utilization_percent"]["remote_total"])
@@ -237,7 +247,8 @@ run_coio() {  # size batch depth connections seconds round verify(0|1) [label]
   python3 - "$out" "$size" "$round" "$label" "$(getconf CLK_TCK)" "$s0" "$s1" "$c0" "$c1" "$t0" "$t1" \
     "$(disk_queue "$d0" "$d1" "$(python3 -c "print($t1 - $t0)")")" >>"$results" <<'PY' ||
 import json, sys
-out, size, rnd, label, hz, s0, s1, c0, c1, t0, t1, queue = sys.argv[1:]
+out, size, rnd, label, hz, s0, s1, c0, c1, t0, t1, disk = sys.argv[1:]
+queue, request = map(float, disk.split())
 d = json.load(open(out))
 assert d["errors"]["total"] == 0 and d["ios"] > 0, d
 wall = float(t1) - float(t0)
@@ -246,7 +257,8 @@ print(json.dumps({"cpu_per_gib": (server_cpu + bench_cpu) / (d["bytes"] / 2**30)
                   "tool": label, "size": size, "round": int(rnd), "gib": d["gib_per_s"], "iops": d["iops"],
                   "batch": d["batch"], "depth": d["depth"], "connections": d["connections"], "verify": d["verify"],
                   "p50_ms": d["batch_latency_ms"]["p50"], "p99_ms": d["batch_latency_ms"]["p99"],
-                  "server_cpu": 100 * server_cpu / wall, "bench_cpu": 100 * bench_cpu / wall, "queue": float(queue)}))
+                  "server_cpu": 100 * server_cpu / wall, "bench_cpu": 100 * bench_cpu / wall, "queue": queue,
+                  "request": request}))
 PY
     { cat "$out" >&2; die "coio-storage-bench's output is unusable or reports errors"; }
 }
@@ -263,6 +275,8 @@ for size in $sizes; do
     run_fio "$size" $((b * d)) "$round"
     run_iperf3 "$size" "$c" "$round"
     run_coio "$size" "$b" "$d" "$c" "$duration" "$round" "$verify"
+    # CPU per GiB at the rate coio just reached: iperf3 flat out amortises more per wake-up.
+    run_iperf3 "$size" "$c" "$round" "$(tail -n 1 "$results" | python3 -c 'import json, sys; print(json.load(sys.stdin)["gib"])')" iperf3-paced
   done
 done
 
@@ -312,20 +326,31 @@ for s in sizes:
     print(f"| {s} | {f:.3f} | {i:.3f} | {c:.3f} | {ratio:.2f} ({'fio' if f <= i else 'iperf3'}) | "
           f"{'≥ %.1f' % g if g else '-'} | {('yes' if ratio >= g else 'NO') if g else '-'} |")
 print()
-print("| io size | batch × depth / conns | fio IOPS | coio IOPS | disk queue fio / coio | coio batch p50 / p99 ms | CPU % fio | CPU % iperf3 (both ends) | CPU % coio server / bench | CPU s per GiB: iperf3 / coio |")
+# The disk queue in IOs: bytes in flight at the device (requests in flight x the average request)
+# over the IO size. fio reads an IO in one request, coio in --piece-size ones.
+def in_ios(r):
+    return r["queue"] * r["request"] / size_bytes[r["size"]] if r["queue"] >= 0 else -1
+size_bytes = {"4K": 4096, "512K": 512 << 10, "4M": 4 << 20}
+for r in rows:
+    if "queue" in r and r["size"] in size_bytes:
+        r["queue_ios"] = in_ios(r)
+print("| io size | batch × depth / conns | fio IOPS | coio IOPS | disk queue in IOs fio / coio (requests; avg request KiB) | coio batch p50 / p99 ms | CPU % fio | CPU % iperf3 (both ends) | CPU % coio server / bench | CPU s per GiB: iperf3 / iperf3 at coio's rate / coio |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for s in sizes:
     c = next(r for r in rows if r["size"] == s and r["tool"] == "coio")
-    q = lambda t: f"{med(s, t, 'queue'):.1f}" if med(s, t, 'queue') >= 0 else "-"
+    q = lambda t: (f"{med(s, t, 'queue_ios'):.1f} ({med(s, t, 'queue'):.1f}; {med(s, t, 'request') / 1024:.0f})"
+                   if med(s, t, 'queue') >= 0 else "-")
     print(f"| {s} | {c['batch']} × {c['depth']} / {c['connections']} | {med(s, 'fio', 'iops'):.0f} | {med(s, 'coio', 'iops'):.0f} | "
           f"{q('fio')} / {q('coio')} | "
           f"{med(s, 'coio', 'p50_ms'):.2f} / {med(s, 'coio', 'p99_ms'):.2f} | {med(s, 'fio', 'cpu'):.0f} | "
           f"{med(s, 'iperf3', 'cpu'):.0f} | {med(s, 'coio', 'server_cpu'):.0f} / {med(s, 'coio', 'bench_cpu'):.0f} | "
-          f"{med(s, 'iperf3', 'cpu_per_gib'):.2f} / {med(s, 'coio', 'cpu_per_gib'):.2f} |")
+          f"{med(s, 'iperf3', 'cpu_per_gib'):.2f} / {med(s, 'iperf3-paced', 'cpu_per_gib'):.2f} / "
+          f"{med(s, 'coio', 'cpu_per_gib'):.2f} |")
 print()
-print("Goals beside the ratio: disk queue coio / fio >= 0.9; CPU s per GiB coio <= iperf3 at 512K and 4M: " + "; ".join(
-    f"{s}: queue {med(s, 'coio', 'queue') / med(s, 'fio', 'queue'):.2f}"
-    + (f", CPU {med(s, 'coio', 'cpu_per_gib') / med(s, 'iperf3', 'cpu_per_gib'):.2f} of iperf3's" if s != "4K" else "")
+print("Goals beside the ratio: disk queue (in IOs) coio / fio >= 0.9; CPU s per GiB coio <= iperf3 at 512K and 4M: " + "; ".join(
+    f"{s}: queue {med(s, 'coio', 'queue_ios') / med(s, 'fio', 'queue_ios'):.2f}"
+    + (f", CPU {med(s, 'coio', 'cpu_per_gib') / med(s, 'iperf3', 'cpu_per_gib'):.2f} of iperf3's "
+       f"({med(s, 'coio', 'cpu_per_gib') / med(s, 'iperf3-paced', 'cpu_per_gib'):.2f} at coio's rate)" if s != "4K" else "")
     for s in sizes if med(s, 'fio', 'queue') > 0))
 qd1 = [r for r in rows if r["tool"] in ("fio-qd1", "sockperf", "coio-qd1")]
 if qd1:
@@ -341,12 +366,12 @@ if fs:
     print()
     print("512 KiB depth sweep (outstanding IOs; coio batch 1 over 2 connections, fio iodepth):")
     print()
-    print("| outstanding | fio GiB/s | coio GiB/s | ratio | disk queue fio / coio |")
+    print("| outstanding | fio GiB/s | coio GiB/s | ratio | disk queue in IOs fio / coio |")
     print("|---|---|---|---|---|")
     with open(path + ".sweep", "w") as out:
         for r in fs:
             c = cs[r["depth"]]
-            print(f"| {r['depth']} | {r['gib']:.3f} | {c['gib']:.3f} | {c['gib'] / r['gib']:.2f} | {r['queue']:.1f} / {c['queue']:.1f} |")
+            print(f"| {r['depth']} | {r['gib']:.3f} | {c['gib']:.3f} | {c['gib'] / r['gib']:.2f} | {r['queue_ios']:.1f} / {c['queue_ios']:.1f} |")
             out.write(f"{r['depth']} {r['gib']:.4f} {c['gib']:.4f}\n")
 if int(rounds) > 1:
     print()
