@@ -7,6 +7,7 @@
 #include <coio/core/baton.hpp>
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/blocking_wait.hpp>
+#include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/semaphore.hpp>

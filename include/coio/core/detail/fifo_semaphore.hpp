@@ -20,6 +20,7 @@
 // outermost resumption on that thread once the inner ones have returned
 // (a trampoline). Stack use stays bounded whatever the queue's length.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 
 #include <atomic>
 #include <coroutine>
@@ -234,7 +235,8 @@ class FifoSemaphore {
 
 /// `co_await` of an acquisition. The plain form resumes with nothing; the
 /// cancellable form resumes with true (tokens held) or false (gave up
-/// because `stop` was requested while queued; no tokens held).
+/// because `stop` was requested while queued; no tokens held). Given a
+/// default `stop`, the cancellable form uses the awaiting Task's token.
 template <bool Cancellable>
 class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
  public:
@@ -264,9 +266,11 @@ class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
     return false;
   }
 
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
     awaiting = h;
     if constexpr (Cancellable) {
+      inheritStopToken(stop_, h);  // given none: the awaiting Task's
       // Registered before queueing: after acquireOrEnqueue returns true we
       // may already have been resumed elsewhere and must touch nothing.
       // If stop was already requested this runs cancel() inline, and the
