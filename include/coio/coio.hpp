@@ -9,6 +9,7 @@
 #include <coio/core/blocking_wait.hpp>
 #include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
+#include <coio/core/collect_any.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/semaphore.hpp>
 #include <coio/core/stamped_ptr.hpp>

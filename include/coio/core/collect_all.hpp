@@ -1,8 +1,11 @@
 #pragma once
+#include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/collect.hpp>
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
 
+#include <atomic>
+#include <coroutine>
 #include <cstddef>
 #include <stop_token>
 #include <tuple>
@@ -11,6 +14,29 @@
 #include <vector>
 
 namespace coio {
+
+namespace detail {
+
+// collectAllWindowed's latch: a child that finishes starts, by symmetric
+// transfer on its own thread, the first child not started yet.
+struct WindowLatch : CollectLatch {
+  std::vector<std::coroutine_handle<>> children;  // bound to this latch, in input order
+  std::atomic<std::size_t> next{0};                // index of the next child to start
+
+  std::coroutine_handle<> takeNext() noexcept {
+    const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+    return i < children.size() ? children[i] : nullptr;
+  }
+  std::coroutine_handle<> childDone(void* /*child*/) noexcept {
+    if (std::coroutine_handle<> following = takeNext()) {
+      arrive();  // never the last arrival: `following` has not finished
+      return following;
+    }
+    return arrive();
+  }
+};
+
+}  // namespace detail
 
 /// Runs the tasks concurrently and yields all their results as a tuple
 /// (a `Task<void>` contributes `Unit`).
@@ -45,6 +71,35 @@ auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>>
   detail::CollectLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
     for (auto& child : children) child.start(latch, stop);
+  });
+  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+}
+
+/// collectAllRange with bounded concurrency (folly's collectAllWindowed):
+/// at most `window` children run at once; results in input order.
+///
+/// The first `window` children start in input order on the awaiting
+/// thread, each running until its first suspension; from then on, each
+/// child that finishes starts the next one on its own thread (by symmetric
+/// transfer, so a run of children that finish synchronously uses constant
+/// stack). The awaiting coroutine resumes on the thread that finishes the
+/// last child. Same exception and stop token rules as collectAll: every
+/// child runs, even after one threw or the token was stopped (it then
+/// starts under a stopped token). `window` must be at least 1 (asserted).
+template <typename T>
+auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
+  static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
+  COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
+  auto children = detail::makeCollectChildren<detail::WindowLatch>(std::move(tasks));
+  detail::WindowLatch latch;
+  latch.children.reserve(children.size());  // here: startAll below must not throw
+  co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
+    for (auto& child : children) latch.children.push_back(child.bind(latch, stop));
+    for (std::size_t i = 0; i < window; ++i) {
+      const std::coroutine_handle<> child = latch.takeNext();
+      if (!child) break;
+      child.resume();
+    }
   });
   if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
 }
