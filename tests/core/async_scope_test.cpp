@@ -23,6 +23,14 @@ using coio::Semaphore;
 using coio::Task;
 using coio::blockingWait;
 
+namespace {
+// Joins `scope`, then sets `joined`.
+Task<void> joinThenSet(AsyncScope& scope, bool& joined) {
+  co_await scope.join();
+  joined = true;
+}
+}  // namespace
+
 TEST_CASE("AsyncScope::spawn runs inline until the first suspension", "[asyncScope]") {
   AsyncScope scope;
   Baton gate;
@@ -52,10 +60,7 @@ TEST_CASE("AsyncScope::join waits for every spawned task", "[asyncScope]") {
   }
   bool joined = false;
   AsyncScope outer;
-  outer.spawn([](AsyncScope& scope, bool& joined) -> Task<void> {
-    co_await scope.join();
-    joined = true;
-  }(scope, joined));
+  outer.spawn(joinThenSet(scope, joined));
   gates[0].post();
   gates[2].post();
   CHECK_FALSE(joined);
@@ -179,10 +184,7 @@ TEST_CASE("AsyncScope: requestStop then join cancels what the scope owns and wai
 
   bool joined = false;
   AsyncScope outer;
-  outer.spawn([](AsyncScope& scope, bool& joined) -> Task<void> {
-    co_await scope.join();
-    joined = true;
-  }(scope, joined));
+  outer.spawn(joinThenSet(scope, joined));
   CHECK_FALSE(joined);  // the stubborn task is still running
   stubborn.post();
   CHECK(joined);

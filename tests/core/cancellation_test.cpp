@@ -170,7 +170,8 @@ TEST_CASE("collectAll and collectAllRange children run under the awaiting Task's
     if (!acquired) ++cancelled;
   };
   auto parent = [](Task<std::tuple<coio::Unit, coio::Unit>> all) -> Task<void> { co_await std::move(all); };
-  ex.spawn(withStopToken(stopper.get_token(), parent(coio::collectAll(waiter(sem, cancelled), waiter(sem, cancelled)))));
+  ex.spawn(withStopToken(stopper.get_token(),
+                         parent(coio::collectAll(waiter(sem, cancelled), waiter(sem, cancelled)))));
   ex.drain();
   CHECK(ex.outstanding() == 1);
   stopper.request_stop();

@@ -66,15 +66,21 @@ Task<void> keep(Task<T> task, std::optional<T>& out, std::string& error) {
   }
 }
 
+// What most tests below share: an executor, a semaphore nobody releases
+// unless the test says so, a log and the error a kept task threw.
+struct Race {
+  ManualExecutor ex;
+  Semaphore sem{0};
+  std::vector<std::string> log;
+  std::string error;
+};
+
 }  // namespace
 
-TEST_CASE("collectAny yields the first to finish, stops the others and awaits them all", "[collectAny]") {
-  ManualExecutor ex;
+TEST_CASE_METHOD(Race, "collectAny yields the first to finish, stops the others and awaits them all",
+                 "[collectAny]") {
   Baton winnerGate, stubbornGate;
-  Semaphore sem(0);
-  std::vector<std::string> log;
   std::optional<std::variant<int, int, int>> result;
-  std::string error;
   {
     ex.spawn(keep(collectAny(acquireOrStop({}, sem, 0, log), afterGate({}, winnerGate, 1, log),
                              afterGate({}, stubbornGate, 2, log)),
@@ -115,9 +121,8 @@ TEST_CASE("collectAny: void children give Unit, and the index tells equal types 
   CHECK(std::get<0>(second) == "5");
 }
 
-TEST_CASE("collectAny: a child that finishes while they start wins; later ones start stopped", "[collectAny]") {
-  std::vector<std::string> log;
-  Semaphore sem(0);
+TEST_CASE_METHOD(Race, "collectAny: a child that finishes while they start wins; later ones start stopped",
+                 "[collectAny]") {
   auto startsStopped = [](std::vector<std::string>& log) -> Task<int> {
     const std::stop_token t = co_await currentStopToken();
     log.push_back(t.stop_requested() ? "started stopped" : "started");
@@ -129,16 +134,13 @@ TEST_CASE("collectAny: a child that finishes while they start wins; later ones s
   CHECK(log == std::vector<std::string>{"stopped 0", "started stopped"});
 }
 
-TEST_CASE("collectAny rethrows the winner's exception and drops the losers'", "[collectAny]") {
-  ManualExecutor ex;
+TEST_CASE_METHOD(Race, "collectAny rethrows the winner's exception and drops the losers'", "[collectAny]") {
   Baton failGate, laterGate;
-  std::vector<std::string> log;
   auto failAfter = [](Baton& gate, std::string what) -> Task<int> {
     co_await gate;
     throw std::runtime_error(what);
   };
   std::optional<std::variant<int, int, int>> result;
-  std::string error;
   {
     ex.spawn(keep(collectAny(failAfter(failGate, "winner"), failAfter(laterGate, "loser"),
                              afterGate({}, laterGate, 2, log)),
@@ -166,11 +168,9 @@ TEST_CASE("collectAny rethrows the winner's exception and drops the losers'", "[
   CHECK(LifeTracker::alive == 0);
 }
 
-TEST_CASE("collectAny under a token already stopped: every child starts stopped", "[collectAny]") {
+TEST_CASE_METHOD(Race, "collectAny under a token already stopped: every child starts stopped", "[collectAny]") {
   std::stop_source source;
   source.request_stop();
-  Semaphore sem(0);
-  std::vector<std::string> log;
   const auto result = blockingWait(
       withStopToken(source.get_token(), collectAny(acquireOrStop({}, sem, 0, log), acquireOrStop({}, sem, 1, log))));
   CHECK(result.index() == 0);
@@ -178,17 +178,13 @@ TEST_CASE("collectAny under a token already stopped: every child starts stopped"
   CHECK(LifeTracker::alive == 0);
 }
 
-TEST_CASE("collectAny: the enclosing token's stop reaches the children, and may finish them all inline",
-          "[collectAny]") {
+TEST_CASE_METHOD(Race, "collectAny: the enclosing token's stop reaches the children, and may finish them all inline",
+                 "[collectAny]") {
   // The stop cancels both waits inline; the last one resumes the parent
   // inside the stop callback, which frees collectAny's frame (and its stop
   // source) before the callback has returned: ASan checks that is safe.
-  ManualExecutor ex;
-  Semaphore sem(0);
   std::stop_source source;
-  std::vector<std::string> log;
   std::optional<std::variant<int, int>> result;
-  std::string error;
   ex.spawn(withStopToken(source.get_token(), keep(collectAny(acquireOrStop({}, sem, 0, log),
                                                              acquireOrStop({}, sem, 1, log)),
                                                   result, error)));
@@ -201,18 +197,14 @@ TEST_CASE("collectAny: the enclosing token's stop reaches the children, and may 
   CHECK(LifeTracker::alive == 0);
 }
 
-TEST_CASE("nested collectAny: the outer winner stops the inner race too", "[collectAny]") {
-  ManualExecutor ex;
-  Semaphore sem(0);
+TEST_CASE_METHOD(Race, "nested collectAny: the outer winner stops the inner race too", "[collectAny]") {
   Baton outerGate;
-  std::vector<std::string> log;
   auto inner = [](Semaphore& sem, std::vector<std::string>& log) -> Task<int> {
     const auto r = co_await collectAny(acquireOrStop({}, sem, 10, log), acquireOrStop({}, sem, 11, log));
     log.push_back("inner " + std::to_string(r.index()));
     co_return 100;
   };
   std::optional<std::variant<int, int>> result;
-  std::string error;
   ex.spawn(keep(collectAny(inner(sem, log), afterGate({}, outerGate, 1, log)), result, error));
   ex.drain();
   CHECK(log.empty());
@@ -243,17 +235,14 @@ TEST_CASE("nested collectAny: the outer winner stops the inner race too", "[coll
   CHECK(LifeTracker::alive == 0);
 }
 
-TEST_CASE("collectAnyRange yields the winner's index and value and awaits the others", "[collectAny]") {
-  ManualExecutor ex;
-  Semaphore sem(0);
+TEST_CASE_METHOD(Race, "collectAnyRange yields the winner's index and value and awaits the others",
+                 "[collectAny]") {
   Baton gate;
-  std::vector<std::string> log;
   std::vector<Task<int>> tasks;
   for (int i = 0; i < 4; ++i) {
     tasks.push_back(i == 2 ? afterGate({}, gate, i, log) : acquireOrStop({}, sem, i, log));
   }
   std::optional<std::pair<std::size_t, int>> result;
-  std::string error;
   ex.spawn(keep(collectAnyRange(std::move(tasks)), result, error));
   ex.drain();
   gate.post();
