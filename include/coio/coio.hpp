@@ -8,7 +8,9 @@
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/blocking_wait.hpp>
 #include <coio/core/bounded_queue.hpp>
+#include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
+#include <coio/core/collect_any.hpp>
 #include <coio/core/event.hpp>
 #include <coio/core/latch.hpp>
 #include <coio/core/lock_guard.hpp>

@@ -1,12 +1,16 @@
 #include <coio/core/async_scope.hpp>
 #include <coio/core/baton.hpp>
 #include <coio/core/blocking_wait.hpp>
+#include <coio/core/cancellation.hpp>
+#include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <memory>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,8 +19,17 @@
 
 using coio::AsyncScope;
 using coio::Baton;
+using coio::Semaphore;
 using coio::Task;
 using coio::blockingWait;
+
+namespace {
+// Joins `scope`, then sets `joined`.
+Task<void> joinThenSet(AsyncScope& scope, bool& joined) {
+  co_await scope.join();
+  joined = true;
+}
+}  // namespace
 
 TEST_CASE("AsyncScope::spawn runs inline until the first suspension", "[asyncScope]") {
   AsyncScope scope;
@@ -47,10 +60,7 @@ TEST_CASE("AsyncScope::join waits for every spawned task", "[asyncScope]") {
   }
   bool joined = false;
   AsyncScope outer;
-  outer.spawn([](AsyncScope& scope, bool& joined) -> Task<void> {
-    co_await scope.join();
-    joined = true;
-  }(scope, joined));
+  outer.spawn(joinThenSet(scope, joined));
   gates[0].post();
   gates[2].post();
   CHECK_FALSE(joined);
@@ -137,4 +147,70 @@ TEST_CASE("AsyncScope: tasks finishing on many threads, joined from another", "[
     CHECK(done == kTasks);
     for (auto& p : posters) p.join();
   }
+}
+
+namespace {
+// Gives up its cancellable wait (given no token) when the scope is stopped.
+Task<void> waitOrStop(Semaphore& sem, std::vector<std::string>& log) {
+  const bool acquired = co_await sem.acquire(std::stop_token{});
+  log.push_back(acquired ? "acquired" : "stopped");
+}
+}  // namespace
+
+TEST_CASE("AsyncScope: requestStop then join cancels what the scope owns and waits for all of it",
+          "[asyncScope]") {
+  AsyncScope scope;
+  Semaphore sem(0);
+  Baton stubborn;
+  std::vector<std::string> log;
+  scope.spawn(waitOrStop(sem, log));
+  scope.spawn(waitOrStop(sem, log));
+  scope.spawn([](Baton& gate, std::vector<std::string>& log) -> Task<void> {
+    co_await gate;  // ignores the stop
+    const std::stop_token t = co_await coio::currentStopToken();
+    log.push_back(t.stop_requested() ? "stubborn saw the stop" : "stubborn");
+  }(stubborn, log));
+  CHECK_FALSE(scope.stopToken().stop_requested());
+  CHECK(scope.outstanding() == 3);
+
+  scope.requestStop();  // the waits give up inline, on this thread
+  CHECK(scope.stopToken().stop_requested());
+  CHECK(log == std::vector<std::string>{"stopped", "stopped"});
+  CHECK(scope.outstanding() == 1);
+
+  // A task spawned after the stop starts under the stopped token.
+  scope.spawn(waitOrStop(sem, log));
+  CHECK(log.back() == "stopped");
+
+  bool joined = false;
+  AsyncScope outer;
+  outer.spawn(joinThenSet(scope, joined));
+  CHECK_FALSE(joined);  // the stubborn task is still running
+  stubborn.post();
+  CHECK(joined);
+  CHECK(log.back() == "stubborn saw the stop");
+  blockingWait(outer.join());
+  sem.release();
+  CHECK(sem.tryAcquire());  // nobody was left in the queue
+}
+
+TEST_CASE("AsyncScope: a requestStop that lets the joiner destroy the scope is safe", "[asyncScope]") {
+  // The stop finishes the last task inline, which resumes the joiner inline,
+  // which destroys the scope (and its stop source) inside requestStop().
+  auto scope = std::make_unique<AsyncScope>();
+  Semaphore sem(0);
+  std::vector<std::string> log;
+  scope->spawn(waitOrStop(sem, log));
+  bool joined = false;
+  AsyncScope outer;
+  outer.spawn([](std::unique_ptr<AsyncScope>& scope, bool& joined) -> Task<void> {
+    co_await scope->join();
+    scope.reset();
+    joined = true;
+  }(scope, joined));
+  scope->requestStop();
+  CHECK(joined);
+  CHECK(scope == nullptr);
+  CHECK(log == std::vector<std::string>{"stopped"});
+  blockingWait(outer.join());
 }

@@ -1,3 +1,4 @@
+#include <coio/core/async_scope.hpp>
 #include <coio/core/baton.hpp>
 #include <coio/core/blocking_wait.hpp>
 #include <coio/core/collect_all.hpp>
@@ -6,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -21,6 +24,7 @@ using coio::Unit;
 using coio::blockingWait;
 using coio::collectAll;
 using coio::collectAllRange;
+using coio::collectAllWindowed;
 
 namespace {
 Task<int> value(int v) { co_return v; }
@@ -155,6 +159,121 @@ TEST_CASE("collectAllRange with children finished on other threads", "[collectAl
     };
     auto results = blockingWait(parent());
     for (auto& t : posters) t.join();
+    for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * i);
+  }
+}
+
+TEST_CASE("collectAllWindowed runs at most `window` children at once and keeps input order", "[collectAll]") {
+  for (const std::size_t window : {std::size_t{1}, std::size_t{3}, std::size_t{20}}) {
+    coio::testing::ManualExecutor ex;
+    int running = 0, maxRunning = 0;
+    std::vector<int> started;
+    std::vector<Task<int>> tasks;
+    for (int i = 0; i < 10; ++i) {
+      // Different lengths, so children finish out of order.
+      tasks.push_back([](coio::testing::ManualExecutor& ex, int i, int& running, int& maxRunning,
+                         std::vector<int>& started) -> Task<int> {
+        started.push_back(i);
+        maxRunning = std::max(maxRunning, ++running);
+        for (int k = 0; k <= (i * 7) % 4; ++k) co_await ex.schedule();
+        --running;
+        co_return i * 10;
+      }(ex, i, running, maxRunning, started));
+    }
+    std::vector<int> results;
+    auto parent = [](Task<std::vector<int>> all, std::vector<int>& results) -> Task<void> {
+      results = co_await std::move(all);
+    };
+    ex.spawn(parent(collectAllWindowed(std::move(tasks), window), results));
+    ex.drain();
+    INFO("window " << window);
+    CHECK(maxRunning == static_cast<int>(std::min<std::size_t>(window, 10)));
+    CHECK(running == 0);
+    CHECK(started == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});  // started in input order
+    REQUIRE(results.size() == 10);
+    for (int i = 0; i < 10; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * 10);
+  }
+}
+
+TEST_CASE("collectAllWindowed: synchronous, empty and void ranges; a child starts when one finishes",
+          "[collectAll]") {
+  std::vector<Task<int>> tasks;
+  for (int i = 0; i < 1000; ++i) tasks.push_back(value(i));  // all synchronous: constant stack
+  const std::vector<int> results = blockingWait(collectAllWindowed(std::move(tasks), 2));
+  REQUIRE(results.size() == 1000);
+  CHECK(results[999] == 999);
+
+  CHECK(blockingWait(collectAllWindowed(std::vector<Task<int>>{}, 4)).empty());
+
+  // Window 2 over gated children: the third starts only once one of the
+  // first two finished, on the thread (here: inline) that finished it.
+  Baton g0, g1, g2;
+  std::vector<std::string> log;
+  std::vector<Task<void>> voids;
+  voids.push_back([](Baton& g, std::vector<std::string>& log) -> Task<void> {
+    co_await gated(g, log, 0);
+  }(g0, log));
+  voids.push_back([](Baton& g, std::vector<std::string>& log) -> Task<void> {
+    co_await gated(g, log, 1);
+  }(g1, log));
+  voids.push_back([](Baton& g, std::vector<std::string>& log) -> Task<void> {
+    co_await gated(g, log, 2);
+  }(g2, log));
+  bool finished = false;
+  coio::AsyncScope scope;
+  scope.spawn([](Task<void> all, bool& finished) -> Task<void> {
+    co_await std::move(all);
+    finished = true;
+  }(collectAllWindowed(std::move(voids), 2), finished));
+  CHECK(log == std::vector<std::string>{"start 0", "start 1"});
+  g1.post();
+  CHECK(log == std::vector<std::string>{"start 0", "start 1", "end 1", "start 2"});
+  g2.post();
+  g0.post();
+  CHECK(finished);
+  blockingWait(scope.join());
+}
+
+TEST_CASE("collectAllWindowed rethrows the first exception after every child ran", "[collectAll]") {
+  int ran = 0;
+  std::vector<Task<int>> tasks;
+  for (int i = 0; i < 6; ++i) {
+    tasks.push_back([](int i, int& ran) -> Task<int> {
+      ++ran;
+      if (i == 1 || i == 4) throw std::runtime_error("child " + std::to_string(i));
+      co_return i;
+    }(i, ran));
+  }
+  CHECK_THROWS_WITH(blockingWait(collectAllWindowed(std::move(tasks), 2)), "child 1");
+  CHECK(ran == 6);
+}
+
+TEST_CASE("collectAllWindowed with children finished on other threads", "[collectAll][threads]") {
+  constexpr int kChildren = 8;
+  for (int round = 0; round < 50; ++round) {
+    std::vector<Baton> gates(kChildren);
+    std::atomic<int> running{0}, maxRunning{0};
+    std::vector<Task<int>> tasks;
+    for (int i = 0; i < kChildren; ++i) {
+      tasks.push_back([](Baton& g, int i, std::atomic<int>& running, std::atomic<int>& maxRunning) -> Task<int> {
+        const int now = ++running;
+        int seen = maxRunning.load();
+        while (now > seen && !maxRunning.compare_exchange_weak(seen, now)) {
+        }
+        co_await g;
+        --running;
+        co_return i * i;
+      }(gates[static_cast<std::size_t>(i)], i, running, maxRunning));
+    }
+    std::vector<std::thread> posters;
+    auto parent = [&]() -> Task<std::vector<int>> {
+      auto all = collectAllWindowed(std::move(tasks), 3);
+      for (auto& g : gates) posters.emplace_back([&g] { g.post(); });
+      co_return co_await std::move(all);
+    };
+    auto results = blockingWait(parent());
+    for (auto& t : posters) t.join();
+    CHECK(maxRunning.load() <= 3);
     for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * i);
   }
 }

@@ -5,6 +5,7 @@
 
 #include <coio/core/task.hpp>
 #include <coio/disk/read_batch.hpp>
+#include <coio/reactor/with_timeout.hpp>
 
 #include <sys/stat.h>
 
@@ -96,8 +97,8 @@ TEMPLATE_LIST_TEST_CASE("File reports the kernel's error for a file that cannot 
   reactor.runUntil(test());
 }
 
-TEMPLATE_LIST_TEST_CASE("a stop cancels a read in flight, which resumes once the kernel let go", "[disk][file]",
-                        DiskReactors) {
+TEMPLATE_LIST_TEST_CASE("a stop cancels a read in flight, which resumes once the kernel let go; given no token, "
+                        "the awaiting Task's", "[disk][file]", DiskReactors) {
   TempDir dir;
   const std::string fifo = makeFifo(dir);
   TestType reactor;
@@ -115,6 +116,17 @@ TEMPLATE_LIST_TEST_CASE("a stop cancels a read in flight, which resumes once the
     CHECK(r.error() == std::errc::operation_canceled);
     coio::Result<std::size_t> again = co_await file.read(0, buffer, stop.get_token());
     CHECK(again.error() == std::errc::operation_canceled);  // stopped before it started
+
+    // Given no token, a read (or a batch) follows the awaiting Task's: here a deadline's.
+    auto readOnce = [&]() -> Task<coio::Result<std::size_t>> { co_return co_await file.read(0, buffer); };
+    coio::Result<std::size_t> late = co_await coio::withTimeout(reactor, readOnce(), 20ms);
+    CHECK(late.error() == std::errc::timed_out);
+    coio::ReadBatch batch(disk);
+    batch.add(file, 0, buffer);
+    auto submit = [&]() -> Task<void> { co_await batch; };
+    coio::Result<void> submitted = co_await coio::withTimeout(reactor, submit(), 20ms);
+    CHECK(submitted.error() == std::errc::timed_out);
+    CHECK(batch.result(0).error() == std::errc::operation_canceled);
   };
   reactor.runUntil(test());
   checkFifoUnclaimed(fifo);

@@ -1,6 +1,7 @@
 #pragma once
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/task.hpp>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <stop_token>
 #include <utility>
 
 namespace coio {
@@ -28,6 +30,13 @@ namespace coio {
 ///   handler given at construction (called on the thread where the task
 ///   failed), or, without a handler, the first one is rethrown by `join()`
 ///   and `failedCount()` counts them all.
+/// - Cancellation: every spawned task runs under the scope's stop token
+///   (`stopToken()`, `co_await currentStopToken()` inside). `requestStop()`
+///   then `co_await join()` cancels everything the scope owns (the reactor
+///   operations and cancellable waits in it that were given no token of
+///   their own) and waits for all of it; a task that ignores the stop is
+///   still waited for. A task spawned after `requestStop()` starts under a
+///   stopped token.
 class AsyncScope {
  public:
   /// Receives each exception that escapes a spawned task, on the thread where the task failed.
@@ -55,6 +64,20 @@ class AsyncScope {
     const std::size_t n = count_.load(std::memory_order_acquire);
     return joinStarted() ? n : n - 1;
   }
+
+  /// Stops the token every spawned task runs under. Callable from any
+  /// thread, any number of times; the stop callbacks (e.g. a cancelled
+  /// semaphore wait resuming its coroutine) run inline on the calling
+  /// thread, so request it on the thread those operations require (a
+  /// reactor's operations: its loop thread). If that finishes the last task,
+  /// the joiner resumes inline too, and may destroy the scope before this
+  /// call returns: it touches nothing of the scope afterwards.
+  void requestStop() noexcept {
+    std::stop_source(stopSource_).request_stop();  // the copy keeps the stop state alive throughout
+  }
+
+  /// The token spawned tasks run under, stopped by requestStop().
+  std::stop_token stopToken() const noexcept { return stopToken_; }
 
   /// Spawned tasks that ended with an exception.
   std::size_t failedCount() const noexcept { return failed_.load(std::memory_order_acquire); }
@@ -85,7 +108,7 @@ class AsyncScope {
 
  private:
   struct Detached {
-    struct promise_type : detail::PooledFrame {
+    struct promise_type : detail::PooledFrame, detail::StopTokenCarrier {
       struct FinalAwaiter {
         bool await_ready() noexcept { return false; }
         std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
@@ -96,7 +119,7 @@ class AsyncScope {
         }
         void await_resume() noexcept {}
       };
-      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) {}
+      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) { stopToken = &s->stopToken_; }
       Detached get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
       std::suspend_always initial_suspend() noexcept { return {}; }
       FinalAwaiter final_suspend() noexcept { return {}; }
@@ -125,6 +148,8 @@ class AsyncScope {
     if (!firstException_) firstException_ = std::move(e);
   }
 
+  std::stop_source stopSource_;
+  std::stop_token stopToken_ = stopSource_.get_token();  // what the tasks point to
   // 1 (the scope's own reference, dropped by join) + running tasks.
   std::atomic<std::size_t> count_{1};
   std::atomic<std::size_t> failed_{0};

@@ -34,7 +34,9 @@ class BatchSemaphore {
   detail::AcquireOperation<false> acquire(std::size_t n) { return {core_, checked(n)}; }
 
   /// Like acquire(n), but gives up if `stop` is requested while waiting:
-  /// `co_await` yields true with the tokens held, false without.
+  /// `co_await` yields true with the tokens held, false without. A default
+  /// `stop` means the token the awaiting Task runs under (see
+  /// currentStopToken).
   detail::AcquireOperation<true> acquire(std::size_t n, std::stop_token stop) {
     return {core_, checked(n), std::move(stop)};
   }

@@ -1,13 +1,13 @@
 #pragma once
-#include <coio/core/detail/frame_allocator.hpp>
-#include <coio/core/detail/outcome.hpp>
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/collect.hpp>
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
 
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
-#include <exception>
+#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -17,105 +17,24 @@ namespace coio {
 
 namespace detail {
 
-// Counts the children still running plus one for the parent; the last to
-// arrive resumes the parent. Also keeps the first exception (in time).
-struct CollectLatch {
-  std::atomic<std::size_t> remaining{0};
-  std::coroutine_handle<> parent;
-  std::atomic<bool> failed{false};
-  std::exception_ptr firstException;
+// collectAllWindowed's latch: a child that finishes starts, by symmetric
+// transfer on its own thread, the first child not started yet.
+struct WindowLatch : CollectLatch {
+  std::vector<std::coroutine_handle<>> children;  // bound to this latch, in input order
+  std::atomic<std::size_t> next{0};                // index of the next child to start
 
-  std::coroutine_handle<> arrive() noexcept {
-    return remaining.fetch_sub(1, std::memory_order_acq_rel) == 1 ? parent : std::noop_coroutine();
+  std::coroutine_handle<> takeNext() noexcept {
+    const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+    return i < children.size() ? children[i] : nullptr;
   }
-  void fail(std::exception_ptr e) noexcept {
-    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = std::move(e);
-  }
-};
-
-template <typename T>
-class CollectChild {
- public:
-  struct promise_type : PooledFrame, OutcomeReturn<T> {
-    struct FinalAwaiter {
-      bool await_ready() noexcept { return false; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
-        auto& p = h.promise();
-        if (p.outcome.hasException()) p.latch->fail(p.outcome.exception());
-        return p.latch->arrive();
-      }
-      void await_resume() noexcept {}
-    };
-    CollectChild get_return_object() noexcept {
-      return CollectChild{std::coroutine_handle<promise_type>::from_promise(*this)};
+  std::coroutine_handle<> childDone(void* /*child*/) noexcept {
+    if (std::coroutine_handle<> following = takeNext()) {
+      arrive();  // never the last arrival: `following` has not finished
+      return following;
     }
-    std::suspend_always initial_suspend() noexcept { return {}; }
-    FinalAwaiter final_suspend() noexcept { return {}; }
-    CollectLatch* latch = nullptr;
-  };
-
-  CollectChild(CollectChild&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  CollectChild& operator=(CollectChild&&) = delete;
-  ~CollectChild() {
-    if (handle_) handle_.destroy();
+    return arrive();
   }
-
-  // Runs the child on this thread until its first suspension.
-  void start(CollectLatch& latch) noexcept {
-    handle_.promise().latch = &latch;
-    handle_.resume();
-  }
-  decltype(auto) result() {
-    if constexpr (std::is_void_v<T>) {
-      return Unit{};
-    } else {
-      return handle_.promise().outcome.get();
-    }
-  }
-
- private:
-  explicit CollectChild(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
 };
-
-template <typename T>
-CollectChild<T> makeCollectChild(Task<T> task) {
-  co_return co_await std::move(task);
-}
-
-template <>
-inline CollectChild<void> makeCollectChild(Task<void> task) {
-  co_await std::move(task);
-}
-
-// Starts `count` children (through `startAll`) when awaited; resumes the
-// awaiting coroutine once every child has finished.
-template <typename StartAll>
-class CollectAwaiter {
- public:
-  CollectAwaiter(CollectLatch& latch, std::size_t count, StartAll startAll) noexcept
-      : latch_(latch), count_(count), startAll_(std::move(startAll)) {}
-  bool await_ready() const noexcept { return count_ == 0; }
-  bool await_suspend(std::coroutine_handle<> parent) noexcept {
-    latch_.parent = parent;
-    latch_.remaining.store(count_ + 1, std::memory_order_relaxed);
-    startAll_();
-    // The parent's own arrival: if the children all finished synchronously
-    // there is nothing to wait for.
-    return latch_.remaining.fetch_sub(1, std::memory_order_acq_rel) != 1;
-  }
-  void await_resume() const {
-    if (latch_.failed.load(std::memory_order_relaxed)) std::rethrow_exception(latch_.firstException);
-  }
-
- private:
-  CollectLatch& latch_;
-  std::size_t count_;
-  StartAll startAll_;
-};
-
-template <typename T>
-using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
 }  // namespace detail
 
@@ -127,37 +46,62 @@ using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
 /// points. The awaiting coroutine resumes on the thread that finishes the
 /// last child (or continues inline if they all finished synchronously). If
 /// any child throws, all are still awaited to the end and then the first
-/// exception (in time) is rethrown.
+/// exception (in time) is rethrown. The children run under the awaiting
+/// coroutine's stop token (see currentStopToken); a child that throws does
+/// not stop the others.
 template <typename... Ts>
 Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
-  std::tuple<detail::CollectChild<Ts>...> children{detail::makeCollectChild<Ts>(std::move(tasks))...};
+  std::tuple<detail::CollectChild<Ts, detail::CollectLatch>...> children{
+      detail::makeCollectChild<detail::CollectLatch>(std::move(tasks))...};
   detail::CollectLatch latch;
-  co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&] {
-    std::apply([&](auto&... child) { (child.start(latch), ...); }, children);
+  co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
+    std::apply([&](auto&... child) { (child.start(latch, stop), ...); }, children);
   });
   co_return std::apply(
       [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{child.result()...}; }, children);
 }
 
 /// collectAll over a vector: results in input order. A vector of
-/// `Task<void>` yields `Task<void>`. Same threading and exception rules as
-/// collectAll.
+/// `Task<void>` yields `Task<void>`. Same threading, exception and stop
+/// token rules as collectAll.
 template <typename T>
-auto collectAllRange(std::vector<Task<T>> tasks) -> Task<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
+auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
-  std::vector<detail::CollectChild<T>> children;
-  children.reserve(tasks.size());
-  for (auto& t : tasks) children.push_back(detail::makeCollectChild<T>(std::move(t)));
+  auto children = detail::makeCollectChildren<detail::CollectLatch>(std::move(tasks));
   detail::CollectLatch latch;
-  co_await detail::CollectAwaiter(latch, children.size(), [&] {
-    for (auto& child : children) child.start(latch);
+  co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
+    for (auto& child : children) child.start(latch, stop);
   });
-  if constexpr (!std::is_void_v<T>) {
-    std::vector<T> results;
-    results.reserve(children.size());
-    for (auto& child : children) results.push_back(child.result());
-    co_return results;
-  }
+  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+}
+
+/// collectAllRange with bounded concurrency (folly's collectAllWindowed):
+/// at most `window` children run at once; results in input order.
+///
+/// The first `window` children start in input order on the awaiting
+/// thread, each running until its first suspension; from then on, each
+/// child that finishes starts the next one on its own thread (by symmetric
+/// transfer, so a run of children that finish synchronously uses constant
+/// stack). The awaiting coroutine resumes on the thread that finishes the
+/// last child. Same exception and stop token rules as collectAll: every
+/// child runs, even after one threw or the token was stopped (it then
+/// starts under a stopped token). `window` must be at least 1 (asserted).
+template <typename T>
+auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
+  static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
+  COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
+  auto children = detail::makeCollectChildren<detail::WindowLatch>(std::move(tasks));
+  detail::WindowLatch latch;
+  latch.children.reserve(children.size());  // here: startAll below must not throw
+  co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
+    for (auto& child : children) latch.children.push_back(child.bind(latch, stop));
+    for (std::size_t i = 0; i < window; ++i) {
+      const std::coroutine_handle<> child = latch.takeNext();
+      if (!child) break;
+      child.resume();
+    }
+  });
+  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
 }
 
 }  // namespace coio

@@ -31,7 +31,8 @@ class Semaphore {
 
   /// Like acquire(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with a token held, false without. A waiter that
-  /// gives up lets the ones behind it proceed.
+  /// gives up lets the ones behind it proceed. A default `stop` means the
+  /// token the awaiting Task runs under (see currentStopToken).
   detail::AcquireOperation<true> acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
 
   /// Takes a token if one is free and nobody is waiting.

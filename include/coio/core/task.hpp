@@ -1,6 +1,7 @@
 #pragma once
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/detail/outcome.hpp>
 
 #include <coroutine>
@@ -14,7 +15,7 @@ class Task;
 namespace detail {
 
 template <typename T>
-class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
+class TaskPromise final : public PooledFrame, public OutcomeReturn<T>, public StopTokenCarrier {
  public:
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
@@ -50,6 +51,12 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
 ///   are stored and rethrown from the `co_await`.
 /// - A Task can be awaited once. Awaiting an empty (moved-from) Task is a
 ///   programming error (asserted).
+/// - Cancellation: the body runs under the stop token of the coroutine that
+///   awaits it (`co_await currentStopToken()`, <coio/core/cancellation.hpp>),
+///   passed down as a pointer, never copied; a Task awaited from outside any
+///   coio coroutine (`blockingWait`, a reactor's `spawn`) runs under a token
+///   that never stops. Reactor operations and cancellable waits given no
+///   token of their own use it.
 template <typename T>
 class [[nodiscard]] Task {
  public:
@@ -79,8 +86,11 @@ class [[nodiscard]] Task {
    public:
     explicit Awaiter(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
     bool await_ready() const noexcept { return false; }
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
-      handle_.promise().continuation_ = awaiting;
+    template <typename Promise>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
+      promise_type& p = handle_.promise();
+      p.continuation_ = awaiting;
+      p.stopToken = detail::stopTokenOf(awaiting);
       return handle_;
     }
     T await_resume() { return handle_.promise().outcome.get(); }

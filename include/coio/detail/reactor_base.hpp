@@ -11,6 +11,7 @@
 // thread).
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/detail/outcome.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
@@ -231,13 +232,14 @@ class LoopCore {
     }
 
     bool await_ready() const noexcept { return Cancellable && stop_.stop_requested(); }
-    void await_suspend(std::coroutine_handle<> h) {
+    template <typename Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
       COIO_ASSERT(core_.ownedByCaller(), "sleep awaited off the reactor's thread");
+      if (inheritStopToken(stop_, h) && stop_.stop_requested()) return false;
       handle_ = h;
       core_.timers_.push(*this);
-      if constexpr (Cancellable) {
-        if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-      }
+      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+      return true;
     }
     auto await_resume() noexcept {
       if constexpr (Cancellable) {
@@ -272,11 +274,16 @@ class LoopCore {
 
   /// Resumes on the loop thread at `deadline` (in a later iteration if it
   /// has passed). Timers with equal deadlines fire in the order they were set.
+  /// Awaited from a coio Task, it ends early (as the cancellable form does,
+  /// yielding nothing) once the token the Task runs under is stopped: a
+  /// loop that only sleeps should check that token.
   SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
-  /// a later iteration). `stop` must be requested on the loop thread.
+  /// a later iteration; at once if it already was). `stop` must be requested
+  /// on the loop thread. A default `stop` means the token of the awaiting
+  /// Task (see currentStopToken).
   SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
     return {*this, deadline, std::move(stop)};
   }

@@ -12,7 +12,11 @@ struct [[nodiscard]] TransformAwaiter {
   Fn fn;
 
   bool await_ready() { return inner.await_ready(); }
-  decltype(auto) await_suspend(std::coroutine_handle<> h) { return inner.await_suspend(h); }
+  // Typed: the inner awaiter may read the awaiting promise (its stop token).
+  template <typename Promise>
+  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
+    return inner.await_suspend(h);
+  }
   decltype(auto) await_resume() { return fn(inner.await_resume()); }
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/result.hpp>
 #include <coio/detail/syscall.hpp>
 #include <coio/disk/buffer_pool.hpp>
@@ -68,6 +69,8 @@ namespace coio {
 ///   block layer never merges requests of different priorities. Schedulers
 ///   that order by priority order by class (mq-deadline); BFQ also weighs
 ///   the level, so every other read gets one level's worth less weight.
+/// - Given no stop token, submit() and next() use the awaiting Task's (see
+///   currentStopToken).
 /// - The destinations must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
@@ -123,7 +126,9 @@ class ReadBatch {
     Awaiter& operator=(const Awaiter&) = delete;
 
     bool await_ready() const noexcept { return false; }
-    bool await_suspend(std::coroutine_handle<> h) {
+    template <typename Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
+      detail::inheritStopToken(stop_, h);
       batch_.handle_ = h;
       batch_.streaming_ = false;
       // Nothing to wait for (empty, invalid or cancelled reads).
@@ -179,8 +184,11 @@ class ReadBatch {
       const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
       return inline_.admit(batch_.ring_.loop(), ready);
     }
-    bool await_suspend(std::coroutine_handle<> h) {
+    template <typename Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
       if (inline_.deferred(batch_.ring_.loop(), h)) return true;
+      // Checked when it must wait: a next() that finds a read done yields it, stop or not.
+      if (detail::inheritStopToken(stop_, h) && stop_.stop_requested()) batch_.cancel();
       handle_ = batch_.handle_ = h;
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;

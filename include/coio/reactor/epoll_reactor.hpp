@@ -1,5 +1,6 @@
 #pragma once
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/result.hpp>
 #include <coio/detail/fd.hpp>
 #include <coio/detail/iovec.hpp>
@@ -137,7 +138,9 @@ class EpollOperation;
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
 ///   operation yields std::errc::operation_canceled in a later iteration.
-///   Nothing of the caller's buffer is touched after that.
+///   Nothing of the caller's buffer is touched after that. Given no token
+///   (a default one), an operation awaited from a coio Task uses the token
+///   the Task runs under (see currentStopToken).
 /// - stop() (any thread) makes run() return after the current iteration;
 ///   spawned tasks that never started are destroyed then, the others with
 ///   the reactor, deregistering their waits.
@@ -293,9 +296,12 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
 
-  bool await_suspend(std::coroutine_handle<> h) {
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {

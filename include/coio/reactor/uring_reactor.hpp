@@ -1,6 +1,7 @@
 #pragma once
 // Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/result.hpp>
 #include <coio/detail/iovec.hpp>
 #include <coio/detail/provided_buffer_ring.hpp>
@@ -248,7 +249,9 @@ inline std::string describeUringSetupError(int err) {
 ///   is in flight submits an async cancel; the coroutine resumes only when
 ///   the operation's own completion arrives (std::errc::operation_canceled,
 ///   or its real result if it won the race), so its buffers stay owned by
-///   the kernel until then.
+///   the kernel until then. Given no token (a default one), an operation
+///   awaited from a coio Task uses the token the Task runs under (see
+///   currentStopToken).
 /// - A full CQ does not lose completions (IORING_FEAT_NODROP, required); a
 ///   full SQ is flushed to the kernel; a wait interrupted by a signal
 ///   (-EINTR) just loops again.
@@ -629,8 +632,11 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   UringIoOperation(const UringIoOperation&) = delete;
   UringIoOperation& operator=(const UringIoOperation&) = delete;
 
-  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
-  bool await_suspend(std::coroutine_handle<> h) {
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     reactor_.submit(*this, prep_);
@@ -818,8 +824,11 @@ class [[nodiscard]] MultishotRead {
     if (receiver_) receiver_->abandon(this);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) {  // done, but the loop's other work goes first
       receiver_ = nullptr;  // done with the receiver: the socket may be forgotten meanwhile
@@ -989,7 +998,8 @@ class [[nodiscard]] UringRecv {
   bool await_ready() noexcept {
     return std::visit([](auto& op) { return op.await_ready(); }, op_);
   }
-  bool await_suspend(std::coroutine_handle<> h) {
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
     return std::visit(
         [h](auto& op) {
           if constexpr (std::is_void_v<decltype(op.await_suspend(h))>) {

@@ -176,7 +176,9 @@ class FifoSemaphore {
 
 /// `co_await` of an acquisition. The plain form resumes with nothing; the
 /// cancellable form resumes with true (tokens held) or false (gave up
-/// because `stop` was requested while queued; no tokens held).
+/// because `stop` was requested while queued; no tokens held). Given a
+/// default `stop`, the cancellable form uses the awaiting Task's token
+/// (WaitOperation).
 template <bool Cancellable>
 class [[nodiscard]] AcquireOperation : public WaitOperation<FifoSemaphore, FifoSemaphore::Waiter, Cancellable> {
  public:

@@ -14,8 +14,10 @@
 //   primitive, so stack use stays bounded whatever the chain's length, even
 //   through several primitives.
 // - WaitOperation: the awaitable, optionally cancellable with a
-//   std::stop_token, that drives an owner's waiting protocol.
+//   std::stop_token (given a default one: the awaiting Task's), that drives
+//   an owner's waiting protocol.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 
 #include <coroutine>
 #include <cstdint>
@@ -191,9 +193,11 @@ class [[nodiscard]] WaitOperation : protected Node {
 
   bool await_ready() noexcept { return owner_.tryNow(node()); }
 
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
     this->awaiting = h;
     if constexpr (Cancellable) {
+      inheritStopToken(stop_, h);  // given none: the awaiting Task's
       // Registered before queueing: once enqueue() returns true we may
       // already have been resumed elsewhere and must touch nothing. If stop
       // was already requested this runs cancel() inline, and the node never

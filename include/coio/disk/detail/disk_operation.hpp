@@ -1,6 +1,7 @@
 #pragma once
 // One disk operation as an awaitable. Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/result.hpp>
 #include <coio/detail/syscall.hpp>
 #include <coio/disk/detail/disk_ring.hpp>
@@ -17,7 +18,8 @@ namespace coio::detail {
 /// the coroutine resumes on the loop thread once the CQE arrived. A
 /// request that fails its checks before submission (`early`) completes at
 /// once with that error, as does a zero-length transfer (with 0), within
-/// the loop's inline budget (InlineCompletion).
+/// the loop's inline budget (InlineCompletion). Given no stop token, it
+/// uses the awaiting Task's (see currentStopToken).
 template <typename T>
 class [[nodiscard]] DiskOperation : DiskOp {
  public:
@@ -26,8 +28,11 @@ class [[nodiscard]] DiskOperation : DiskOp {
   DiskOperation(const DiskOperation&) = delete;
   DiskOperation& operator=(const DiskOperation&) = delete;
 
-  bool await_ready() noexcept { return inline_.admit(ring_.loop(), tryComplete()); }
-  bool await_suspend(std::coroutine_handle<> h) {
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(ring_.loop(), tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(ring_.loop(), tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(ring_.loop(), h)) return true;  // done, but the loop's other work goes first
     ring_.submit(*this, request_);
