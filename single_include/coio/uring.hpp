@@ -185,6 +185,65 @@ struct PooledFrame {
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_FRAME_ALLOCATOR_HPP
 // end <coio/core/detail/frame_allocator.hpp>
+// begin <coio/core/detail/inherited_stop.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_INHERITED_STOP_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_INHERITED_STOP_HPP
+// How a stop token flows down a tree of coroutines without a copy per await.
+//
+// Each coio promise (Task's, collectAll's children's, AsyncScope's roots')
+// holds a non-owning pointer to the std::stop_token it runs under; null
+// means none (a token that never stops). An awaited Task takes the awaiting
+// promise's pointer: one load and one store, where copying a stop_token
+// would be an atomic reference-count update per await. The token itself
+// lives where it was made (a withStopToken or collectAny frame, an
+// AsyncScope), which outlives every coroutine below it, since a parent
+// outlives the children it awaits.
+//
+// An awaitable that takes a std::stop_token and was given none learns the
+// awaiting coroutine's in a templated await_suspend (inheritStopToken).
+#include <coroutine>
+#include <stop_token>
+#include <type_traits>
+
+namespace coio::detail {
+
+/// Promise mixin: the stop token the coroutine runs under.
+struct StopTokenCarrier {
+  // Null: none. Set by whoever starts the coroutine, before its body first
+  // runs; left uninitialised otherwise, so that creating a Task costs no
+  // store.
+  const std::stop_token* stopToken;
+};
+
+template <typename Promise>
+inline constexpr bool carriesStopToken = std::is_base_of_v<StopTokenCarrier, Promise>;
+
+/// The token the coroutine `h` runs under; null if it runs under none or
+/// is not a coio coroutine (e.g. a type-erased handle).
+template <typename Promise>
+const std::stop_token* stopTokenOf(std::coroutine_handle<Promise> h) noexcept {
+  if constexpr (carriesStopToken<Promise>) {
+    return h.promise().stopToken;
+  } else {
+    return nullptr;
+  }
+}
+
+/// For an awaitable that takes a std::stop_token: if it was given none (a
+/// token that can never be stopped, e.g. a default-constructed one), it
+/// adopts the one the awaiting coroutine runs under. Returns true in that
+/// case: await_ready could not know the token then, so what it would check
+/// (a stop already requested) is for await_suspend to check.
+template <typename Promise>
+bool inheritStopToken(std::stop_token& stop, std::coroutine_handle<Promise> awaiting) noexcept {
+  if (stop.stop_possible()) return false;
+  if (const std::stop_token* inherited = stopTokenOf(awaiting)) stop = *inherited;
+  return true;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_INHERITED_STOP_HPP
+// end <coio/core/detail/inherited_stop.hpp>
 // begin <coio/core/task.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
@@ -299,7 +358,7 @@ class Task;
 namespace detail {
 
 template <typename T>
-class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
+class TaskPromise final : public PooledFrame, public OutcomeReturn<T>, public StopTokenCarrier {
  public:
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
@@ -335,6 +394,12 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
 ///   are stored and rethrown from the `co_await`.
 /// - A Task can be awaited once. Awaiting an empty (moved-from) Task is a
 ///   programming error (asserted).
+/// - Cancellation: the body runs under the stop token of the coroutine that
+///   awaits it (`co_await currentStopToken()`, <coio/core/cancellation.hpp>),
+///   passed down as a pointer, never copied; a Task awaited from outside any
+///   coio coroutine (`blockingWait`, a reactor's `spawn`) runs under a token
+///   that never stops. Reactor operations and cancellable waits given no
+///   token of their own use it.
 template <typename T>
 class [[nodiscard]] Task {
  public:
@@ -364,8 +429,11 @@ class [[nodiscard]] Task {
    public:
     explicit Awaiter(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
     bool await_ready() const noexcept { return false; }
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
-      handle_.promise().continuation_ = awaiting;
+    template <typename Promise>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
+      promise_type& p = handle_.promise();
+      p.continuation_ = awaiting;
+      p.stopToken = detail::stopTokenOf(awaiting);
       return handle_;
     }
     T await_resume() { return handle_.promise().outcome.get(); }
@@ -406,6 +474,7 @@ Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <stop_token>
 #include <utility>
 
 namespace coio {
@@ -425,6 +494,13 @@ namespace coio {
 ///   handler given at construction (called on the thread where the task
 ///   failed), or, without a handler, the first one is rethrown by `join()`
 ///   and `failedCount()` counts them all.
+/// - Cancellation: every spawned task runs under the scope's stop token
+///   (`stopToken()`, `co_await currentStopToken()` inside). `requestStop()`
+///   then `co_await join()` cancels everything the scope owns (the reactor
+///   operations and cancellable waits in it that were given no token of
+///   their own) and waits for all of it; a task that ignores the stop is
+///   still waited for. A task spawned after `requestStop()` starts under a
+///   stopped token.
 class AsyncScope {
  public:
   /// Receives each exception that escapes a spawned task, on the thread where the task failed.
@@ -452,6 +528,20 @@ class AsyncScope {
     const std::size_t n = count_.load(std::memory_order_acquire);
     return joinStarted() ? n : n - 1;
   }
+
+  /// Stops the token every spawned task runs under. Callable from any
+  /// thread, any number of times; the stop callbacks (e.g. a cancelled
+  /// semaphore wait resuming its coroutine) run inline on the calling
+  /// thread, so request it on the thread those operations require (a
+  /// reactor's operations: its loop thread). If that finishes the last task,
+  /// the joiner resumes inline too, and may destroy the scope before this
+  /// call returns: it touches nothing of the scope afterwards.
+  void requestStop() noexcept {
+    std::stop_source(stopSource_).request_stop();  // the copy keeps the stop state alive throughout
+  }
+
+  /// The token spawned tasks run under, stopped by requestStop().
+  std::stop_token stopToken() const noexcept { return stopToken_; }
 
   /// Spawned tasks that ended with an exception.
   std::size_t failedCount() const noexcept { return failed_.load(std::memory_order_acquire); }
@@ -482,7 +572,7 @@ class AsyncScope {
 
  private:
   struct Detached {
-    struct promise_type : detail::PooledFrame {
+    struct promise_type : detail::PooledFrame, detail::StopTokenCarrier {
       struct FinalAwaiter {
         bool await_ready() noexcept { return false; }
         std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
@@ -493,7 +583,7 @@ class AsyncScope {
         }
         void await_resume() noexcept {}
       };
-      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) {}
+      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) { stopToken = &s->stopToken_; }
       Detached get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
       std::suspend_always initial_suspend() noexcept { return {}; }
       FinalAwaiter final_suspend() noexcept { return {}; }
@@ -522,6 +612,8 @@ class AsyncScope {
     if (!firstException_) firstException_ = std::move(e);
   }
 
+  std::stop_source stopSource_;
+  std::stop_token stopToken_ = stopSource_.get_token();  // what the tasks point to
   // 1 (the scope's own reference, dropped by join) + running tasks.
   std::atomic<std::size_t> count_{1};
   std::atomic<std::size_t> failed_{0};
@@ -755,8 +847,8 @@ class Baton {
 // begin <coio/core/detail/fifo_semaphore.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_FIFO_SEMAPHORE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_FIFO_SEMAPHORE_HPP
-// The engine shared by Semaphore and BatchSemaphore: a weighted, strictly
-// FIFO counting semaphore whose waiters are coroutines.
+// The engine shared by Semaphore, BatchSemaphore, Mutex and SharedMutex: a
+// weighted, strictly FIFO counting semaphore whose waiters are coroutines.
 //
 // One atomic word holds `tokens << 1 | kQueued`. While kQueued is clear
 // nobody waits, and tryAcquire/release are a single CAS each (no lock).
@@ -769,32 +861,258 @@ class Baton {
 // wants more tokens than are left (otherwise it would have been granted).
 //
 // Waiters are resumed after the lock is dropped, inline, on the thread that
-// released tokens (or cancelled a waiter). A waiter that releases in turn
-// resumes the next one inside its own release(), so a hand-over chain
-// nests one stack level per waiter: past kMaxInlineDepth nested
-// resumptions on a thread, waiters are queued instead and resumed by the
-// outermost resumption on that thread once the inner ones have returned
-// (a trampoline). Stack use stays bounded whatever the queue's length.
+// released tokens (or cancelled a waiter), with the bounded-stack
+// trampoline of wait_list.hpp for hand-over chains.
+// begin <coio/core/detail/wait_list.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_WAIT_LIST_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_WAIT_LIST_HPP
+// What coio's waiting primitives share (Semaphore, BatchSemaphore, Mutex,
+// SharedMutex, Event, Latch, BoundedQueue):
+// - WaitNode / WaitList: an intrusive FIFO of suspended coroutines. Nodes
+//   live in the awaiting frames (no allocation); a list and the nodes'
+//   states are guarded by the mutex of the primitive that owns them.
+// - resumeInline(): resumes the waiters a call made ready, on the calling
+//   thread, once the primitive's lock is dropped. A waiter that makes the
+//   next one ready resumes it inside its own call, so a hand-over chain
+//   nests one stack level per waiter: past kMaxInlineDepth nested
+//   resumptions on a thread, waiters are queued instead and resumed by the
+//   outermost resumption on that thread once the inner ones have returned
+//   (a trampoline). The trampoline is per thread and shared by every
+//   primitive, so stack use stays bounded whatever the chain's length, even
+//   through several primitives.
+// - WaitOperation: the awaitable, optionally cancellable with a
+//   std::stop_token (given a default one: the awaiting Task's), that drives
+//   an owner's waiting protocol.
 
-#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <type_traits>
+
+namespace coio::detail {
+
+// idle: not queued yet; queued: in its owner's list; granted: got what it
+// waited for; cancelled: stop was requested first; closed: the owner was
+// closed (BoundedQueue).
+enum class WaitState : std::uint8_t { idle, queued, granted, cancelled, closed };
+
+struct WaitNode {
+  std::coroutine_handle<> awaiting;
+  WaitNode* prev = nullptr;
+  WaitNode* next = nullptr;  // also links a list of nodes to resume, once out of the queue
+  WaitState state = WaitState::idle;
+};
+
+class WaitList {
+ public:
+  bool empty() const noexcept { return head_ == nullptr; }
+  WaitNode* front() const noexcept { return head_; }
+
+  void pushBack(WaitNode& w) noexcept {
+    w.state = WaitState::queued;
+    w.prev = tail_;
+    w.next = nullptr;
+    (tail_ ? tail_->next : head_) = &w;
+    tail_ = &w;
+  }
+
+  WaitNode& popFront() noexcept {
+    WaitNode& w = *head_;
+    unlink(w);
+    return w;
+  }
+
+  void unlink(WaitNode& w) noexcept {
+    (w.prev ? w.prev->next : head_) = w.next;
+    (w.next ? w.next->prev : tail_) = w.prev;
+    w.prev = w.next = nullptr;
+  }
+
+  // Empties the list, giving every node `state`; returns them oldest first,
+  // still linked through `next`, ready for resumeInline().
+  WaitNode* takeAll(WaitState state) noexcept {
+    for (WaitNode* w = head_; w; w = w->next) w->state = state;
+    WaitNode* all = head_;
+    head_ = tail_ = nullptr;
+    return all;
+  }
+
+ private:
+  WaitNode* head_ = nullptr;
+  WaitNode* tail_ = nullptr;
+};
+
+/// Nested resumptions (see the top of this file) a thread makes inline
+/// before it defers to the outermost one.
+inline constexpr unsigned kMaxInlineDepth = 32;
+
+// Per thread: how deep in resumeInline() we are, and the nodes deferred to
+// the outermost call (linked through `next`).
+struct Trampoline {
+  unsigned depth = 0;
+  WaitNode* head = nullptr;
+  WaitNode* tail = nullptr;
+};
+inline Trampoline& trampoline() noexcept {
+  static thread_local Trampoline t;
+  return t;
+}
+inline void resumeEach(WaitNode* w) noexcept {
+  while (w) {
+    WaitNode* next = w->next;  // read first: the resumed frame may be gone
+    w->awaiting.resume();
+    w = next;
+  }
+}
+
+// Resumes `w` and the nodes linked behind it through `next`, in order, on
+// this thread. Call it without holding any lock: the resumed coroutines run
+// inside it.
+inline void resumeInline(WaitNode* w) noexcept {
+  if (!w) return;
+  Trampoline& t = trampoline();
+  if (t.depth >= kMaxInlineDepth) {  // deep in a hand-over chain: the outermost call resumes them
+    (t.tail ? t.tail->next : t.head) = w;
+    while (w->next) w = w->next;
+    t.tail = w;
+    return;
+  }
+  ++t.depth;
+  resumeEach(w);
+  if (t.depth == 1) {
+    while (WaitNode* deferred = t.head) {
+      t.head = t.tail = nullptr;
+      resumeEach(deferred);  // may defer more: loop until none is left
+    }
+  }
+  --t.depth;
+}
+
+// The usual cancel() of an owner whose waiters leave without side effects:
+// under `mutex`, a node that has not queued yet is marked so it never does;
+// a queued one leaves `list` and is resumed (as cancelled) on this thread.
+// A node already granted or closed keeps its outcome.
+inline void cancelWait(std::mutex& mutex, WaitList& list, WaitNode& w) noexcept {
+  {
+    std::lock_guard lock(mutex);
+    if (w.state == WaitState::idle) {
+      w.state = WaitState::cancelled;
+      return;
+    }
+    if (w.state != WaitState::queued) return;
+    list.unlink(w);
+    w.state = WaitState::cancelled;
+  }
+  resumeInline(&w);  // unlink() cleared `next`: w alone
+}
+
+// The usual forget(): the frame of a queued node is being destroyed; it
+// leaves `list` and nothing resumes it.
+inline void forgetWait(std::mutex& mutex, WaitList& list, WaitNode& w) noexcept {
+  std::lock_guard lock(mutex);
+  if (w.state != WaitState::queued) return;
+  list.unlink(w);
+  w.state = WaitState::cancelled;
+}
+
+// The awaitable of a waiting operation on `Owner`, whose waiters are `Node`s
+// (WaitNodes with the owner's extra fields). The owner provides, for Node:
+//   bool tryNow(Node&)  await_ready: done without suspending (true, the
+//                       node's state set) or must wait (false, untouched)
+//   bool enqueue(Node&) under its lock: done now (false) or queued (true);
+//                       false at once if the node was cancelled meanwhile.
+//                       Nothing of the node is touched once it is queued
+//                       and the lock dropped: it may already be resumed.
+//   void cancel(Node&)  stop requested, from any thread (see cancelWait)
+//   void forget(Node&)  the frame dies while queued (see forgetWait)
+// The plain form's `co_await` yields nothing; the cancellable one yields
+// true if the node was granted, false if stop was requested while waiting.
+// Operations with a richer result derive and define their own
+// await_resume(), calling endWait() first.
+template <typename Owner, typename Node, bool Cancellable>
+class [[nodiscard]] WaitOperation : protected Node {
+  static_assert(std::is_base_of_v<WaitNode, Node>);
+
+ public:
+  explicit WaitOperation(Owner& owner) noexcept
+    requires(!Cancellable)
+      : owner_(owner) {}
+  WaitOperation(Owner& owner, std::stop_token stop) noexcept
+    requires Cancellable
+      : owner_(owner), stop_(std::move(stop)) {}
+  // Movable until awaited: g++ moves an awaiter co_awaited as an xvalue
+  // (as blockingWait does) before it calls await_ready.
+  WaitOperation(WaitOperation&& other) noexcept
+      : Node(std::move(other.node())), owner_(other.owner_), stop_(std::move(other.stop_)) {
+    COIO_ASSERT(other.state == WaitState::idle, "a wait operation moved after it was awaited");
+  }
+  WaitOperation& operator=(WaitOperation&&) = delete;
+
+  // Only reached while queued if the awaiting frame is destroyed without
+  // being resumed; leaving it linked would let the owner resume freed memory.
+  ~WaitOperation() {
+    if (this->state == WaitState::queued) owner_.forget(node());
+  }
+
+  bool await_ready() noexcept { return owner_.tryNow(node()); }
+
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    this->awaiting = h;
+    if constexpr (Cancellable) {
+      inheritStopToken(stop_, h);  // given none: the awaiting Task's
+      // Registered before queueing: once enqueue() returns true we may
+      // already have been resumed elsewhere and must touch nothing. If stop
+      // was already requested this runs cancel() inline, and the node never
+      // queues.
+      onStop_.emplace(stop_, OnStop{this});
+    }
+    return owner_.enqueue(node());
+  }
+
+  auto await_resume() noexcept {
+    endWait();
+    if constexpr (Cancellable) return this->state == WaitState::granted;
+  }
+
+ protected:
+  // Waits if a cancel() on another thread is still running: after this the
+  // node's state is final.
+  void endWait() noexcept {
+    if constexpr (Cancellable) onStop_.reset();
+  }
+  Node& node() noexcept { return *this; }
+
+ private:
+  struct OnStop {
+    WaitOperation* op;
+    void operator()() const noexcept { op->owner_.cancel(op->node()); }
+  };
+  struct NoStop {};
+
+  Owner& owner_;
+  [[no_unique_address]] std::conditional_t<Cancellable, std::stop_token, NoStop> stop_;
+  [[no_unique_address]] std::conditional_t<Cancellable, std::optional<std::stop_callback<OnStop>>, NoStop> onStop_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_WAIT_LIST_HPP
+// end <coio/core/detail/wait_list.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stop_token>
+#include <utility>
 
 namespace coio::detail {
 
 class FifoSemaphore {
  public:
-  enum class WaitState : std::uint8_t { idle, queued, granted, cancelled };
-
-  struct Waiter {
+  struct Waiter : WaitNode {
     std::uint64_t wanted = 0;
-    std::coroutine_handle<> awaiting;
-    Waiter* prev = nullptr;
-    Waiter* next = nullptr;
-    WaitState state = WaitState::idle;  // guarded by the semaphore's mutex
   };
 
   explicit FifoSemaphore(std::uint64_t tokens) noexcept : state_(tokens << 1) {
@@ -802,7 +1120,7 @@ class FifoSemaphore {
   }
   FifoSemaphore(const FifoSemaphore&) = delete;
   FifoSemaphore& operator=(const FifoSemaphore&) = delete;
-  ~FifoSemaphore() { COIO_ASSERT(head_ == nullptr, "semaphore destroyed with waiters"); }
+  ~FifoSemaphore() { COIO_ASSERT(waiters_.empty(), "semaphore destroyed with waiters"); }
 
   std::uint64_t available() const noexcept { return state_.load(std::memory_order_acquire) >> 1; }
 
@@ -824,19 +1142,26 @@ class FifoSemaphore {
         return;
       }
     }
-    Waiter* granted;
+    WaitNode* granted;
     {
       std::lock_guard lock(mutex_);
       granted = grantLocked(n);
     }
-    resumeAll(granted);
+    resumeInline(granted);
+  }
+
+  // The WaitOperation protocol (wait_list.hpp).
+
+  bool tryNow(Waiter& w) noexcept {
+    if (!tryAcquire(w.wanted)) return false;
+    w.state = WaitState::granted;
+    return true;
   }
 
   /// Takes the tokens now, or queues `w`. Returns true if `w` was queued
   /// (the caller suspends; it is resumed once granted or cancelled), false
   /// if it got its tokens or was cancelled before it could queue.
-  /// Nothing of `w` is touched after the lock is released.
-  bool acquireOrEnqueue(Waiter& w) noexcept {
+  bool enqueue(Waiter& w) noexcept {
     std::lock_guard lock(mutex_);
     if (w.state == WaitState::cancelled) return false;
     std::uint64_t s = state_.load(std::memory_order_acquire);
@@ -853,11 +1178,7 @@ class FifoSemaphore {
         break;
       }
     }
-    w.state = WaitState::queued;
-    w.prev = tail_;
-    w.next = nullptr;
-    (tail_ ? tail_->next : head_) = &w;
-    tail_ = &w;
+    waiters_.pushBack(w);
     return true;
   }
 
@@ -865,13 +1186,13 @@ class FifoSemaphore {
   /// destroyed while it waits (e.g. a reactor tearing down its tasks).
   /// Waiters behind it that the tokens now satisfy are granted.
   void forget(Waiter& w) noexcept {
-    Waiter* granted;
+    WaitNode* granted;
     {
       std::lock_guard lock(mutex_);
       if (w.state != WaitState::queued) return;
       granted = withdrawLocked(w);
     }
-    resumeAll(granted);
+    resumeInline(granted);
   }
 
   /// Gives up waiting. If `w` is still queued it leaves the queue and is
@@ -879,7 +1200,7 @@ class FifoSemaphore {
   /// the remaining tokens now satisfy are granted. A waiter that already got
   /// its tokens keeps them. Before `w` queues, marks it so it never does.
   void cancel(Waiter& w) noexcept {
-    Waiter* granted;
+    WaitNode* granted;
     {
       std::lock_guard lock(mutex_);
       if (w.state == WaitState::idle) {
@@ -890,39 +1211,23 @@ class FifoSemaphore {
       granted = withdrawLocked(w);
     }
     w.next = granted;  // out of the queue: `next` is free to chain it first
-    resumeAll(&w);
+    resumeInline(&w);
   }
-
-  /// Nested resumptions (see the top of this file) a thread makes inline
-  /// before it defers to the outermost one.
-  static constexpr unsigned kMaxInlineDepth = 32;
 
  private:
   static constexpr std::uint64_t kQueued = 1;
 
-  // Per thread: how deep in resumeAll() we are, and the waiters deferred
-  // to the outermost call (linked through `next`).
-  struct Trampoline {
-    unsigned depth = 0;
-    Waiter* head = nullptr;
-    Waiter* tail = nullptr;
-  };
-  static Trampoline& trampoline() noexcept {
-    static thread_local Trampoline t;
-    return t;
-  }
-
   // Takes a queued waiter out of the queue (it gives up or its frame dies)
   // and grants whatever its leaving unblocks.
-  Waiter* withdrawLocked(Waiter& w) noexcept {
-    unlink(w);
+  WaitNode* withdrawLocked(Waiter& w) noexcept {
+    waiters_.unlink(w);
     w.state = WaitState::cancelled;
     return grantLocked(0);
   }
 
   // Adds n tokens, pops every head waiter they satisfy (in order) and
   // returns them as a list linked through `next`.
-  Waiter* grantLocked(std::uint64_t n) noexcept {
+  WaitNode* grantLocked(std::uint64_t n) noexcept {
     const std::uint64_t s = state_.load(std::memory_order_relaxed);
     if ((s & kQueued) == 0) {
       // The queue emptied while we waited for the lock: the lock-free paths
@@ -931,123 +1236,40 @@ class FifoSemaphore {
       return nullptr;
     }
     std::uint64_t tokens = (s >> 1) + n;
-    Waiter* first = nullptr;
-    Waiter** last = &first;
-    while (head_ && head_->wanted <= tokens) {
-      Waiter* w = head_;
-      tokens -= w->wanted;
-      unlink(*w);
-      w->state = WaitState::granted;
-      *last = w;
-      last = &w->next;
+    WaitNode* first = nullptr;
+    WaitNode** last = &first;
+    while (!waiters_.empty() && head().wanted <= tokens) {
+      Waiter& w = head();
+      tokens -= w.wanted;
+      waiters_.unlink(w);
+      w.state = WaitState::granted;
+      *last = &w;
+      last = &w.next;
     }
-    *last = nullptr;
-    state_.store((tokens << 1) | (head_ ? kQueued : 0), std::memory_order_release);
+    state_.store((tokens << 1) | (waiters_.empty() ? 0 : kQueued), std::memory_order_release);
     return first;
   }
 
-  void unlink(Waiter& w) noexcept {
-    (w.prev ? w.prev->next : head_) = w.next;
-    (w.next ? w.next->prev : tail_) = w.prev;
-    w.prev = w.next = nullptr;
-  }
-
-  // Resumes the granted list `w` (linked through `next`), oldest first.
-  static void resumeAll(Waiter* w) noexcept {
-    if (!w) return;
-    Trampoline& t = trampoline();
-    if (t.depth >= kMaxInlineDepth) {  // deep in a hand-over chain: the outermost call resumes them
-      (t.tail ? t.tail->next : t.head) = w;
-      while (w->next) w = w->next;
-      t.tail = w;
-      return;
-    }
-    ++t.depth;
-    resumeList(w);
-    if (t.depth == 1) {
-      while (Waiter* deferred = t.head) {
-        t.head = t.tail = nullptr;
-        resumeList(deferred);  // may defer more: loop until none is left
-      }
-    }
-    --t.depth;
-  }
-
-  static void resumeList(Waiter* w) noexcept {
-    while (w) {
-      Waiter* next = w->next;  // read first: the resumed frame may be gone
-      w->awaiting.resume();
-      w = next;
-    }
-  }
+  Waiter& head() noexcept { return static_cast<Waiter&>(*waiters_.front()); }
 
   std::atomic<std::uint64_t> state_;
   std::mutex mutex_;
-  Waiter* head_ = nullptr;
-  Waiter* tail_ = nullptr;
+  WaitList waiters_;
 };
 
 /// `co_await` of an acquisition. The plain form resumes with nothing; the
 /// cancellable form resumes with true (tokens held) or false (gave up
-/// because `stop` was requested while queued; no tokens held).
+/// because `stop` was requested while queued; no tokens held). Given a
+/// default `stop`, the cancellable form uses the awaiting Task's token
+/// (WaitOperation).
 template <bool Cancellable>
-class [[nodiscard]] AcquireOperation : private FifoSemaphore::Waiter {
+class [[nodiscard]] AcquireOperation : public WaitOperation<FifoSemaphore, FifoSemaphore::Waiter, Cancellable> {
  public:
-  AcquireOperation(FifoSemaphore& sem, std::uint64_t n) noexcept
-    requires(!Cancellable)
-      : sem_(sem) {
-    wanted = n;
+  template <typename... Stop>
+  AcquireOperation(FifoSemaphore& sem, std::uint64_t n, Stop... stop) noexcept
+      : WaitOperation<FifoSemaphore, FifoSemaphore::Waiter, Cancellable>(sem, std::move(stop)...) {
+    this->wanted = n;
   }
-  AcquireOperation(FifoSemaphore& sem, std::uint64_t n, std::stop_token stop) noexcept
-    requires Cancellable
-      : sem_(sem), stop_(std::move(stop)) {
-    wanted = n;
-  }
-
-  // Only reached while queued if the awaiting frame is destroyed without
-  // being resumed; leaving it linked would let a later release resume
-  // freed memory.
-  ~AcquireOperation() {
-    if (state == FifoSemaphore::WaitState::queued) sem_.forget(*this);
-  }
-
-  bool await_ready() noexcept {
-    if (sem_.tryAcquire(wanted)) {
-      state = FifoSemaphore::WaitState::granted;
-      return true;
-    }
-    return false;
-  }
-
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
-    awaiting = h;
-    if constexpr (Cancellable) {
-      // Registered before queueing: after acquireOrEnqueue returns true we
-      // may already have been resumed elsewhere and must touch nothing.
-      // If stop was already requested this runs cancel() inline, and the
-      // waiter never queues.
-      onStop_.emplace(stop_, OnStop{this});
-    }
-    return sem_.acquireOrEnqueue(*this);
-  }
-
-  auto await_resume() noexcept {
-    if constexpr (Cancellable) {
-      onStop_.reset();  // waits if a concurrent cancel() on another thread is still running
-      return state == FifoSemaphore::WaitState::granted;
-    }
-  }
-
- private:
-  struct OnStop {
-    AcquireOperation* op;
-    void operator()() const noexcept { op->sem_.cancel(*op); }
-  };
-  struct NoStop {};
-
-  FifoSemaphore& sem_;
-  [[no_unique_address]] std::conditional_t<Cancellable, std::stop_token, NoStop> stop_;
-  [[no_unique_address]] std::conditional_t<Cancellable, std::optional<std::stop_callback<OnStop>>, NoStop> onStop_;
 };
 
 }  // namespace coio::detail
@@ -1087,7 +1309,9 @@ class BatchSemaphore {
   detail::AcquireOperation<false> acquire(std::size_t n) { return {core_, checked(n)}; }
 
   /// Like acquire(n), but gives up if `stop` is requested while waiting:
-  /// `co_await` yields true with the tokens held, false without.
+  /// `co_await` yields true with the tokens held, false without. A default
+  /// `stop` means the token the awaiting Task runs under (see
+  /// currentStopToken).
   detail::AcquireOperation<true> acquire(std::size_t n, std::stop_token stop) {
     return {core_, checked(n), std::move(stop)};
   }
@@ -1225,185 +1449,9 @@ AwaitResult<A> blockingWait(A&& awaitable) {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_BLOCKING_WAIT_HPP
 // end <coio/core/blocking_wait.hpp>
-// begin <coio/core/collect_all.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ALL_HPP
-#define COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ALL_HPP
-// begin <coio/core/unit.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
-#define COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
-
-namespace coio {
-
-/// The value of an operation that produces nothing. `collectAll` maps a
-/// `Task<void>` child to `Unit` so that every child has a slot in the tuple.
-struct Unit {
-  /// All Units are equal.
-  friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
-};
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
-// end <coio/core/unit.hpp>
-
-#include <atomic>
-#include <coroutine>
-#include <cstddef>
-#include <exception>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-namespace coio {
-
-namespace detail {
-
-// Counts the children still running plus one for the parent; the last to
-// arrive resumes the parent. Also keeps the first exception (in time).
-struct CollectLatch {
-  std::atomic<std::size_t> remaining{0};
-  std::coroutine_handle<> parent;
-  std::atomic<bool> failed{false};
-  std::exception_ptr firstException;
-
-  std::coroutine_handle<> arrive() noexcept {
-    return remaining.fetch_sub(1, std::memory_order_acq_rel) == 1 ? parent : std::noop_coroutine();
-  }
-  void fail(std::exception_ptr e) noexcept {
-    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = std::move(e);
-  }
-};
-
-template <typename T>
-class CollectChild {
- public:
-  struct promise_type : PooledFrame, OutcomeReturn<T> {
-    struct FinalAwaiter {
-      bool await_ready() noexcept { return false; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
-        auto& p = h.promise();
-        if (p.outcome.hasException()) p.latch->fail(p.outcome.exception());
-        return p.latch->arrive();
-      }
-      void await_resume() noexcept {}
-    };
-    CollectChild get_return_object() noexcept {
-      return CollectChild{std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_always initial_suspend() noexcept { return {}; }
-    FinalAwaiter final_suspend() noexcept { return {}; }
-    CollectLatch* latch = nullptr;
-  };
-
-  CollectChild(CollectChild&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  CollectChild& operator=(CollectChild&&) = delete;
-  ~CollectChild() {
-    if (handle_) handle_.destroy();
-  }
-
-  // Runs the child on this thread until its first suspension.
-  void start(CollectLatch& latch) noexcept {
-    handle_.promise().latch = &latch;
-    handle_.resume();
-  }
-  decltype(auto) result() {
-    if constexpr (std::is_void_v<T>) {
-      return Unit{};
-    } else {
-      return handle_.promise().outcome.get();
-    }
-  }
-
- private:
-  explicit CollectChild(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
-};
-
-template <typename T>
-CollectChild<T> makeCollectChild(Task<T> task) {
-  co_return co_await std::move(task);
-}
-
-template <>
-inline CollectChild<void> makeCollectChild(Task<void> task) {
-  co_await std::move(task);
-}
-
-// Starts `count` children (through `startAll`) when awaited; resumes the
-// awaiting coroutine once every child has finished.
-template <typename StartAll>
-class CollectAwaiter {
- public:
-  CollectAwaiter(CollectLatch& latch, std::size_t count, StartAll startAll) noexcept
-      : latch_(latch), count_(count), startAll_(std::move(startAll)) {}
-  bool await_ready() const noexcept { return count_ == 0; }
-  bool await_suspend(std::coroutine_handle<> parent) noexcept {
-    latch_.parent = parent;
-    latch_.remaining.store(count_ + 1, std::memory_order_relaxed);
-    startAll_();
-    // The parent's own arrival: if the children all finished synchronously
-    // there is nothing to wait for.
-    return latch_.remaining.fetch_sub(1, std::memory_order_acq_rel) != 1;
-  }
-  void await_resume() const {
-    if (latch_.failed.load(std::memory_order_relaxed)) std::rethrow_exception(latch_.firstException);
-  }
-
- private:
-  CollectLatch& latch_;
-  std::size_t count_;
-  StartAll startAll_;
-};
-
-template <typename T>
-using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
-
-}  // namespace detail
-
-/// Runs the tasks concurrently and yields all their results as a tuple
-/// (a `Task<void>` contributes `Unit`).
-///
-/// The children start in argument order on the awaiting thread, each running
-/// until its first suspension; they then interleave at their suspension
-/// points. The awaiting coroutine resumes on the thread that finishes the
-/// last child (or continues inline if they all finished synchronously). If
-/// any child throws, all are still awaited to the end and then the first
-/// exception (in time) is rethrown.
-template <typename... Ts>
-Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
-  std::tuple<detail::CollectChild<Ts>...> children{detail::makeCollectChild<Ts>(std::move(tasks))...};
-  detail::CollectLatch latch;
-  co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&] {
-    std::apply([&](auto&... child) { (child.start(latch), ...); }, children);
-  });
-  co_return std::apply(
-      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{child.result()...}; }, children);
-}
-
-/// collectAll over a vector: results in input order. A vector of
-/// `Task<void>` yields `Task<void>`. Same threading and exception rules as
-/// collectAll.
-template <typename T>
-auto collectAllRange(std::vector<Task<T>> tasks) -> Task<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
-  static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
-  std::vector<detail::CollectChild<T>> children;
-  children.reserve(tasks.size());
-  for (auto& t : tasks) children.push_back(detail::makeCollectChild<T>(std::move(t)));
-  detail::CollectLatch latch;
-  co_await detail::CollectAwaiter(latch, children.size(), [&] {
-    for (auto& child : children) child.start(latch);
-  });
-  if constexpr (!std::is_void_v<T>) {
-    std::vector<T> results;
-    results.reserve(children.size());
-    for (auto& child : children) results.push_back(child.result());
-    co_return results;
-  }
-}
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ALL_HPP
-// end <coio/core/collect_all.hpp>
+// begin <coio/core/bounded_queue.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_BOUNDED_QUEUE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_BOUNDED_QUEUE_HPP
 // begin <coio/core/result.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_RESULT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_RESULT_HPP
@@ -1574,6 +1622,1173 @@ class [[nodiscard]] Result<void> {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_RESULT_HPP
 // end <coio/core/result.hpp>
+
+#include <cstddef>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace coio {
+
+template <typename T>
+class BoundedQueue;
+
+namespace detail {
+
+template <typename T>
+struct QueueProducer : WaitNode {
+  T* item = nullptr;  // the caller's; moved from only when it enters the queue
+};
+
+template <typename T>
+struct QueueConsumer : WaitNode {
+  std::optional<T> item;  // filled under the queue's lock when granted
+};
+
+// What a queue operation that ended in `s` reports: nothing (granted), the
+// queue was closed, stop was requested, or (a try) the queue was full/empty.
+inline std::error_code queueError(WaitState s) noexcept {
+  switch (s) {
+    case WaitState::granted: return {};
+    case WaitState::closed: return make_error_code(Errc::closed);
+    case WaitState::cancelled: return std::make_error_code(std::errc::operation_canceled);
+    default: return std::make_error_code(std::errc::operation_would_block);
+  }
+}
+
+// `co_await queue.push(item)`.
+template <typename T, bool Cancellable>
+class [[nodiscard]] QueuePushOperation : public WaitOperation<BoundedQueue<T>, QueueProducer<T>, Cancellable> {
+ public:
+  template <typename... Stop>
+  QueuePushOperation(BoundedQueue<T>& queue, T& item, Stop... stop) noexcept
+      : WaitOperation<BoundedQueue<T>, QueueProducer<T>, Cancellable>(queue, std::move(stop)...) {
+    this->item = &item;
+  }
+
+  Result<void> await_resume() noexcept {
+    this->endWait();
+    return queueError(this->state);
+  }
+};
+
+// `co_await queue.pop()`.
+template <typename T, bool Cancellable>
+class [[nodiscard]] QueuePopOperation : public WaitOperation<BoundedQueue<T>, QueueConsumer<T>, Cancellable> {
+ public:
+  template <typename... Stop>
+  explicit QueuePopOperation(BoundedQueue<T>& queue, Stop... stop) noexcept
+      : WaitOperation<BoundedQueue<T>, QueueConsumer<T>, Cancellable>(queue, std::move(stop)...) {}
+
+  Result<T> await_resume() noexcept {
+    this->endWait();
+    if (this->state == WaitState::granted) return std::move(*this->item);
+    return queueError(this->state);
+  }
+};
+
+}  // namespace detail
+
+/// A bounded multi-producer multi-consumer channel for coroutines: `push`
+/// waits for room, `pop` waits for an item, `close()` ends it.
+///
+/// Results (coio::Result, errors as std::error_code):
+/// - `co_await push(std::move(item))` -> `Result<void>`: success once the
+///   item is in the queue or handed to a consumer; `Errc::closed` if the
+///   queue was closed first; `std::errc::operation_canceled` if the
+///   cancellable form's stop was requested first. The item is moved from
+///   only on success: on failure it is still the caller's, untouched (pass
+///   a named variable to keep it; a temporary dies with the expression).
+/// - `co_await pop()` -> `Result<T>`: the oldest item; `Errc::closed` once
+///   the queue is closed and every item pushed before has been popped;
+///   `std::errc::operation_canceled` as for push.
+/// - `tryPush` / `tryPop` never wait: as above, with
+///   `std::errc::operation_would_block` where push / pop would have waited.
+///
+/// Guarantees:
+/// - FIFO everywhere: items leave in the order they entered; producers
+///   waiting for room get in, and consumers waiting for items are served,
+///   in arrival order. Nobody barges: `tryPush` fails while producers wait
+///   (the queue is full) and `tryPop` while consumers wait (it is empty).
+/// - A pop whose stop is requested just as a push hands it an item either
+///   gets the item (and yields it) or gives up before the hand-over, which
+///   then goes to the next consumer or the queue: an item is never lost.
+///   Both sides decide under the queue's lock.
+/// - `close()` fails every waiting push (their items stay with their
+///   callers) and every later one; waiting pops get `Errc::closed` (they
+///   wait only on an empty queue); items already in the queue are still
+///   delivered. Closing twice is harmless.
+/// - A push happens-before the pop that receives its item.
+/// - Which thread resumes a waiting coroutine: a consumer, the thread whose
+///   push / tryPush hands it an item; a producer, the thread whose pop /
+///   tryPop frees a slot for it (its item enters the queue within that
+///   call); every waiter, the thread that calls close(); a cancelled one,
+///   the thread that requests stop. Always inline, before that call
+///   returns, with the 32-deep trampoline of Semaphore for hand-over
+///   chains. An operation that need not wait continues on the awaiting
+///   thread without suspending.
+/// - Every operation is thread-safe and takes the queue's mutex once (no
+///   lock-free path). Storage for `capacity` items is allocated up front.
+///   T must be nothrow move-constructible (items move under the lock).
+/// - A waiter whose frame is destroyed while waiting leaves the queue.
+///   Destroying the queue while coroutines wait is a programming error
+///   (asserted); items still in it are destroyed with it.
+template <typename T>
+class BoundedQueue {
+  static_assert(std::is_nothrow_move_constructible_v<T>,
+                "coio::BoundedQueue moves items under its lock: T must be nothrow move-constructible");
+  using Producer = detail::QueueProducer<T>;
+  using Consumer = detail::QueueConsumer<T>;
+
+ public:
+  /// The item type.
+  using value_type = T;
+
+  /// An open, empty queue holding at most `capacity` (at least 1) items.
+  explicit BoundedQueue(std::size_t capacity) : ring_(capacity) {
+    COIO_ASSERT(capacity >= 1, "coio::BoundedQueue needs a capacity of at least 1");
+  }
+  BoundedQueue(const BoundedQueue&) = delete;
+  BoundedQueue& operator=(const BoundedQueue&) = delete;
+  ~BoundedQueue() {
+    COIO_ASSERT(producers_.empty() && consumers_.empty(), "coio::BoundedQueue destroyed with waiters");
+  }
+
+  /// `co_await q.push(std::move(item))` appends `item`, waiting for room in
+  /// FIFO order; yields Result<void> (see the class comment).
+  detail::QueuePushOperation<T, false> push(T&& item) noexcept { return {*this, item}; }
+
+  /// Like push(), but gives up if `stop` is requested while waiting
+  /// (std::errc::operation_canceled, `item` untouched).
+  detail::QueuePushOperation<T, true> push(T&& item, std::stop_token stop) noexcept {
+    return {*this, item, std::move(stop)};
+  }
+
+  /// `co_await q.pop()` takes the oldest item, waiting for one in FIFO
+  /// order; yields Result<T> (see the class comment).
+  detail::QueuePopOperation<T, false> pop() noexcept { return detail::QueuePopOperation<T, false>(*this); }
+
+  /// Like pop(), but gives up if `stop` is requested while waiting
+  /// (std::errc::operation_canceled). An item available at once is taken
+  /// even if stop was requested.
+  detail::QueuePopOperation<T, true> pop(std::stop_token stop) noexcept {
+    return detail::QueuePopOperation<T, true>(*this, std::move(stop));
+  }
+
+  /// Appends `item` if there is room: success, std::errc::operation_would_block
+  /// (full) or Errc::closed; `item` is moved from only on success. A waiting
+  /// consumer that gets it is resumed inline on this thread.
+  Result<void> tryPush(T&& item) noexcept {
+    Producer p;
+    p.item = &item;
+    return detail::queueError(settle(p, false));
+  }
+
+  /// Takes the oldest item if there is one: the item,
+  /// std::errc::operation_would_block (empty) or Errc::closed (closed and
+  /// empty). A waiting producer let into the freed slot is resumed inline on
+  /// this thread.
+  Result<T> tryPop() noexcept {
+    Consumer c;
+    const detail::WaitState s = settle(c, false);
+    if (s == detail::WaitState::granted) return std::move(*c.item);
+    return detail::queueError(s);
+  }
+
+  /// Closes the queue: every waiting push and pop, and every later push,
+  /// fails with Errc::closed; items already queued can still be popped.
+  /// Waiters are resumed inline on this thread, oldest first.
+  void close() noexcept {
+    detail::WaitNode* waiters;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      // At most one side waits: consumers only on an empty ring, producers
+      // only on a full one.
+      waiters = (consumers_.empty() ? producers_ : consumers_).takeAll(detail::WaitState::closed);
+    }
+    detail::resumeInline(waiters);
+  }
+
+  /// Whether close() has been called.
+  bool isClosed() const noexcept {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
+  /// Items in the queue right now (a snapshot).
+  std::size_t size() const noexcept {
+    std::lock_guard lock(mutex_);
+    return count_;
+  }
+
+  /// The most items the queue holds.
+  std::size_t capacity() const noexcept { return ring_.size(); }
+
+ private:
+  template <typename, typename, bool>
+  friend class detail::WaitOperation;
+
+  // The WaitOperation protocol (wait_list.hpp), for both sides.
+  template <typename Node>
+  bool tryNow(Node& n) noexcept {
+    return settle(n, false) != detail::WaitState::idle;
+  }
+  template <typename Node>
+  bool enqueue(Node& n) noexcept {
+    return settle(n, true) == detail::WaitState::queued;
+  }
+  template <typename Node>
+  void cancel(Node& n) noexcept {
+    detail::cancelWait(mutex_, waitersOf(n), n);
+  }
+  template <typename Node>
+  void forget(Node& n) noexcept {
+    detail::forgetWait(mutex_, waitersOf(n), n);
+  }
+
+  detail::WaitList& waitersOf(Producer&) noexcept { return producers_; }
+  detail::WaitList& waitersOf(Consumer&) noexcept { return consumers_; }
+
+  // One attempt for `n`, under the lock. Returns its outcome: granted or
+  // closed (also stored in `n`), cancelled if it was cancelled before it
+  // could queue, idle if it must wait; if it must wait and `mayQueue`, it
+  // is queued instead (returns queued; nothing of it is touched after the
+  // lock is dropped). The waiter of the other side that the attempt
+  // satisfied, if any, is resumed inline once the lock is dropped.
+  template <typename Node>
+  detail::WaitState settle(Node& n, bool mayQueue) noexcept {
+    detail::WaitNode* satisfied = nullptr;
+    detail::WaitState outcome;
+    {
+      std::lock_guard lock(mutex_);
+      if (n.state == detail::WaitState::cancelled) return n.state;
+      outcome = attempt(n, satisfied);
+      if (outcome == detail::WaitState::idle) {
+        if (!mayQueue) return outcome;
+        waitersOf(n).pushBack(n);
+        return detail::WaitState::queued;
+      }
+      n.state = outcome;
+    }
+    detail::resumeInline(satisfied);
+    return outcome;
+  }
+
+  // A push: hands the item to the oldest waiting consumer (then the ring
+  // is empty) or appends it to the ring; idle if the ring is full.
+  detail::WaitState attempt(Producer& p, detail::WaitNode*& satisfied) noexcept {
+    if (closed_) return detail::WaitState::closed;
+    if (!consumers_.empty()) {
+      auto& c = static_cast<Consumer&>(consumers_.popFront());
+      c.item.emplace(std::move(*p.item));
+      c.state = detail::WaitState::granted;
+      satisfied = &c;
+    } else if (count_ < ring_.size()) {
+      append(*p.item);
+    } else {
+      return detail::WaitState::idle;
+    }
+    return detail::WaitState::granted;
+  }
+
+  // A pop: takes the oldest item, and lets the oldest waiting producer's
+  // item (then the ring was full) into the freed slot; idle if the ring is
+  // empty and the queue open.
+  detail::WaitState attempt(Consumer& c, detail::WaitNode*& satisfied) noexcept {
+    if (count_ == 0) return closed_ ? detail::WaitState::closed : detail::WaitState::idle;
+    std::optional<T>& oldest = ring_[head_];
+    c.item.emplace(std::move(*oldest));
+    oldest.reset();
+    head_ = (head_ + 1) % ring_.size();
+    --count_;
+    if (!producers_.empty()) {
+      auto& p = static_cast<Producer&>(producers_.popFront());
+      append(*p.item);
+      p.state = detail::WaitState::granted;
+      satisfied = &p;
+    }
+    return detail::WaitState::granted;
+  }
+
+  void append(T& item) noexcept {
+    ring_[(head_ + count_) % ring_.size()].emplace(std::move(item));
+    ++count_;
+  }
+
+  mutable std::mutex mutex_;
+  std::vector<std::optional<T>> ring_;  // count_ items from head_ on, wrapping
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+  bool closed_ = false;
+  detail::WaitList producers_;  // waiting only while the ring is full and the queue open
+  detail::WaitList consumers_;  // waiting only while the ring is empty and the queue open
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_BOUNDED_QUEUE_HPP
+// end <coio/core/bounded_queue.hpp>
+// begin <coio/core/cancellation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_CANCELLATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_CANCELLATION_HPP
+
+#include <coroutine>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+
+// Reads the awaiting promise and goes on without suspending.
+class [[nodiscard]] CurrentStopTokenAwaiter {
+ public:
+  bool await_ready() const noexcept { return false; }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
+    if (const std::stop_token* token = stopTokenOf(awaiting)) token_ = *token;
+    return false;
+  }
+  std::stop_token await_resume() noexcept { return std::move(token_); }
+
+ private:
+  std::stop_token token_;
+};
+
+// Makes the awaiting Task run under `*token` from here on, and with it
+// everything it awaits afterwards.
+struct RunUnder {
+  const std::stop_token* token;
+  bool await_ready() const noexcept { return false; }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> awaiting) const noexcept {
+    static_assert(carriesStopToken<Promise>, "only a coio::Task can change the token it runs under");
+    awaiting.promise().stopToken = token;
+    return false;
+  }
+  void await_resume() const noexcept {}
+};
+
+}  // namespace detail
+
+/// `co_await coio::currentStopToken()` yields the `std::stop_token` the
+/// current coroutine runs under: the one its awaiter ran under (down from a
+/// `withStopToken`, a `collectAny`, `withTimeout` or an `AsyncScope`), or a
+/// default token that never stops at the root (a Task run by
+/// `blockingWait` or a reactor's `spawn`, or any coroutine that is not a
+/// coio one).
+///
+/// Never suspends: the awaiting coroutine goes on at once, on its thread.
+/// The token is a copy: keep it as long as you like.
+inline detail::CurrentStopTokenAwaiter currentStopToken() noexcept { return {}; }
+
+/// Runs `task` under `token` instead of the awaiting coroutine's: `task`,
+/// every Task it awaits, and every reactor operation or cancellable wait in
+/// them that is given no token of its own see `token`.
+///
+/// The token replaces the enclosing one, it is not merged with it: a stop
+/// of the enclosing token does not reach `task`. With a default-constructed
+/// token, that shields cleanup code (closing a session, writing a last
+/// record) from an enclosing stop.
+///
+/// Same guarantees as awaiting `task` itself: it starts on the awaiting
+/// thread, and the awaiter resumes on the thread that finishes it, with its
+/// value or its exception. Costs one extra coroutine frame.
+template <typename T>
+Task<T> withStopToken(std::stop_token token, Task<T> task) {
+  co_await detail::RunUnder{&token};  // `token` lives in this frame, which outlives `task`'s
+  co_return co_await std::move(task);  // (a void co_await makes a plain co_return)
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_CANCELLATION_HPP
+// end <coio/core/cancellation.hpp>
+// begin <coio/core/collect_all.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ALL_HPP
+// begin <coio/core/detail/collect.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_COLLECT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_COLLECT_HPP
+// The machinery behind collectAll and its relatives: each child task is
+// wrapped in a CollectChild coroutine that reports to a latch when it
+// finishes; the last one to arrive resumes the parent. The latch type says
+// what else a finishing child does (collectAny's stops the others,
+// collectAllWindowed's starts the next one).
+// begin <coio/core/unit.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
+
+namespace coio {
+
+/// The value of an operation that produces nothing. `collectAll` maps a
+/// `Task<void>` child to `Unit` so that every child has a slot in the tuple.
+struct Unit {
+  /// All Units are equal.
+  friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
+// end <coio/core/unit.hpp>
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+// Counts the children still running plus one for the parent; the last to
+// arrive resumes the parent. Also keeps the first exception (in time).
+// collectAll's latch; the others extend it.
+struct CollectLatch {
+  std::atomic<std::size_t> remaining{0};
+  std::coroutine_handle<> parent;
+  std::atomic<bool> failed{false};
+  std::exception_ptr firstException;
+
+  std::coroutine_handle<> arrive() noexcept {
+    return remaining.fetch_sub(1, std::memory_order_acq_rel) == 1 ? parent : std::noop_coroutine();
+  }
+  void fail(std::exception_ptr e) noexcept {
+    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = std::move(e);
+  }
+  // A child (its frame at `child`) finished, after fail() if it threw:
+  // the coroutine to run next on this thread.
+  std::coroutine_handle<> childDone(void* /*child*/) noexcept { return arrive(); }
+};
+
+template <typename T, typename Latch>
+class CollectChild {
+ public:
+  struct promise_type : PooledFrame, OutcomeReturn<T>, StopTokenCarrier {
+    struct FinalAwaiter {
+      bool await_ready() noexcept { return false; }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
+        auto& p = h.promise();
+        if (p.outcome.hasException()) p.latch->fail(p.outcome.exception());
+        return p.latch->childDone(h.address());
+      }
+      void await_resume() noexcept {}
+    };
+    CollectChild get_return_object() noexcept {
+      return CollectChild{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    FinalAwaiter final_suspend() noexcept { return {}; }
+    Latch* latch = nullptr;
+  };
+
+  CollectChild(CollectChild&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  CollectChild& operator=(CollectChild&&) = delete;
+  ~CollectChild() {
+    if (handle_) handle_.destroy();
+  }
+
+  // Ties the child to its latch and to the token it runs under; resuming
+  // the handle returned starts it.
+  std::coroutine_handle<> bind(Latch& latch, const std::stop_token* stop) noexcept {
+    handle_.promise().latch = &latch;
+    handle_.promise().stopToken = stop;
+    return handle_;
+  }
+  // Runs the child on this thread until its first suspension.
+  void start(Latch& latch, const std::stop_token* stop) noexcept { bind(latch, stop).resume(); }
+  // Its frame, as CollectLatch::childDone names it.
+  void* address() const noexcept { return handle_.address(); }
+  // Its value, or rethrows its exception.
+  decltype(auto) result() {
+    if constexpr (std::is_void_v<T>) {
+      handle_.promise().outcome.get();
+      return Unit{};
+    } else {
+      return handle_.promise().outcome.get();
+    }
+  }
+
+ private:
+  explicit CollectChild(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+  std::coroutine_handle<promise_type> handle_;
+};
+
+template <typename Latch, typename T>
+CollectChild<T, Latch> makeCollectChild(Task<T> task) {
+  co_return co_await std::move(task);
+}
+
+template <typename Latch>
+CollectChild<void, Latch> makeCollectChild(Task<void> task) {
+  co_await std::move(task);
+}
+
+template <typename Latch, typename T>
+std::vector<CollectChild<T, Latch>> makeCollectChildren(std::vector<Task<T>> tasks) {
+  std::vector<CollectChild<T, Latch>> children;
+  children.reserve(tasks.size());
+  for (auto& t : tasks) children.push_back(makeCollectChild<Latch>(std::move(t)));
+  return children;
+}
+
+template <typename T>
+using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
+
+// What collectAllRange yields: the results in input order, or nothing.
+template <typename T>
+using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
+
+// The results of a range of finished children, in input order (nothing
+// for void children).
+template <typename T, typename Latch>
+auto collectResults(std::vector<CollectChild<T, Latch>>& children) {
+  if constexpr (!std::is_void_v<T>) {
+    std::vector<T> results;
+    results.reserve(children.size());
+    for (auto& child : children) results.push_back(child.result());
+    return results;
+  }
+}
+
+// Starts `count` children (through `startAll`, which gets the token the
+// awaiting coroutine runs under) when awaited; resumes the awaiting
+// coroutine once every child has finished.
+template <typename StartAll>
+class CollectAwaiter {
+ public:
+  CollectAwaiter(CollectLatch& latch, std::size_t count, StartAll startAll) noexcept
+      : latch_(latch), count_(count), startAll_(std::move(startAll)) {}
+  bool await_ready() const noexcept { return count_ == 0; }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> parent) noexcept {
+    latch_.parent = parent;
+    latch_.remaining.store(count_ + 1, std::memory_order_relaxed);
+    startAll_(stopTokenOf(parent));
+    // The parent's own arrival: if the children all finished synchronously
+    // there is nothing to wait for.
+    return latch_.remaining.fetch_sub(1, std::memory_order_acq_rel) != 1;
+  }
+  void await_resume() const {
+    if (latch_.failed.load(std::memory_order_relaxed)) std::rethrow_exception(latch_.firstException);
+  }
+
+ private:
+  CollectLatch& latch_;
+  std::size_t count_;
+  StartAll startAll_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_COLLECT_HPP
+// end <coio/core/detail/collect.hpp>
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <stop_token>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace coio {
+
+namespace detail {
+
+// collectAllWindowed's latch: a child that finishes starts, by symmetric
+// transfer on its own thread, the first child not started yet.
+struct WindowLatch : CollectLatch {
+  std::vector<std::coroutine_handle<>> children;  // bound to this latch, in input order
+  std::atomic<std::size_t> next{0};                // index of the next child to start
+
+  std::coroutine_handle<> takeNext() noexcept {
+    const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+    return i < children.size() ? children[i] : nullptr;
+  }
+  std::coroutine_handle<> childDone(void* /*child*/) noexcept {
+    if (std::coroutine_handle<> following = takeNext()) {
+      arrive();  // never the last arrival: `following` has not finished
+      return following;
+    }
+    return arrive();
+  }
+};
+
+}  // namespace detail
+
+/// Runs the tasks concurrently and yields all their results as a tuple
+/// (a `Task<void>` contributes `Unit`).
+///
+/// The children start in argument order on the awaiting thread, each running
+/// until its first suspension; they then interleave at their suspension
+/// points. The awaiting coroutine resumes on the thread that finishes the
+/// last child (or continues inline if they all finished synchronously). If
+/// any child throws, all are still awaited to the end and then the first
+/// exception (in time) is rethrown. The children run under the awaiting
+/// coroutine's stop token (see currentStopToken); a child that throws does
+/// not stop the others.
+template <typename... Ts>
+Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
+  std::tuple<detail::CollectChild<Ts, detail::CollectLatch>...> children{
+      detail::makeCollectChild<detail::CollectLatch>(std::move(tasks))...};
+  detail::CollectLatch latch;
+  co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
+    std::apply([&](auto&... child) { (child.start(latch, stop), ...); }, children);
+  });
+  co_return std::apply(
+      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{child.result()...}; }, children);
+}
+
+/// collectAll over a vector: results in input order. A vector of
+/// `Task<void>` yields `Task<void>`. Same threading, exception and stop
+/// token rules as collectAll.
+template <typename T>
+auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
+  static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
+  auto children = detail::makeCollectChildren<detail::CollectLatch>(std::move(tasks));
+  detail::CollectLatch latch;
+  co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
+    for (auto& child : children) child.start(latch, stop);
+  });
+  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+}
+
+/// collectAllRange with bounded concurrency (folly's collectAllWindowed):
+/// at most `window` children run at once; results in input order.
+///
+/// The first `window` children start in input order on the awaiting
+/// thread, each running until its first suspension; from then on, each
+/// child that finishes starts the next one on its own thread (by symmetric
+/// transfer, so a run of children that finish synchronously uses constant
+/// stack). The awaiting coroutine resumes on the thread that finishes the
+/// last child. Same exception and stop token rules as collectAll: every
+/// child runs, even after one threw or the token was stopped (it then
+/// starts under a stopped token). `window` must be at least 1 (asserted).
+template <typename T>
+auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
+  static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
+  COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
+  auto children = detail::makeCollectChildren<detail::WindowLatch>(std::move(tasks));
+  detail::WindowLatch latch;
+  latch.children.reserve(children.size());  // here: startAll below must not throw
+  co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
+    for (auto& child : children) latch.children.push_back(child.bind(latch, stop));
+    for (std::size_t i = 0; i < window; ++i) {
+      const std::coroutine_handle<> child = latch.takeNext();
+      if (!child) break;
+      child.resume();
+    }
+  });
+  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ALL_HPP
+// end <coio/core/collect_all.hpp>
+// begin <coio/core/collect_any.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ANY_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ANY_HPP
+// begin <coio/core/detail/linked_stop_source.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_LINKED_STOP_SOURCE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_LINKED_STOP_SOURCE_HPP
+// A stop source that an enclosing token stops too: collectAny's and
+// withTimeout's children run under its token, which the operation also
+// stops itself (a winner, a deadline).
+
+#include <optional>
+#include <stop_token>
+
+namespace coio::detail {
+
+class LinkedStopSource {
+ public:
+  LinkedStopSource() = default;
+  LinkedStopSource(const LinkedStopSource&) = delete;
+  LinkedStopSource& operator=(const LinkedStopSource&) = delete;
+
+  /// From now on a stop of `*parent` (null: none) stops this source too, at
+  /// once if it already was. Returns the token to run the children under.
+  const std::stop_token* linkTo(const std::stop_token* parent) noexcept {
+    COIO_ASSERT(!link_, "LinkedStopSource linked twice");
+    if (parent) link_.emplace(*parent, Forward{&source_});
+    return &token_;
+  }
+
+  /// Stops the children's token; their stop callbacks run on this thread.
+  /// The caller must outlive the call (a collectAny child that has not
+  /// arrived yet does).
+  void requestStop() noexcept { source_.request_stop(); }
+
+ private:
+  struct Forward {
+    std::stop_source* source;
+    // Through a copy, which keeps the stop state alive: stopping the
+    // children may finish them, and the last to finish resumes the
+    // operation that owns *source, inline, which may then destroy it
+    // before request_stop() has returned.
+    void operator()() const noexcept { std::stop_source(*source).request_stop(); }
+  };
+
+  std::stop_source source_;
+  std::stop_token token_ = source_.get_token();
+  std::optional<std::stop_callback<Forward>> link_;  // last: unlinked first on destruction
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_LINKED_STOP_SOURCE_HPP
+// end <coio/core/detail/linked_stop_source.hpp>
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <stop_token>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace coio {
+
+namespace detail {
+
+// collectAny's latch: the first child to finish wins and asks the others
+// to stop.
+struct RaceLatch : CollectLatch {
+  std::atomic<void*> winner{nullptr};  // the frame of the first child to finish
+  LinkedStopSource children;           // what the children run under
+
+  // The winner's exception stays in its outcome, for the parent to
+  // rethrow; the losers' are dropped.
+  void fail(std::exception_ptr) noexcept {}
+  std::coroutine_handle<> childDone(void* child) noexcept {
+    void* none = nullptr;
+    // Before our own arrival, so the parent cannot be resumed meanwhile
+    // (by a loser that the stop finishes inline) and free the source.
+    if (winner.compare_exchange_strong(none, child, std::memory_order_relaxed)) children.requestStop();
+    return arrive();  // acq_rel: the parent, resumed by the last arrival, sees `winner`
+  }
+};
+
+// The winner's result as alternative I of Variant, I its argument index.
+template <typename Variant, std::size_t I = 0, typename Children>
+Variant winnerResult(Children& children, void* winner) {
+  auto& child = std::get<I>(children);
+  if constexpr (I + 1 < std::tuple_size_v<Children>) {
+    if (child.address() != winner) return winnerResult<Variant, I + 1>(children, winner);
+  }
+  return Variant(std::in_place_index<I>, child.result());
+}
+
+}  // namespace detail
+
+/// Runs the tasks concurrently and yields the result of the first one to
+/// finish, as the alternative of a `std::variant` whose index is that
+/// task's argument index (a `Task<void>` contributes `Unit`); the others are
+/// asked to stop, and awaited.
+///
+/// Guarantees:
+/// - The children start in argument order on the awaiting thread, each
+///   running until its first suspension. If one finishes while they start,
+///   it has won and those after it start under a stopped token.
+/// - The children run under a fresh stop token, stopped when the first
+///   child finishes and when the awaiting coroutine's token is (at once if
+///   it already is). The stop callbacks of the losers (their reactor
+///   operations, cancellable waits) run on the thread that finished the
+///   winner, or that stopped the enclosing token.
+/// - No child outlives the call: `co_await collectAny(...)` returns only
+///   after every child has finished, however long a loser that ignores the
+///   stop takes. Every frame is freed before it returns.
+/// - The awaiting coroutine resumes on the thread that finishes the last
+///   child (or continues inline if they all finished synchronously).
+/// - Exceptions: the first child to finish wins whether it returned or
+///   threw; if it threw, `co_await` rethrows its exception (once every child
+///   finished). Exceptions of the children that finish later are dropped,
+///   as collectAll drops all but the first.
+template <typename... Ts>
+Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
+  static_assert(sizeof...(Ts) > 0, "collectAny of no task: nothing can finish first");
+  static_assert((!std::is_reference_v<Ts> && ...), "collectAny does not support Task<T&>: return pointers");
+  std::tuple<detail::CollectChild<Ts, detail::RaceLatch>...> children{
+      detail::makeCollectChild<detail::RaceLatch>(std::move(tasks))...};
+  detail::RaceLatch latch;
+  co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
+    const std::stop_token* own = latch.children.linkTo(stop);
+    std::apply([&](auto&... child) { (child.start(latch, own), ...); }, children);
+  });
+  co_return detail::winnerResult<std::variant<detail::UnitIfVoid<Ts>...>>(
+      children, latch.winner.load(std::memory_order_relaxed));
+}
+
+/// collectAny over a vector: yields the index of the first task to finish
+/// and its result (`Unit` for `Task<void>`). Same guarantees as collectAny;
+/// the vector must not be empty (asserted).
+template <typename T>
+Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
+  static_assert(!std::is_reference_v<T>, "collectAnyRange does not support Task<T&>: return pointers");
+  COIO_ASSERT(!tasks.empty(), "collectAnyRange of no task: nothing can finish first");
+  auto children = detail::makeCollectChildren<detail::RaceLatch>(std::move(tasks));
+  detail::RaceLatch latch;
+  co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
+    const std::stop_token* own = latch.children.linkTo(stop);
+    for (auto& child : children) child.start(latch, own);
+  });
+  void* const winner = latch.winner.load(std::memory_order_relaxed);
+  std::size_t i = 0;
+  while (children[i].address() != winner) ++i;
+  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, children[i].result());
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_COLLECT_ANY_HPP
+// end <coio/core/collect_any.hpp>
+// begin <coio/core/event.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_EVENT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_EVENT_HPP
+
+#include <atomic>
+#include <mutex>
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+/// A manual-reset event that any number of coroutines can await: once set,
+/// it stays set (every `wait()` completes at once) until `reset()`.
+///
+/// Unlike Baton, a wait can be cancelled with a std::stop_token. The flag
+/// is one atomic (`isSet()` and waiting on a set Event take no lock); the
+/// waiters form a FIFO list under a mutex.
+///
+/// Guarantees:
+/// - `set()` resumes every waiter inline on the calling thread, oldest
+///   first, before it returns, after dropping its lock: it touches nothing
+///   of the Event while resuming, so a resumed waiter may destroy it. (A
+///   resumption more than 32 nested hand-overs deep on one thread is
+///   deferred to the outermost one on that thread, as for Semaphore.)
+/// - `set()` happens-before the return of every wait it releases, and of
+///   every wait that finds the Event set.
+/// - `co_await ev.wait()` on a set Event continues on the awaiting thread
+///   without suspending. A cancellable wait whose stop is requested while
+///   it waits is resumed, yielding false, on the thread that requests stop.
+/// - `reset()` only clears the flag: waiters exist only while the Event is
+///   not set, so it never affects them.
+/// - A waiter whose frame is destroyed while waiting leaves the list.
+///   Destroying the Event while coroutines wait is a programming error
+///   (asserted). Seeing `isSet()` true does not mean the set() call has
+///   returned: a thread that did not wait must not destroy the Event while
+///   a set() may still run (it releases a lock after setting the flag).
+class Event {
+  template <bool Cancellable>
+  using WaitOperation = detail::WaitOperation<Event, detail::WaitNode, Cancellable>;
+
+ public:
+  /// An Event not set, or already set if `initiallySet`.
+  explicit Event(bool initiallySet = false) noexcept : set_(initiallySet) {}
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { COIO_ASSERT(waiters_.empty(), "coio::Event destroyed with waiters"); }
+
+  /// Whether the Event is set (a snapshot).
+  bool isSet() const noexcept { return set_.load(std::memory_order_acquire); }
+
+  /// Sets the Event and resumes every waiter inline on this thread, oldest
+  /// first. Does nothing if it is already set.
+  void set() noexcept {
+    if (isSet()) return;
+    detail::WaitNode* waiters;
+    {
+      std::lock_guard lock(mutex_);
+      set_.store(true, std::memory_order_release);
+      waiters = waiters_.takeAll(detail::WaitState::granted);
+    }
+    detail::resumeInline(waiters);
+  }
+
+  /// Makes the Event not set; later waits suspend until the next set().
+  void reset() noexcept { set_.store(false, std::memory_order_relaxed); }
+
+  /// `co_await ev.wait()` returns once the Event is set: at once if it is,
+  /// else resumed on the thread that calls set().
+  WaitOperation<false> wait() noexcept { return WaitOperation<false>(*this); }
+
+  /// Like wait(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true if the Event was set, false if it gave up (on
+  /// the thread that requested stop). A set Event yields true even if stop
+  /// was requested.
+  WaitOperation<true> wait(std::stop_token stop) noexcept { return WaitOperation<true>(*this, std::move(stop)); }
+
+ private:
+  friend WaitOperation<false>;
+  friend WaitOperation<true>;
+
+  bool tryNow(detail::WaitNode& w) noexcept {
+    if (!isSet()) return false;
+    w.state = detail::WaitState::granted;
+    return true;
+  }
+
+  bool enqueue(detail::WaitNode& w) noexcept {
+    std::lock_guard lock(mutex_);
+    if (w.state == detail::WaitState::cancelled) return false;
+    if (set_.load(std::memory_order_relaxed)) {  // set() stores under the lock: ordered by it
+      w.state = detail::WaitState::granted;
+      return false;
+    }
+    waiters_.pushBack(w);
+    return true;
+  }
+
+  void cancel(detail::WaitNode& w) noexcept { detail::cancelWait(mutex_, waiters_, w); }
+  void forget(detail::WaitNode& w) noexcept { detail::forgetWait(mutex_, waiters_, w); }
+
+  std::atomic<bool> set_;
+  std::mutex mutex_;
+  detail::WaitList waiters_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_EVENT_HPP
+// end <coio/core/event.hpp>
+// begin <coio/core/latch.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_LATCH_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_LATCH_HPP
+
+#include <atomic>
+#include <cstddef>
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+/// A single-use countdown for coroutines (std::latch for `co_await`): it
+/// opens when `countDown()` has taken its count to zero, and stays open.
+///
+/// Guarantees:
+/// - Waiters are resumed inline on the thread whose `countDown()` reached
+///   zero, oldest first, before that call returns; a wait on an open Latch
+///   continues on the awaiting thread without suspending. A cancellable
+///   wait whose stop is requested first is resumed, yielding false, on the
+///   thread that requests stop.
+/// - Every `countDown()` happens-before the return of every wait, and of
+///   a `tryWait()` that returns true.
+/// - The `countDown()` that reaches zero touches nothing of the Latch while
+///   it resumes the waiters: a resumed waiter may destroy it. A `tryWait()`
+///   that returns true does not mean that call has returned (see Event).
+/// - Counting down below zero, and destroying the Latch while coroutines
+///   wait, are programming errors (asserted).
+class Latch {
+ public:
+  /// A Latch that opens after `count` units are counted down (open at once if 0).
+  explicit Latch(std::size_t count) noexcept : count_(count), open_(count == 0) {}
+
+  /// Counts `n` units down; the call that reaches zero resumes every waiter inline.
+  void countDown(std::size_t n = 1) noexcept {
+    const std::size_t before = count_.fetch_sub(n, std::memory_order_acq_rel);
+    COIO_ASSERT(before >= n, "coio::Latch counted down below zero");
+    if (before == n) open_.set();
+  }
+
+  /// Whether the Latch is open (the count reached zero and the waiters were released).
+  bool tryWait() const noexcept { return open_.isSet(); }
+
+  /// `co_await latch.wait()` returns once the Latch is open.
+  auto wait() noexcept { return open_.wait(); }
+
+  /// Like wait(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true if the Latch opened, false if it gave up.
+  auto wait(std::stop_token stop) noexcept { return open_.wait(std::move(stop)); }
+
+ private:
+  std::atomic<std::size_t> count_;
+  Event open_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_LATCH_HPP
+// end <coio/core/latch.hpp>
+// begin <coio/core/lock_guard.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_LOCK_GUARD_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_LOCK_GUARD_HPP
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+namespace coio {
+
+/// Which side of a lock a LockGuard holds.
+enum class LockKind {
+  exclusive,  ///< taken with lock(), released with unlock()
+  shared,     ///< taken with lockShared(), released with unlockShared()
+};
+
+/// Owns a lock taken on a coio Mutex or SharedMutex and releases it when
+/// destroyed: what `co_await m.scopedLock()` yields. Move-only.
+///
+/// Guarantees: each acquisition is released exactly once, by the guard that
+/// owns it last (destruction, unlock() or being move-assigned over).
+/// Releasing behaves as the mutex's unlock: the next waiter, if any, is
+/// resumed inline on the releasing thread. An empty guard (default-made,
+/// moved from, or from a cancelled `scopedLock(stop)`) releases nothing.
+template <typename M, LockKind Kind = LockKind::exclusive>
+class [[nodiscard]] LockGuard {
+ public:
+  /// The mutex type.
+  using mutex_type = M;
+
+  /// Owns nothing.
+  LockGuard() noexcept = default;
+  /// Adopts a lock (of kind `Kind`) the caller holds on `mutex`.
+  LockGuard(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
+  /// Takes over `other`'s lock; `other` becomes empty.
+  LockGuard(LockGuard&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
+  /// Releases the lock held, if any, and takes over `other`'s.
+  LockGuard& operator=(LockGuard&& other) noexcept {
+    if (this != &other) {
+      unlock();
+      mutex_ = std::exchange(other.mutex_, nullptr);
+    }
+    return *this;
+  }
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+  ~LockGuard() { unlock(); }
+
+  /// Whether the guard holds a lock.
+  bool ownsLock() const noexcept { return mutex_ != nullptr; }
+  /// Same as ownsLock().
+  explicit operator bool() const noexcept { return ownsLock(); }
+  /// The mutex whose lock the guard holds (nullptr if none).
+  M* mutex() const noexcept { return mutex_; }
+
+  /// Releases the lock now, if held; the guard becomes empty.
+  void unlock() noexcept {
+    if (M* m = std::exchange(mutex_, nullptr)) {
+      if constexpr (Kind == LockKind::exclusive) {
+        m->unlock();
+      } else {
+        m->unlockShared();
+      }
+    }
+  }
+
+ private:
+  M* mutex_ = nullptr;
+};
+
+namespace detail {
+
+// `co_await m.scopedLock()`: an acquisition that yields a LockGuard. The
+// cancellable form yields an empty guard if stop was requested while waiting.
+template <typename Guard, bool Cancellable>
+class [[nodiscard]] ScopedLockOperation : public AcquireOperation<Cancellable> {
+  using Acquire = AcquireOperation<Cancellable>;
+
+ public:
+  template <typename... Stop>
+  ScopedLockOperation(typename Guard::mutex_type& mutex, FifoSemaphore& sem, std::uint64_t n, Stop... stop) noexcept
+      : Acquire(sem, n, std::move(stop)...), mutex_(mutex) {}
+
+  Guard await_resume() noexcept {
+    if constexpr (Cancellable) {
+      if (!Acquire::await_resume()) return Guard{};
+    } else {
+      Acquire::await_resume();
+    }
+    return Guard(mutex_, std::adopt_lock);
+  }
+
+ private:
+  typename Guard::mutex_type& mutex_;
+};
+
+}  // namespace detail
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_LOCK_GUARD_HPP
+// end <coio/core/lock_guard.hpp>
+// begin <coio/core/mutex.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_MUTEX_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_MUTEX_HPP
+
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+/// A mutex for coroutines, FIFO fair: a coroutine that finds it held
+/// suspends instead of blocking its thread, so it may be held across
+/// `co_await` (unlike a std::mutex).
+///
+/// Guarantees:
+/// - FIFO: waiters get the lock in the order they queued. `unlock()` hands
+///   it straight to the oldest waiter (it is never free in between), so
+///   neither a newcomer's `lock()` nor `tryLock()` can barge ahead.
+/// - Uncontended `lock`/`tryLock`/`unlock` are one CAS each, no lock.
+/// - `unlock()` happens-before the acquisition it hands the lock to: the
+///   next holder sees everything the previous one wrote.
+/// - A waiter is resumed inline on the thread that calls `unlock()` (inside
+///   that call), or, for a cancellable lock, on the thread that requests
+///   stop; a lock that is free continues on the awaiting thread without
+///   suspending. As for Semaphore, a hand-over more than 32 nested
+///   resumptions deep on one thread is deferred to the outermost one on
+///   that thread: a chain through any number of waiters uses bounded stack.
+/// - A waiter whose frame is destroyed while queued leaves the queue.
+///   Destroying the Mutex while coroutines wait, and `unlock()` while it is
+///   not held, are programming errors (asserted).
+/// - Not recursive, and not owned by a thread: a coroutine may lock on one
+///   thread and unlock on another.
+class Mutex {
+ public:
+  /// An unlocked mutex.
+  Mutex() noexcept : core_(1) {}
+
+  /// `co_await m.lock()` takes the lock, waiting in FIFO order.
+  detail::AcquireOperation<false> lock() noexcept { return {core_, 1}; }
+
+  /// Like lock(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true with the lock held, false without. A waiter that
+  /// gives up leaves the queue.
+  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+
+  /// `co_await m.scopedLock()` takes the lock like lock() and yields a guard
+  /// that unlocks when destroyed.
+  detail::ScopedLockOperation<LockGuard<Mutex>, false> scopedLock() noexcept { return {*this, core_, 1}; }
+
+  /// Like scopedLock(), but gives up if `stop` is requested while waiting:
+  /// the guard yielded is then empty (`ownsLock()` false).
+  detail::ScopedLockOperation<LockGuard<Mutex>, true> scopedLock(std::stop_token stop) noexcept {
+    return {*this, core_, 1, std::move(stop)};
+  }
+
+  /// Takes the lock if it is free and nobody waits.
+  bool tryLock() noexcept { return core_.tryAcquire(1); }
+
+  /// Releases the lock; the oldest waiter, if any, gets it and is resumed
+  /// inline on this thread before unlock() returns.
+  void unlock() noexcept {
+    COIO_ASSERT(core_.available() == 0, "coio::Mutex::unlock while not locked");
+    core_.release(1);
+  }
+
+  /// Whether the mutex is held right now (a snapshot).
+  bool isLocked() const noexcept { return core_.available() == 0; }
+
+ private:
+  detail::FifoSemaphore core_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_MUTEX_HPP
+// end <coio/core/mutex.hpp>
 // begin <coio/core/semaphore.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_SEMAPHORE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_SEMAPHORE_HPP
@@ -1608,7 +2823,8 @@ class Semaphore {
 
   /// Like acquire(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with a token held, false without. A waiter that
-  /// gives up lets the ones behind it proceed.
+  /// gives up lets the ones behind it proceed. A default `stop` means the
+  /// token the awaiting Task runs under (see currentStopToken).
   detail::AcquireOperation<true> acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
 
   /// Takes a token if one is free and nobody is waiting.
@@ -1627,6 +2843,99 @@ class Semaphore {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_SEMAPHORE_HPP
 // end <coio/core/semaphore.hpp>
+// begin <coio/core/shared_mutex.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_SHARED_MUTEX_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_SHARED_MUTEX_HPP
+
+#include <cstdint>
+#include <stop_token>
+#include <utility>
+
+namespace coio {
+
+/// A readers/writer lock for coroutines, strictly FIFO so that neither
+/// readers nor writers starve.
+///
+/// Guarantees:
+/// - One queue for both kinds, served in arrival order: a queued writer
+///   blocks every later reader, even while readers hold the lock, so
+///   writers cannot starve; when the lock frees up, the readers queued
+///   consecutively at the head get it together, so readers cannot starve
+///   either. `tryLock`/`tryLockShared` fail while anyone waits (no barging).
+/// - Uncontended acquisitions and releases are one CAS each, no lock.
+/// - A release happens-before the acquisitions it lets proceed.
+/// - Waiters are resumed inline on the thread whose `unlock()` /
+///   `unlockShared()` lets them proceed (the last reader out resumes a
+///   waiting writer; a writer's unlock resumes the next writer or the batch
+///   of readers, oldest first), or, for a cancellable acquisition, on the
+///   thread that requests stop. An acquisition that can proceed at once
+///   continues on the awaiting thread without suspending. Hand-overs more
+///   than 32 nested resumptions deep on one thread are deferred to the
+///   outermost one on that thread (bounded stack), as for Semaphore.
+/// - A waiter that gives up (stop requested) leaves the queue, and the ones
+///   behind it proceed if they now can: readers queued behind a cancelled
+///   writer join the readers holding the lock at once.
+/// - A waiter whose frame is destroyed while queued leaves the queue.
+///   Destroying the SharedMutex while coroutines wait, and releasing a lock
+///   not held, are programming errors (asserted).
+class SharedMutex {
+ public:
+  /// An unlocked SharedMutex.
+  SharedMutex() noexcept : core_(kAll) {}
+
+  /// `co_await m.lock()` takes the lock exclusively, waiting in FIFO order.
+  detail::AcquireOperation<false> lock() noexcept { return {core_, kAll}; }
+  /// Like lock(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true with the lock held, false without.
+  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
+  /// Like lock(), yielding a guard that unlocks when destroyed.
+  detail::ScopedLockOperation<LockGuard<SharedMutex>, false> scopedLock() noexcept { return {*this, core_, kAll}; }
+  /// Like lock(stop), yielding a guard: empty if stop was requested while waiting.
+  detail::ScopedLockOperation<LockGuard<SharedMutex>, true> scopedLock(std::stop_token stop) noexcept {
+    return {*this, core_, kAll, std::move(stop)};
+  }
+  /// Takes the lock exclusively if nobody holds or waits for it.
+  bool tryLock() noexcept { return core_.tryAcquire(kAll); }
+  /// Releases the exclusive lock; resumes the next waiters inline on this thread.
+  void unlock() noexcept {
+    COIO_ASSERT(core_.available() == 0, "coio::SharedMutex::unlock while not locked exclusively");
+    core_.release(kAll);
+  }
+
+  /// `co_await m.lockShared()` takes the lock shared, waiting in FIFO order
+  /// (behind any queued writer).
+  detail::AcquireOperation<false> lockShared() noexcept { return {core_, 1}; }
+  /// Like lockShared(), but gives up if `stop` is requested while waiting:
+  /// `co_await` yields true with the lock held, false without.
+  detail::AcquireOperation<true> lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  /// Like lockShared(), yielding a guard that unlocks (shared) when destroyed.
+  detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, false> scopedLockShared() noexcept {
+    return {*this, core_, 1};
+  }
+  /// Like lockShared(stop), yielding a guard: empty if stop was requested while waiting.
+  detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, true> scopedLockShared(
+      std::stop_token stop) noexcept {
+    return {*this, core_, 1, std::move(stop)};
+  }
+  /// Takes the lock shared if no writer holds it and nobody waits.
+  bool tryLockShared() noexcept { return core_.tryAcquire(1); }
+  /// Releases a shared lock; if it was the last, resumes the next waiters inline on this thread.
+  void unlockShared() noexcept {
+    COIO_ASSERT(core_.available() < kAll, "coio::SharedMutex::unlockShared while not locked shared");
+    core_.release(1);
+  }
+
+ private:
+  // A reader takes one token, a writer all of them: the FIFO engine's
+  // head-of-line blocking is exactly the fairness wanted.
+  static constexpr std::uint64_t kAll = (std::uint64_t{1} << 62) - 1;
+
+  detail::FifoSemaphore core_;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_SHARED_MUTEX_HPP
+// end <coio/core/shared_mutex.hpp>
 // begin <coio/core/stamped_ptr.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_STAMPED_PTR_HPP
@@ -1929,7 +3238,11 @@ struct [[nodiscard]] TransformAwaiter {
   Fn fn;
 
   bool await_ready() { return inner.await_ready(); }
-  decltype(auto) await_suspend(std::coroutine_handle<> h) { return inner.await_suspend(h); }
+  // Typed: the inner awaiter may read the awaiting promise (its stop token).
+  template <typename Promise>
+  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
+    return inner.await_suspend(h);
+  }
   decltype(auto) await_resume() { return fn(inner.await_resume()); }
 };
 
@@ -2080,6 +3393,7 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
 #include <cstddef>
 #include <span>
 #include <stop_token>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -2228,6 +3542,17 @@ class TcpStream {
   Result<void> setNoDelay(bool on) noexcept {
     const int value = on ? 1 : 0;
     if (::setsockopt(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value) != 0) return systemError(errno);
+    return {};
+  }
+
+  /// TCP_CONGESTION: the congestion control algorithm of this connection's
+  /// sends (e.g. "cubic", "bbr"; /proc/sys/net/ipv4/tcp_available_congestion_control
+  /// lists them). Errors: ENOENT for an unknown name, EPERM for one not in
+  /// tcp_allowed_congestion_control without CAP_NET_ADMIN.
+  Result<void> setCongestionControl(std::string_view name) noexcept {
+    if (::setsockopt(fd(), IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) != 0) {
+      return systemError(errno);
+    }
     return {};
   }
 
@@ -2751,13 +4076,14 @@ class LoopCore {
     }
 
     bool await_ready() const noexcept { return Cancellable && stop_.stop_requested(); }
-    void await_suspend(std::coroutine_handle<> h) {
+    template <typename Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
       COIO_ASSERT(core_.ownedByCaller(), "sleep awaited off the reactor's thread");
+      if (inheritStopToken(stop_, h) && stop_.stop_requested()) return false;
       handle_ = h;
       core_.timers_.push(*this);
-      if constexpr (Cancellable) {
-        if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-      }
+      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+      return true;
     }
     auto await_resume() noexcept {
       if constexpr (Cancellable) {
@@ -2792,11 +4118,16 @@ class LoopCore {
 
   /// Resumes on the loop thread at `deadline` (in a later iteration if it
   /// has passed). Timers with equal deadlines fire in the order they were set.
+  /// Awaited from a coio Task, it ends early (as the cancellable form does,
+  /// yielding nothing) once the token the Task runs under is stopped: a
+  /// loop that only sleeps should check that token.
   SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
-  /// a later iteration). `stop` must be requested on the loop thread.
+  /// a later iteration; at once if it already was). `stop` must be requested
+  /// on the loop thread. A default `stop` means the token of the awaiting
+  /// Task (see currentStopToken).
   SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
     return {*this, deadline, std::move(stop)};
   }
@@ -3263,7 +4594,9 @@ class EpollOperation;
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
 ///   operation yields std::errc::operation_canceled in a later iteration.
-///   Nothing of the caller's buffer is touched after that.
+///   Nothing of the caller's buffer is touched after that. Given no token
+///   (a default one), an operation awaited from a coio Task uses the token
+///   the Task runs under (see currentStopToken).
 /// - stop() (any thread) makes run() return after the current iteration;
 ///   spawned tasks that never started are destroyed then, the others with
 ///   the reactor, deregistering their waits.
@@ -3419,9 +4752,12 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
 
-  bool await_suspend(std::coroutine_handle<> h) {
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
@@ -3702,6 +5038,16 @@ struct IsResult : std::false_type {};
 template <typename T>
 struct IsResult<Result<T>> : std::true_type {};
 
+// Result<T>, or T itself when it already is a Result.
+template <typename T>
+struct TimeoutResult {
+  using type = Result<T>;
+};
+template <typename T>
+struct TimeoutResult<Result<T>> {
+  using type = Result<T>;
+};
+
 // The operation's awaitable is created inside this frame: I/O awaiters
 // cannot move once made.
 template <typename Start>
@@ -3712,13 +5058,24 @@ auto runThenStop(Start& start, std::stop_token token, std::stop_source& timer)
   co_return result;
 }
 
+// Runs `task` under `token`, then ends the timer, also if the task threw.
+template <typename T>
+Task<T> runUnderThenStop(Task<T> task, const std::stop_token* token, std::stop_source& timer) {
+  struct EndTimer {
+    std::stop_source& timer;
+    ~EndTimer() { timer.request_stop(); }
+  } endTimer{timer};
+  co_await RunUnder{token};
+  co_return co_await std::move(task);
+}
+
 template <typename R>
 Task<void> stopWhenDue(R& reactor, std::chrono::steady_clock::duration timeout, std::stop_token timerStop,
-                       std::stop_source& operation, bool& fired) {
+                       LinkedStopSource& operation, bool& fired) {
   const bool due = co_await reactor.sleepFor(timeout, std::move(timerStop));
   if (due) {
     fired = true;
-    operation.request_stop();
+    operation.requestStop();
   }
 }
 
@@ -3736,21 +5093,67 @@ Task<void> stopWhenDue(R& reactor, std::chrono::steady_clock::duration timeout, 
 ///   operation has delivered its completion, so the buffers it used are free.
 /// - If the operation completes before it sees the cancellation (it won the
 ///   race), its own result is returned, even after the deadline.
+/// - `token` is also stopped when the awaiting coroutine's token is (see
+///   currentStopToken): the operation then yields its
+///   std::errc::operation_canceled.
 /// - Must be awaited on the reactor's thread; resumes there.
 template <Reactor R, typename Start>
   requires std::invocable<Start&, std::stop_token> &&
            detail::IsResult<AwaitResult<std::invoke_result_t<Start&, std::stop_token>>>::value
 auto withTimeout(R& reactor, Start start, std::chrono::steady_clock::duration timeout)
     -> Task<AwaitResult<std::invoke_result_t<Start&, std::stop_token>>> {
-  std::stop_source operation;
+  detail::LinkedStopSource operation;  // stopped at the deadline or with the enclosing token
   std::stop_source timer;
   bool fired = false;
+  const std::stop_token enclosing = co_await currentStopToken();
   auto [result, unit] = co_await collectAll(
-      detail::runThenStop(start, operation.get_token(), timer),
+      detail::runThenStop(start, *operation.linkTo(&enclosing), timer),
       detail::stopWhenDue(reactor, timeout, timer.get_token(), operation, fired));
   (void)unit;
   if (fired && result.error() == std::errc::operation_canceled) co_return std::errc::timed_out;
   co_return std::move(result);
+}
+
+/// Runs the whole of `task` under a stop token that is stopped once
+/// `timeout` has passed (and when the awaiting coroutine's token is): every
+/// reactor operation, sleep and cancellable wait inside it that was given no
+/// token of its own is cancelled at the deadline. Yields `Result<T>`
+/// (`Result<U>` when T already is a `Result<U>`): the task's value if it
+/// finished before the deadline, `std::errc::timed_out` if the deadline
+/// fired first.
+///
+/// Guarantees:
+/// - No orphan: it returns only once the task has finished, whatever the
+///   deadline; so every buffer and object the task uses is free again.
+/// - What the task does with the stop is up to the task. If it ignores the
+///   stop (or runs under a token of its own, e.g. `withStopToken`), it runs
+///   to its end and withTimeout returns only then, still with
+///   `std::errc::timed_out`: the value it returned after the deadline is
+///   destroyed (not returned, even if it is a success). Use the callable form
+///   above, per operation, where a result that raced the deadline must not
+///   be lost (e.g. bytes a read consumed).
+/// - An exception thrown by the task is rethrown, before or after the
+///   deadline.
+/// - Must be awaited on the reactor's thread, and the task must finish
+///   there (it may hop elsewhere in between); resumes there.
+template <Reactor R, typename T>
+auto withTimeout(R& reactor, Task<T> task, std::chrono::steady_clock::duration timeout)
+    -> Task<typename detail::TimeoutResult<T>::type> {
+  static_assert(!std::is_reference_v<T>, "withTimeout does not support Task<T&>: return a pointer");
+  detail::LinkedStopSource operation;  // the task's token: stopped at the deadline or with ours
+  std::stop_source timer;              // ends the timer once the task finished
+  bool fired = false;
+  const std::stop_token enclosing = co_await currentStopToken();
+  const std::stop_token* token = operation.linkTo(&enclosing);
+  auto [result, unit] = co_await collectAll(detail::runUnderThenStop(std::move(task), token, timer),
+                                            detail::stopWhenDue(reactor, timeout, timer.get_token(), operation, fired));
+  (void)unit;
+  if (fired) co_return std::errc::timed_out;
+  if constexpr (std::is_void_v<T>) {
+    co_return Result<void>{};
+  } else {
+    co_return std::move(result);
+  }
 }
 
 }  // namespace coio
@@ -4603,7 +6006,9 @@ inline std::string describeUringSetupError(int err) {
 ///   is in flight submits an async cancel; the coroutine resumes only when
 ///   the operation's own completion arrives (std::errc::operation_canceled,
 ///   or its real result if it won the race), so its buffers stay owned by
-///   the kernel until then.
+///   the kernel until then. Given no token (a default one), an operation
+///   awaited from a coio Task uses the token the Task runs under (see
+///   currentStopToken).
 /// - A full CQ does not lose completions (IORING_FEAT_NODROP, required); a
 ///   full SQ is flushed to the kernel; a wait interrupted by a signal
 ///   (-EINTR) just loops again.
@@ -4984,8 +6389,11 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   UringIoOperation(const UringIoOperation&) = delete;
   UringIoOperation& operator=(const UringIoOperation&) = delete;
 
-  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
-  bool await_suspend(std::coroutine_handle<> h) {
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     reactor_.submit(*this, prep_);
@@ -5173,8 +6581,11 @@ class [[nodiscard]] MultishotRead {
     if (receiver_) receiver_->abandon(this);  // the frame is destroyed while suspended here
   }
 
-  bool await_ready() noexcept { return inline_.admit(reactor_, tryComplete()); }
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) {  // done, but the loop's other work goes first
       receiver_ = nullptr;  // done with the receiver: the socket may be forgotten meanwhile
@@ -5344,7 +6755,8 @@ class [[nodiscard]] UringRecv {
   bool await_ready() noexcept {
     return std::visit([](auto& op) { return op.await_ready(); }, op_);
   }
-  bool await_suspend(std::coroutine_handle<> h) {
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
     return std::visit(
         [h](auto& op) {
           if constexpr (std::is_void_v<decltype(op.await_suspend(h))>) {
@@ -5704,6 +7116,7 @@ struct DiskRequest {
   void* address = nullptr;
   std::uint32_t length = 0;
   std::uint64_t offset = 0;
+  std::uint16_t ioprio = 0;             // 0: the submitting thread's (see ioprio(7))
 
   void operator()(io_uring_sqe* sqe) const noexcept {
     switch (opcode) {
@@ -5713,6 +7126,7 @@ struct DiskRequest {
       default: io_uring_prep_rw(opcode, sqe, fd, address, length, offset); break;
     }
     if (fixedFile) sqe->flags |= IOSQE_FIXED_FILE;
+    sqe->ioprio = ioprio;
   }
 };
 
@@ -6262,7 +7676,8 @@ namespace coio::detail {
 /// the coroutine resumes on the loop thread once the CQE arrived. A
 /// request that fails its checks before submission (`early`) completes at
 /// once with that error, as does a zero-length transfer (with 0), within
-/// the loop's inline budget (InlineCompletion).
+/// the loop's inline budget (InlineCompletion). Given no stop token, it
+/// uses the awaiting Task's (see currentStopToken).
 template <typename T>
 class [[nodiscard]] DiskOperation : DiskOp {
  public:
@@ -6271,8 +7686,11 @@ class [[nodiscard]] DiskOperation : DiskOp {
   DiskOperation(const DiskOperation&) = delete;
   DiskOperation& operator=(const DiskOperation&) = delete;
 
-  bool await_ready() noexcept { return inline_.admit(ring_.loop(), tryComplete()); }
-  bool await_suspend(std::coroutine_handle<> h) {
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(ring_.loop(), tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(ring_.loop(), tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(ring_.loop(), h)) return true;  // done, but the loop's other work goes first
     ring_.submit(*this, request_);
@@ -6528,6 +7946,61 @@ class File {
 #ifndef COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
 // Needs liburing: link coio::uring.
+// begin <coio/disk/detail/io_priority.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
+// I/O priority values (ioprio(7)) as the kernel encodes them: a class in
+// the top bits, a level below. Spelled out here rather than taken from
+// <linux/ioprio.h>, whose contents changed across kernel versions.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+
+namespace coio::detail {
+
+inline constexpr int kIoprioClassShift = 13;
+inline constexpr int kIoprioClassNone = 0;
+inline constexpr int kIoprioClassBestEffort = 2;
+inline constexpr int kIoprioLevels = 8;
+
+constexpr std::uint16_t ioprioValue(int ioClass, int level) noexcept {
+  return static_cast<std::uint16_t>((ioClass << kIoprioClassShift) | level);
+}
+
+// The calling thread's effective I/O priority: its own, or (class none) the
+// best-effort level the kernel derives from its nice value.
+inline std::uint16_t currentIoprio() noexcept {
+  const long prio = ::syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, 0 /* this thread */);
+  if (prio > 0 && (prio >> kIoprioClassShift) != kIoprioClassNone) return static_cast<std::uint16_t>(prio);
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, 0);  // of this thread; -1 is also a valid nice value
+  const int level = errno == 0 ? std::clamp((nice + 20) / 5, 0, kIoprioLevels - 1) : 4;
+  return ioprioValue(kIoprioClassBestEffort, level);
+}
+
+// Two values of the thread's priority class that differ in level only:
+// its own and the neighbouring level. The block layer never merges
+// requests whose priorities differ (blk_rq_merge_ok, attempt_merge), and
+// the schedulers that order by priority (mq-deadline) look at the class.
+// Taken once per thread.
+inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
+  thread_local const std::array<std::uint16_t, 2> values = [] {
+    const std::uint16_t own = currentIoprio();
+    const int level = own & (kIoprioLevels - 1);
+    const int other = level + 1 < kIoprioLevels ? level + 1 : level - 1;
+    return std::array<std::uint16_t, 2>{own, static_cast<std::uint16_t>((own & ~(kIoprioLevels - 1)) | other)};
+  }();
+  return values;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
+// end <coio/disk/detail/io_priority.hpp>
 
 #include <cerrno>
 #include <coroutine>
@@ -6578,6 +8051,18 @@ namespace coio {
 ///   once every read was yielded. It resumes on the Disk's loop thread.
 ///   A stop requested while reads are in flight cancels them; next() goes
 ///   on yielding them as their completions arrive.
+/// - keepApart(): each read reaches the device as a request of its own, so
+///   each completes on its own. By default the block layer merges reads of
+///   adjacent ranges that reach it together into one request, which a
+///   streaming reader then sees complete all at once (16 reads of 256 KiB
+///   become one 4 MiB request). With keepApart, consecutive reads of the
+///   batch alternate between two I/O priorities of the submitting thread's
+///   class that differ in level only (its own level and the next), and the
+///   block layer never merges requests of different priorities. Schedulers
+///   that order by priority order by class (mq-deadline); BFQ also weighs
+///   the level, so every other read gets one level's worth less weight.
+/// - Given no stop token, submit() and next() use the awaiting Task's (see
+///   currentStopToken).
 /// - The destinations must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
@@ -6600,6 +8085,10 @@ class ReadBatch {
   std::size_t add(const File& file, std::uint64_t offset, BufferSlice destination) {
     return add(file, offset, destination.data, destination.size, destination.fixedIndex);
   }
+
+  /// Keeps every read a request of its own (see the class comment), from
+  /// the next submission on.
+  void keepApart(bool apart = true) noexcept { keepApart_ = apart; }
 
   /// Reserves room for `n` reads.
   void reserve(std::size_t n) { reads_.reserve(n); }
@@ -6629,7 +8118,9 @@ class ReadBatch {
     Awaiter& operator=(const Awaiter&) = delete;
 
     bool await_ready() const noexcept { return false; }
-    bool await_suspend(std::coroutine_handle<> h) {
+    template <typename Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
+      detail::inheritStopToken(stop_, h);
       batch_.handle_ = h;
       batch_.streaming_ = false;
       // Nothing to wait for (empty, invalid or cancelled reads).
@@ -6685,8 +8176,11 @@ class ReadBatch {
       const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
       return inline_.admit(batch_.ring_.loop(), ready);
     }
-    bool await_suspend(std::coroutine_handle<> h) {
+    template <typename Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
       if (inline_.deferred(batch_.ring_.loop(), h)) return true;
+      // Checked when it must wait: a next() that finds a read done yields it, stop or not.
+      if (detail::inheritStopToken(stop_, h) && stop_.stop_requested()) batch_.cancel();
       handle_ = batch_.handle_ = h;
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;
@@ -6762,6 +8256,7 @@ class ReadBatch {
     ring_.openBatch();
     for (Read& read : reads_) {
       if (read.invalid || read.request.length == 0) continue;
+      read.request.ioprio = keepApart_ ? detail::apartIoprios()[(&read - reads_.data()) & 1] : 0;
       if (failed == 0) {
         try {
           ring_.submit(read, read.request);
@@ -6810,6 +8305,7 @@ class ReadBatch {
   std::size_t remaining_ = 0;
   std::coroutine_handle<> handle_;  // the awaiting coroutine (streaming: only while next() waits)
   bool streaming_ = false;          // start()ed: completions are queued for next()
+  bool keepApart_ = false;
   std::vector<std::size_t> completed_;  // streaming: indices in completion order; [0, yielded_) yielded
   std::size_t yielded_ = 0;
 };
