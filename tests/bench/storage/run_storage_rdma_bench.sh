@@ -9,11 +9,13 @@
 # piece as it is read, response
 # SEND. The ratio runs without --verify (the bench's byte check is CPU work
 # that TCG makes dominant); a final 512 KiB run with --verify must report
-# zero errors. Prints a Markdown table of coio / ib_write_bw. Needs an RDMA device: run it in the Soft-RoCE guest
+# zero errors. Prints a Markdown table of coio / ib_write_bw: ROUNDS rounds (ib_write_bw then
+# coio, back to back, per size), the median of the per-round ratios and their range (Soft-RoCE
+# under TCG swings by 2x between runs, so one pair of runs says little). Needs an RDMA device: run it in the Soft-RoCE guest
 # (tests/rdma/vm/run.sh, as .ci/rdma.sh does) or on real hardware.
 #   run_storage_rdma_bench.sh BUILD_DIR
 # Environment: COIO_RDMA_DEVICE (default rxe0), COIO_RDMA_GID_INDEX for
-# perftest (default 1), DURATION seconds per run (default 5).
+# perftest (default 1), DURATION seconds per run (default 5), ROUNDS (default 3).
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/lib/storage_server.sh"
 build=${1:?usage: run_storage_rdma_bench.sh BUILD_DIR}
@@ -21,6 +23,7 @@ bin=$build/examples/storage_server
 dev=${COIO_RDMA_DEVICE:-rxe0}
 gid=${COIO_RDMA_GID_INDEX:-1}
 duration=${DURATION:-5}
+rounds=${ROUNDS:-3}
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
@@ -67,26 +70,42 @@ ours() {
     "$work/ours.json"
 }
 
-echo "| IO size | IOs in flight (batch x depth) | ib_write_bw | coio storage over rdma | ratio |"
-echo "| --- | --- | --- | --- | --- |"
 positive() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }  # an empty string is not
 
 status=0
-for run in "4096 16 4" "524288 2 4" "4194304 2 4"; do
-  read -r size batch depth <<<"$run"
-  inflight=$((batch * depth))
-  p=$(perftest "$size" "$inflight") || { echo "ib_write_bw failed for $size" >&2; status=1; continue; }
-  # ib_write_bw -D now and then reports an average of 0.00 (seen once at 4 MiB): run it again.
-  if ! positive "$p"; then
-    echo "ib_write_bw reported ${p:-nothing} for $size: running it again" >&2
+: >"$work/rounds"
+for ((round = 1; round <= rounds; ++round)); do
+  for run in "4096 16 4" "524288 2 4" "4194304 2 4"; do
+    read -r size batch depth <<<"$run"
+    inflight=$((batch * depth))
     p=$(perftest "$size" "$inflight") || { echo "ib_write_bw failed for $size" >&2; status=1; continue; }
-  fi
-  c=$(ours "$size" "$batch" "$depth" "$duration") ||
-    { echo "coio-storage-bench failed for $size" >&2; cat "$work/ours.json" >&2 || true; status=1; continue; }
-  [[ -n $c ]] && positive "$p" ||
-    { echo "no result for $size (ib_write_bw: ${p:-nothing})" >&2; status=1; continue; }
-  echo "| $size | $inflight ($batch x $depth) | $p MiB/s | $c MiB/s | $(awk -v a="$c" -v b="$p" 'BEGIN { printf "%.2f", a / b }') |"
+    # ib_write_bw -D now and then reports an average of 0.00 (seen once at 4 MiB): run it again.
+    if ! positive "$p"; then
+      echo "ib_write_bw reported ${p:-nothing} for $size: running it again" >&2
+      p=$(perftest "$size" "$inflight") || { echo "ib_write_bw failed for $size" >&2; status=1; continue; }
+    fi
+    c=$(ours "$size" "$batch" "$depth" "$duration") ||
+      { echo "coio-storage-bench failed for $size" >&2; cat "$work/ours.json" >&2 || true; status=1; continue; }
+    [[ -n $c ]] && positive "$p" ||
+      { echo "no result for $size (ib_write_bw: ${p:-nothing})" >&2; status=1; continue; }
+    echo "round $round: $size: ib_write_bw $p MiB/s, coio $c MiB/s" >&2
+    echo "$size $inflight $batch $depth $p $c" >>"$work/rounds"
+  done
 done
+python3 - "$work/rounds" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    size, inflight, batch, depth, p, c = line.split()
+    runs[(int(size), inflight, batch, depth)].append((float(p), float(c)))
+print("| IO size | IOs in flight (batch x depth) | ib_write_bw MiB/s | coio storage over rdma MiB/s | ratio: median (range) of rounds |")
+print("| --- | --- | --- | --- | --- |")
+for (size, inflight, batch, depth), rs in sorted(runs.items()):
+    ratios = [c / p for p, c in rs]
+    print(f"| {size} | {inflight} ({batch} x {depth}) | {statistics.median(p for p, _ in rs):.1f} | "
+          f"{statistics.median(c for _, c in rs):.1f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}, "
+          f"{len(rs)} rounds) |")
+PY
 if v=$(ours 524288 2 4 2 --verify); then
   echo "verify run (512 KiB, 2 s, every byte and CRC checked): $v MiB/s, 0 errors"
 else
