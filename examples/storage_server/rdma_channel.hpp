@@ -6,6 +6,7 @@
 // RDMA-written straight from the server's read buffers into the client's
 // registered memory.
 #include "channel.hpp"
+#include "group_commit.hpp"
 
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/collect_all.hpp>
@@ -78,7 +79,9 @@ class RdmaChannel final : public Channel<R> {
   std::uint32_t maxIosPerFrame() const noexcept override {
     return static_cast<std::uint32_t>((qp_->config().messageSize - proto::kHeaderSize - 8) / proto::kIoSize);
   }
-  bool broken() const noexcept override { return broken_ || qp_->state() != coio::rdma::QueuePairState::ready; }
+  bool broken() const noexcept override {
+    return broken_ || writes_.broken() || qp_->state() != coio::rdma::QueuePairState::ready;
+  }
   bool sendsInOrder() const noexcept override { return false; }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
@@ -116,28 +119,13 @@ class RdmaChannel final : public Channel<R> {
     co_return sent;
   }
 
+  // Pieces sent in one turn of the loop go out as one chain of RDMA WRITEs
+  // (GroupCommit): one post, one doorbell (with Soft-RoCE one system call,
+  // which runs the whole packet pipeline), one completion, instead of one
+  // of each per piece.
   coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) override {
     if (broken_) co_return coio::Errc::closed;
-    coio::rdma::RdmaBatch<R> batch = qp_->rdmaBatch(coio::rdma::RdmaOp::write);
-    std::vector<coio::rdma::LocalBuffer> locals;
-    locals.reserve(piece.buffers.size());
-    for (std::span<std::byte> buffer : piece.buffers) {
-      if (!buffer.empty()) locals.push_back(local_->local(buffer));
-    }
-    const proto::RemoteBuffer& io = piece.remote;
-    // The server checked that the IO's buffer holds the IO: this piece lies inside it.
-    coio::Result<void> added =
-        batch.add({io.addr + piece.where.offset, io.length - piece.where.offset, io.rkey}, locals);
-    if (!added) co_return added;
-    const std::size_t weight = std::min(batch.workRequests(), budget_->tokens.capacity());
-    const bool admitted = co_await budget_->tokens.acquire(weight, stop);
-    if (!admitted) co_return std::errc::operation_canceled;
-    // Resumes once the NIC has read the buffers; a stop (the connection
-    // ending) fails the queue pair under posted writes, which cannot be recalled.
-    coio::Result<void> written = co_await batch.post(stop);
-    budget_->tokens.release(weight);
-    if (!written) broken_ = true;
-    co_return written;
+    co_return co_await writes_.submit(&piece, piece.buffers.size(), std::move(stop));
   }
 
   coio::Task<coio::Result<void>> receiveData(std::span<std::byte>, std::stop_token) override {
@@ -193,7 +181,41 @@ class RdmaChannel final : public Channel<R> {
   RdmaChannel(std::unique_ptr<QueuePair> qp, coio::TcpStream<R> bootstrap, const coio::rdma::MemoryRegion* local,
               RdmaWriteBudget* budget)
       : qp_(std::move(qp)), bootstrap_(std::move(bootstrap)), local_(local), budget_(budget),
-        inbox_(qp_->config().messageSize) {}
+        inbox_(qp_->config().messageSize),
+        writes_(qp_->reactor(), qp_->config().maxRdmaWrPerPost, WritePieces{this}) {}
+
+  // The pieces of one GroupCommit batch as one RdmaBatch: a chain of
+  // WRITEs (RdmaBatch splits it past maxRdmaWrPerPost), admitted by the
+  // shard's write budget. Resumes once the NIC has read the buffers; a stop
+  // (the connection ending) fails the queue pair under posted writes, which
+  // cannot be recalled.
+  coio::Task<coio::Result<void>> writePieces(std::span<const OutgoingPiece* const> pieces, std::stop_token stop) {
+    coio::rdma::RdmaBatch<R> batch = qp_->rdmaBatch(coio::rdma::RdmaOp::write);
+    std::vector<coio::rdma::LocalBuffer> locals;
+    for (const OutgoingPiece* piece : pieces) {
+      locals.clear();
+      for (std::span<std::byte> buffer : piece->buffers) {
+        if (!buffer.empty()) locals.push_back(local_->local(buffer));
+      }
+      const proto::RemoteBuffer& io = piece->remote;
+      // The server checked that the IO's buffer holds the IO: this piece lies inside it.
+      coio::Result<void> added =
+          batch.add({io.addr + piece->where.offset, io.length - piece->where.offset, io.rkey}, locals);
+      if (!added) co_return added;
+    }
+    const std::size_t weight = std::min(batch.workRequests(), budget_->tokens.capacity());
+    const bool admitted = co_await budget_->tokens.acquire(weight, stop);
+    if (!admitted) co_return std::errc::operation_canceled;
+    coio::Result<void> written = co_await batch.post(stop);
+    budget_->tokens.release(weight);
+    co_return written;
+  }
+  struct WritePieces {
+    RdmaChannel* channel;
+    coio::Task<coio::Result<void>> operator()(std::span<const OutgoingPiece* const> pieces, std::stop_token stop) const {
+      return channel->writePieces(pieces, std::move(stop));
+    }
+  };
 
   static coio::Task<coio::Result<void>> connectThenStop(QueuePair& qp, coio::TcpStream<R>& stream,
                                                         std::stop_source& done) {
@@ -220,6 +242,7 @@ class RdmaChannel final : public Channel<R> {
   std::vector<coio::rdma::MemoryRegion> regions_;  // client: where IOs may land
   std::vector<std::byte> inbox_;                   // one received message
   bool broken_ = false;
+  GroupCommit<R, const OutgoingPiece*, WritePieces> writes_;  // server: the pieces' RDMA WRITEs
 };
 
 /// Serves connections over RDMA: registers a shard's read-buffer pool once
