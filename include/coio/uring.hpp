@@ -4,6 +4,7 @@
 #include <coio/coio.hpp>
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/direct_io.hpp>
+#include <coio/disk/disk_batch.hpp>
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
 #include <coio/disk/read_batch.hpp>

@@ -22,7 +22,7 @@
 
 namespace coio {
 
-class ReadBatch;
+class DiskBatch;
 
 /// A file opened for io_uring I/O on a Disk.
 ///
@@ -145,7 +145,7 @@ class File {
   Disk& disk() const noexcept { return *disk_; }
 
  private:
-  friend class ReadBatch;
+  friend class DiskBatch;
 
   /// The SQE contents for one transfer, or the error that keeps it from the
   /// kernel. `opcode` is READ or WRITE; `fixedBuffer` >= 0 makes it

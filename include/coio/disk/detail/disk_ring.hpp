@@ -208,7 +208,7 @@ class DedicatedRing final : public DiskRing {
   int eventFd() const noexcept { return eventFd_.fd(); }
   bool closed() const noexcept { return closed_; }
 
-  // Inside a ReadBatch: at its end. Outside a dispatch round: at once (no
+  // Inside a batch (DiskBatch): at its end. Outside a dispatch round: at once (no
   // later point is certain to come). Inside one: at once if the gate says
   // so, else in one enter at the end of the round.
   void submit(DiskOp& op, const DiskRequest& request) override {
@@ -314,7 +314,7 @@ class DedicatedRing final : public DiskRing {
     int result;
   };
 
-  // Submits now, unless a ReadBatch is being submitted or completions are
+  // Submits now, unless a batch is being submitted or completions are
   // being dispatched (then at the end of either).
   void commit() {
     if (batches_ == 0 && !dispatching_) submitNow();
@@ -384,7 +384,7 @@ class DedicatedRing final : public DiskRing {
   EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE
   io_uring ring_{};
   std::size_t inFlight_ = 0;
-  unsigned batches_ = 0;     // ReadBatches being submitted
+  unsigned batches_ = 0;     // DiskBatches being submitted
   bool dispatching_ = false;  // inside pump()
   bool closed_ = false;
   std::vector<Completion> backlog_;  // taken from the ring, not dispatched yet
