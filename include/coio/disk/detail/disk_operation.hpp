@@ -13,7 +13,7 @@
 
 namespace coio::detail {
 
-/// One disk operation (read, write, fsync). `co_await` yields Result<T>;
+/// One disk operation (read, write, fsync, open, ...). `co_await` yields Result<T>;
 /// the coroutine resumes on the loop thread once the CQE arrived. A
 /// request that fails its checks before submission (`early`) completes at
 /// once with that error, as does a zero-length transfer (with 0), within
@@ -55,8 +55,7 @@ class [[nodiscard]] DiskOperation : DiskOp {
       early_ = std::make_error_code(std::errc::operation_canceled);
       return true;
     }
-    // Nothing to transfer: the kernel would answer 0 too.
-    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
+    return request_.transfersNothing();
   }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<DiskOperation*>(op);

@@ -10,6 +10,7 @@
 #include <coio/reactor/uring_reactor.hpp>
 
 #include <liburing.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -25,21 +26,45 @@ class DedicatedRing;
 // One SQE's worth of disk operation. The kernel reads `address` for the
 // whole operation: whoever owns the DiskOp keeps the memory alive.
 struct DiskRequest {
-  std::uint8_t opcode = IORING_OP_NOP;  // READ, READ_FIXED, WRITE, WRITE_FIXED or FSYNC
+  std::uint8_t opcode = IORING_OP_NOP;  // READ[_FIXED], WRITE[_FIXED], READV, WRITEV, FSYNC, FALLOCATE,
+                                        // OPENAT, STATX or CLOSE
   bool fixedFile = false;               // `fd` is an index into the registered file table
   std::uint16_t bufferIndex = 0;        // for READ_FIXED / WRITE_FIXED
-  int fd = -1;
-  void* address = nullptr;
-  std::uint32_t length = 0;
+  int fd = -1;                          // OPENAT: the directory (AT_FDCWD)
+  void* address = nullptr;              // the buffer; READV/WRITEV: the iovecs; OPENAT: the path; STATX: the struct statx
+  std::uint64_t length = 0;             // bytes; READV/WRITEV: iovecs; FALLOCATE: the range; OPENAT: mode; STATX: mask
   std::uint64_t offset = 0;
+  std::uint32_t opFlags = 0;            // FSYNC: fsync flags; FALLOCATE: mode; OPENAT: open flags; STATX: statx flags
   std::uint16_t ioprio = 0;             // 0: the submitting thread's (see ioprio(7))
 
-  void operator()(io_uring_sqe* sqe) const noexcept {
+  // A read or write of nothing: the kernel would answer 0.
+  bool transfersNothing() const noexcept {
     switch (opcode) {
-      case IORING_OP_READ_FIXED: io_uring_prep_read_fixed(sqe, fd, address, length, offset, bufferIndex); break;
-      case IORING_OP_WRITE_FIXED: io_uring_prep_write_fixed(sqe, fd, address, length, offset, bufferIndex); break;
-      case IORING_OP_FSYNC: io_uring_prep_fsync(sqe, fd, 0); break;
-      default: io_uring_prep_rw(opcode, sqe, fd, address, length, offset); break;
+      case IORING_OP_READ: case IORING_OP_READ_FIXED: case IORING_OP_READV:
+      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED: case IORING_OP_WRITEV: return length == 0;
+      default: return false;
+    }
+  }
+
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    const auto len = static_cast<unsigned>(length);  // a transfer's length was checked to fit
+    switch (opcode) {
+      case IORING_OP_READ_FIXED: io_uring_prep_read_fixed(sqe, fd, address, len, offset, bufferIndex); break;
+      case IORING_OP_WRITE_FIXED: io_uring_prep_write_fixed(sqe, fd, address, len, offset, bufferIndex); break;
+      case IORING_OP_FSYNC: io_uring_prep_fsync(sqe, fd, opFlags); break;
+      case IORING_OP_FALLOCATE:
+        io_uring_prep_fallocate(sqe, fd, static_cast<int>(opFlags), static_cast<off_t>(offset),
+                                static_cast<off_t>(length));
+        break;
+      case IORING_OP_OPENAT:
+        io_uring_prep_openat(sqe, fd, static_cast<const char*>(address), static_cast<int>(opFlags),
+                             static_cast<mode_t>(length));
+        break;
+      case IORING_OP_STATX:  // of the descriptor itself
+        io_uring_prep_statx(sqe, fd, "", static_cast<int>(opFlags), len, static_cast<struct statx*>(address));
+        break;
+      case IORING_OP_CLOSE: io_uring_prep_close(sqe, fd); break;
+      default: io_uring_prep_rw(opcode, sqe, fd, address, len, offset); break;
     }
     if (fixedFile) sqe->flags |= IOSQE_FIXED_FILE;
     sqe->ioprio = ioprio;
