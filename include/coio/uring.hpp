@@ -8,5 +8,6 @@
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
 #include <coio/disk/read_batch.hpp>
+#include <coio/disk/write_batch.hpp>
 #include <coio/reactor/reactor_kind.hpp>
 #include <coio/reactor/uring_reactor.hpp>
