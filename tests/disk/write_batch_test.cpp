@@ -80,6 +80,19 @@ class FullPipe {
   std::size_t filled_ = 0;
 };
 
+// A full pipe and a regular file, open for writing on a Disk of `Reactor`.
+template <typename Reactor>
+struct FullPipeAndFile {
+  TempDir dir;
+  std::string fifo = makeFifo(dir);
+  FullPipe full{fifo};
+  std::string path = (dir.path() / "file").string();
+  Reactor reactor;
+  coio::Disk disk{reactor};
+  File pipe = openOrFail(disk, fifo, {.write = true});
+  File file = openOrFail(disk, path, {.write = true, .create = true});
+};
+
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("a WriteBatch of 512 O_DIRECT writes across 8 files lands every byte", "[disk][write]",
@@ -176,26 +189,19 @@ TEMPLATE_LIST_TEST_CASE("a WriteBatch reports each write's own outcome; failures
 
 TEMPLATE_LIST_TEST_CASE("a started WriteBatch yields each write as it completes: writes to a full pipe last",
                         "[disk][write]", DiskReactors) {
-  TempDir dir;
-  const std::string fifo = makeFifo(dir);
-  const std::string path = (dir.path() / "streamed").string();
-  TestType reactor;
-  coio::Disk disk(reactor);
+  FullPipeAndFile<TestType> s;
   auto test = [&]() -> Task<void> {
-    FullPipe full(fifo);
-    File pipe = openOrFail(disk, fifo, {.write = true});
-    File file = openOrFail(disk, path, {.write = true, .create = true});
-    File direct = openOrFail(disk, path, {.write = true, .direct = true});
+    File direct = openOrFail(s.disk, s.path, {.write = true, .direct = true});
     const std::string text = "abc";
     const auto word = std::as_bytes(std::span(text));
     std::vector<std::vector<std::byte>> blocks;
     blocks.reserve(8);
-    WriteBatch batch(disk);
-    batch.add(pipe, 0, word);  // 0 and 1: first added, last done
-    batch.add(pipe, 0, word);
+    WriteBatch batch(s.disk);
+    batch.add(s.pipe, 0, word);  // 0 and 1: first added, last done
+    batch.add(s.pipe, 0, word);
     for (std::size_t i = 2; i < 10; ++i) {
       blocks.emplace_back(4096, static_cast<std::byte>(i));
-      batch.add(file, i * 4096, blocks.back());
+      batch.add(s.file, i * 4096, blocks.back());
     }
     const std::size_t invalid = batch.add(direct, 1, blocks.front());  // yielded at once
     batch.start();
@@ -210,49 +216,42 @@ TEMPLATE_LIST_TEST_CASE("a started WriteBatch yields each write as it completes:
       REQUIRE(order[k] >= 2);  // no pipe write yet: the pipe is full
       CHECK(batch.result(order[k]).value() == 4096);
     }
-    full.drain();
+    s.full.drain();
     std::optional<std::size_t> a = co_await batch.next();
     std::optional<std::size_t> b = co_await batch.next();
     REQUIRE((a && b));
     CHECK(*a + *b == 1);  // 0 and 1, in either order
     CHECK(batch.result(0).value() == 3);
     CHECK(batch.result(1).value() == 3);
-    CHECK(full.rest() == "abcabc");
+    CHECK(s.full.rest() == "abcabc");
     std::optional<std::size_t> end = co_await batch.next();
     CHECK_FALSE(end.has_value());
     std::set<std::size_t> seen(order.begin(), order.end());
     seen.insert({*a, *b});
     CHECK(seen.size() == batch.size());
   };
-  reactor.runUntil(test());
+  s.reactor.runUntil(test());
 }
 
 TEMPLATE_LIST_TEST_CASE("a stop cancels the writes still in flight, which write nothing; the others land",
                         "[disk][write]", DiskReactors) {
-  TempDir dir;
-  const std::string fifo = makeFifo(dir);
-  const std::string path = (dir.path() / "cancelled").string();
-  TestType reactor;
-  coio::Disk disk(reactor);
+  FullPipeAndFile<TestType> s;
   auto test = [&]() -> Task<void> {
-    FullPipe full(fifo);
-    File pipe = openOrFail(disk, fifo, {.write = true});
-    File file = openOrFail(disk, path, {.write = true, .create = true});
     const std::vector<std::byte> block(4096, std::byte{'x'});
-    WriteBatch batch(disk);
+    WriteBatch batch(s.disk);
     for (std::size_t i = 0; i < 12; ++i) {
       if (i % 4 == 0) {
-        batch.add(pipe, 0, block);
+        batch.add(s.pipe, 0, block);
       } else {
-        batch.add(file, i * block.size(), block);
+        batch.add(s.file, i * block.size(), block);
       }
     }
     std::stop_source stop;
     auto stopLater = [&]() -> Task<void> {
-      co_await reactor.sleepFor(20ms);
+      co_await s.reactor.sleepFor(20ms);
       stop.request_stop();
     };
-    reactor.spawn(stopLater());
+    s.reactor.spawn(stopLater());
     co_await batch.submit(stop.get_token());
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (i % 4 == 0) {
@@ -261,12 +260,12 @@ TEMPLATE_LIST_TEST_CASE("a stop cancels the writes still in flight, which write 
         CHECK(batch.result(i).value() == block.size());
       }
     }
-    full.drain();
-    CHECK(full.rest().empty());  // the cancelled writes left nothing in the pipe
-    coio::Result<std::uint64_t> size = co_await file.sizeAsync();
+    s.full.drain();
+    CHECK(s.full.rest().empty());  // the cancelled writes left nothing in the pipe
+    coio::Result<std::uint64_t> size = co_await s.file.sizeAsync();
     CHECK(size.value() == 12 * block.size());
     co_await batch.submit(stop.get_token());  // already stopped: nothing submitted
     CHECK(batch.result(1).error() == std::errc::operation_canceled);
   };
-  reactor.runUntil(test());
+  s.reactor.runUntil(test());
 }

@@ -64,6 +64,11 @@ namespace coio {
 ///   after clear(). Loop thread only; not movable.
 class DiskBatch {
   struct Operation;
+  // Both awaiters' stop callback: cancels the transfers in flight.
+  struct OnStop {
+    DiskBatch* batch;
+    void operator()() const noexcept { batch->cancel(); }
+  };
 
  public:
   DiskBatch(const DiskBatch&) = delete;
@@ -110,10 +115,6 @@ class DiskBatch {
     void await_resume() noexcept { onStop_.reset(); }
 
    private:
-    struct OnStop {
-      DiskBatch* batch;
-      void operator()() const noexcept { batch->cancel(); }
-    };
     DiskBatch& batch_;
     std::stop_token stop_;
     detail::InlineCompletion inline_;
@@ -170,10 +171,6 @@ class DiskBatch {
     }
 
    private:
-    struct OnStop {
-      DiskBatch* batch;
-      void operator()() const noexcept { batch->cancel(); }
-    };
     DiskBatch& batch_;
     std::stop_token stop_;
     std::coroutine_handle<> handle_;
