@@ -104,6 +104,31 @@ TEMPLATE_LIST_TEST_CASE("vectored O_DIRECT writes and reads round-trip; a misali
   reactor.runUntil(test());
 }
 
+TEMPLATE_LIST_TEST_CASE("writeFixed writes a BufferPool slice, registered (WRITE_FIXED) or not", "[disk][file]",
+                        DiskReactors) {
+  TempDir dir;
+  const std::string path = (dir.path() / "fixed").string();
+  BufferPool pool({.bufferSize = 8192, .count = 2});
+  const bool registered = GENERATE(false, true);
+  TestType reactor;
+  coio::Disk disk(reactor);
+  if (registered) REQUIRE(disk.registerBuffers(pool).hasValue());
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path, {.write = true, .create = true, .direct = true});
+    coio::Buffer out = *pool.tryAcquire(), in = *pool.tryAcquire();
+    fillPattern(5, 4096, out.span());
+    // The second half of the buffer: the fixed buffer's address, not its start.
+    coio::Result<std::size_t> written = co_await file.writeFixed(4096, out.slice(4096, 4096));
+    CHECK(written.value() == 4096);
+    coio::Result<std::size_t> read = co_await file.readFixed(4096, in.slice(0, 4096));
+    CHECK(read.value() == 4096);
+    CHECK(std::memcmp(in.data(), out.data() + 4096, 4096) == 0);
+    coio::Result<std::size_t> misaligned = co_await file.writeFixed(100, out.slice(0, 4096));
+    CHECK(misaligned.error() == coio::DiskErrc::misalignedDirectIo);
+  };
+  reactor.runUntil(test());
+}
+
 TEMPLATE_LIST_TEST_CASE("fdatasync and fallocate: KEEP_SIZE allocates without growing, a punched hole reads zeros",
                         "[disk][file]", DiskReactors) {
   constexpr std::size_t kSize = 64 * 1024;

@@ -31,12 +31,13 @@ class DiskBatch;
 /// A file opened for io_uring I/O on a Disk.
 ///
 /// Guarantees:
-/// - read/write (plain, fixed-buffer or vectored), fsync, fdatasync and
-///   fallocate are io_uring operations on the Disk's ring; `co_await`
-///   yields Result<std::size_t> (bytes transferred: a read at or past end of
-///   file yields fewer bytes, or 0, not an error) or Result<void>, and
-///   resumes the coroutine on the Disk's loop thread. The buffer (and, for
-///   vectored I/O, the iovecs) must stay valid until the `co_await` returns.
+/// - read/write (plain, vectored, or readFixed/writeFixed from a
+///   BufferPool), fsync, fdatasync and fallocate are io_uring operations on
+///   the Disk's ring; `co_await` yields Result<std::size_t> (bytes
+///   transferred: a read at or past end of file yields fewer bytes, or 0,
+///   not an error) or Result<void>, and resumes the coroutine on the Disk's
+///   loop thread. The buffer (and, for vectored I/O, the iovecs) must stay
+///   valid until the `co_await` returns.
 /// - With `OpenOptions::direct` (O_DIRECT), offset, length and buffer address
 ///   (for vectored I/O: those of every iovec) must be multiples of
 ///   `alignment()`; a misaligned request fails at once with
@@ -212,6 +213,11 @@ class File {
   detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const std::byte> data,
                                            std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, const_cast<std::byte*>(data.data()), data.size(), -1, std::move(stop));
+  }
+  /// Writes a BufferPool slice: IORING_OP_WRITE_FIXED if the pool is
+  /// registered, a plain write otherwise.
+  detail::DiskOperation<std::size_t> writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+    return transfer(IORING_OP_WRITE, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Flushes the file's data and metadata to the device.
   detail::DiskOperation<void> fsync(std::stop_token stop = {}) {
