@@ -211,7 +211,12 @@ TEMPLATE_LIST_TEST_CASE("openAsync opens through the ring, reporting openat's er
 
     REQUIRE(created->registerWithRing().hasValue());
     const int fd = created->fd();
-    coio::Result<void> closed = co_await created->closeAsync();
+    coio::Result<void> closed = co_await created->closeAsync(stopped.get_token());
+    CHECK(closed.error() == std::errc::operation_canceled);  // never ran: still open, still registered
+    CHECK(created->fd() == fd);
+    CHECK(created->registered());
+    CHECK(::fcntl(fd, F_GETFD) != -1);
+    closed = co_await created->closeAsync();
     CHECK(closed.hasValue());
     CHECK_FALSE(created->isOpen());
     CHECK_FALSE(created->registered());

@@ -185,18 +185,26 @@ class File {
     fd_.reset();
   }
 
-  /// Closes the file through io_uring (IORING_OP_CLOSE): the File is
-  /// closed (and out of the registered-file table) from the moment the
-  /// `co_await` starts; the result is close(2)'s (EIO: a write-back failed;
-  /// the descriptor is gone either way). Does nothing for a closed File.
-  /// Resumes on the Disk's loop thread. No operation may be pending on it.
-  Task<Result<void>> closeAsync() {
+  /// Closes the file through io_uring (IORING_OP_CLOSE), and takes it out
+  /// of the registered-file table. The result is close(2)'s (EIO: a
+  /// write-back failed; the descriptor is gone either way), or
+  /// std::errc::operation_canceled if `stop` was requested before the close
+  /// ran: the File then stays open. Does nothing for a closed File. Resumes
+  /// on the Disk's loop thread. No operation may be pending on it.
+  Task<Result<void>> closeAsync(std::stop_token stop = {}) {
     if (!isOpen()) co_return Result<void>{};
-    if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
     detail::DiskRequest r;
     r.opcode = IORING_OP_CLOSE;
-    r.fd = fd_.release();  // the kernel's now, even if the ring refuses the SQE (then it leaks)
-    co_return co_await detail::DiskOperation<void>{disk_->queue(), r, {}};
+    // The kernel's from here: if this frame dies with the reactor, the
+    // descriptor may leak but is never closed twice.
+    r.fd = fd_.release();
+    Result<void> closed = co_await detail::DiskOperation<void>{disk_->queue(), r, std::move(stop)};
+    if (closed.error() == std::errc::operation_canceled) {  // it never ran
+      fd_.reset(r.fd);
+      co_return closed;
+    }
+    if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
+    co_return closed;
   }
 
   /// Reads up to buffer.size() bytes at `offset`.

@@ -13,7 +13,7 @@
 
 namespace coio::detail {
 
-/// One disk operation (read, write, fsync, open, ...). `co_await` yields Result<T>;
+/// One disk operation (read, write, fsync). `co_await` yields Result<T>;
 /// the coroutine resumes on the loop thread once the CQE arrived. A
 /// request that fails its checks before submission (`early`) completes at
 /// once with that error, as does a zero-length transfer (with 0), within
