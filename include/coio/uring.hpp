@@ -4,8 +4,10 @@
 #include <coio/coio.hpp>
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/direct_io.hpp>
+#include <coio/disk/disk_batch.hpp>
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
 #include <coio/disk/read_batch.hpp>
+#include <coio/disk/write_batch.hpp>
 #include <coio/reactor/reactor_kind.hpp>
 #include <coio/reactor/uring_reactor.hpp>

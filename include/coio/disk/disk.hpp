@@ -21,10 +21,10 @@
 namespace coio {
 
 class File;
-class ReadBatch;
+class DiskBatch;
 
-/// The disk I/O context of one reactor: the io_uring every File, BufferPool
-/// and ReadBatch built on it submits to.
+/// The disk I/O context of one reactor: the io_uring every File, BufferPool,
+/// ReadBatch and WriteBatch built on it submits to.
 ///
 /// Guarantees:
 /// - Under UringReactor the reactor's own ring is used (its completions are
@@ -35,7 +35,7 @@ class ReadBatch;
 /// - Every disk awaitable resumes its coroutine on the reactor's loop thread
 ///   and must be awaited there; a Disk is used from that thread only (or
 ///   while no loop runs).
-/// - Submission adapts to the depth: a ReadBatch always reaches the kernel
+/// - Submission adapts to the depth: a batch (ReadBatch, WriteBatch) always reaches the kernel
 ///   in one io_uring_enter; a single operation goes in at once while few are
 ///   in flight (at queue depth 32, one enter per read beats one per batch on
 ///   a virtual disk), together with others when many are (at depth 128,
@@ -128,7 +128,7 @@ class Disk {
 
  private:
   friend class File;
-  friend class ReadBatch;
+  friend class DiskBatch;
 
   detail::DiskRing& queue() noexcept { return *ring_; }
 

@@ -1,10 +1,13 @@
-// disk_bench: random reads through coio's disk layer (on either reactor) or
-// a raw liburing loop; prints one JSON line. run_disk_bench.sh runs it next
-// to fio and prints the ratios.
-//   disk_bench --engine=epoll|uring|raw --file=PATH [--bs=4096] [--depth=32]
-//              [--batch=1] [--direct=1] [--fixed=0] [--eager-below=64] [--latency=1]
+// disk_bench: random reads or writes through coio's disk layer (on either
+// reactor), or reads through a raw liburing loop; prints one JSON line.
+// run_disk_bench.sh runs it next to fio and prints the ratios.
+//   disk_bench --engine=epoll|uring|raw --file=PATH [--rw=randread|randwrite] [--bs=4096] [--depth=32]
+//              [--batch=1] [--direct=1] [--fixed=0] [--fdatasync=0] [--eager-below=64] [--latency=1]
 //              [--thp=1] [--seconds=5] [--warm=0] [--create-mib=N]
 //              [--taskrun=immediate|cooperative|deferred]  (uring: UringReactor::Options::taskRun)
+// randwrite overwrites the file's blocks in place (File::writeFixed, or a
+// WriteBatch with --batch); --fdatasync=1 follows each write (each batch)
+// with File::fdatasync and times the two together, as fio --fdatasync=1.
 #include "disk_bench.hpp"
 
 #include <coio/core/task.hpp>
@@ -12,6 +15,7 @@
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
 #include <coio/disk/read_batch.hpp>
+#include <coio/disk/write_batch.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #include <coio/reactor/uring_reactor.hpp>
 
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,7 +47,8 @@ Outcome runCoio(Reactor& reactor, const Config& config) {
   coio::Disk::Options diskOptions;
   diskOptions.eagerBelow = config.eagerBelow;
   coio::Disk disk(reactor, diskOptions);
-  coio::Result<coio::File> opened = coio::File::open(disk, config.file.c_str(), {.direct = config.direct});
+  coio::Result<coio::File> opened =
+      coio::File::open(disk, config.file.c_str(), {.write = config.write, .direct = config.direct});
   if (!opened) fail("open " + config.file + ": " + opened.error().message());
   coio::File& file = *opened;
   if (config.fixed) {
@@ -50,43 +56,72 @@ Outcome runCoio(Reactor& reactor, const Config& config) {
     if (coio::Result<void> r = file.registerWithRing(); !r) fail("register file: " + r.error().message());
   }
 
+  if (config.write) {  // what the writes write: random bytes, as fio's buffers hold
+    Random random(99);
+    for (std::size_t i = 0; i < pool.size(); i += sizeof(std::uint64_t)) {
+      const std::uint64_t word = random.below(UINT64_MAX);
+      std::memcpy(pool.data() + i, &word, sizeof word);
+    }
+  }
+
   const std::uint64_t blocks = config.fileSize / config.blockSize;
   Outcome outcome;
   if (config.latency) outcome.latencies.reserve(4'000'000);
   bool running = true;
   unsigned active = 0;
-  auto count = [&](const coio::Result<std::size_t>& r, Clock::time_point started) {
+  // After a write (or a batch) with --fdatasync: whether it became durable.
+  auto sync = [&]() -> coio::Task<bool> {
+    coio::Result<void> synced = co_await file.fdatasync();
+    co_return synced.hasValue();
+  };
+  auto count = [&](const coio::Result<std::size_t>& r, bool synced, Clock::time_point started) {
     if (!running) return;
     ++outcome.operations;
-    if (r.valueOr(0) != config.blockSize) ++outcome.errors;
+    if (r.valueOr(0) != config.blockSize || !synced) ++outcome.errors;
     if (config.latency) {
       outcome.latencies.push_back(static_cast<std::uint32_t>((Clock::now() - started).count()));
     }
   };
-  // `depth` single reads in flight: one coroutine each, a new read as soon
-  // as one completes (what fio does).
+  // `depth` single reads or writes in flight: one coroutine each, a new
+  // one as soon as one completes (what fio does).
   auto single = [&](unsigned id) -> coio::Task<void> {
     coio::Buffer buffer = *pool.tryAcquire();
     Random random(id);
     while (running) {
       const Clock::time_point started = config.latency ? Clock::now() : Clock::time_point{};
-      coio::Result<std::size_t> r = co_await file.readFixed(random.below(blocks) * config.blockSize, buffer.slice());
-      count(r, started);
+      const std::uint64_t offset = random.below(blocks) * config.blockSize;
+      coio::Result<std::size_t> r{std::size_t{0}};
+      if (config.write) {
+        r = co_await file.writeFixed(offset, buffer.slice());
+      } else {
+        r = co_await file.readFixed(offset, buffer.slice());
+      }
+      bool synced = true;
+      if (config.datasync) synced = co_await sync();
+      count(r, synced, started);
     }
     --active;
   };
-  // Reads in batches of `batch`, each awaited as a whole (3FS's batchRead).
+  // Reads or writes in batches of `batch`, each awaited as a whole (3FS's
+  // batchRead): both kinds of batch are a DiskBatch.
   auto batched = [&](unsigned id) -> coio::Task<void> {
     std::vector<coio::Buffer> buffers;
     for (unsigned i = 0; i < config.batch; ++i) buffers.push_back(*pool.tryAcquire());
     Random random(id);
-    coio::ReadBatch batch(disk);
+    coio::ReadBatch reads(disk);
+    coio::WriteBatch writes(disk);
+    coio::DiskBatch& batch = config.write ? static_cast<coio::DiskBatch&>(writes) : reads;
     while (running) {
       batch.clear();
-      for (coio::Buffer& buffer : buffers) batch.add(file, random.below(blocks) * config.blockSize, buffer.slice());
+      for (coio::Buffer& buffer : buffers) {
+        const std::uint64_t offset = random.below(blocks) * config.blockSize;
+        config.write ? writes.add(file, offset, buffer.slice()) : reads.add(file, offset, buffer.slice());
+      }
       const Clock::time_point started = config.latency ? Clock::now() : Clock::time_point{};
       co_await batch;
-      for (std::size_t i = 0; i < batch.size(); ++i) count(batch.result(i), started);
+      bool synced = true;
+      if (config.datasync) synced = co_await sync();
+      for (std::size_t i = 0; i < batch.size(); ++i) count(batch.result(i), synced, started);
     }
     --active;
   };
@@ -129,6 +164,13 @@ void create(const std::string& path, std::uint64_t mib) {
   ::close(fd);
 }
 
+double meanUs(const std::vector<std::uint32_t>& ns) {
+  if (ns.empty()) return 0;
+  double sum = 0;
+  for (const std::uint32_t x : ns) sum += x;
+  return sum / static_cast<double>(ns.size()) / 1000.0;
+}
+
 double percentileUs(std::vector<std::uint32_t>& ns, double p) {
   if (ns.empty()) return 0;
   const auto k = static_cast<std::size_t>(p * static_cast<double>(ns.size() - 1));
@@ -159,6 +201,11 @@ int main(int argc, char** argv) {
   config.batch = static_cast<unsigned>(std::stoul(get("batch", "1")));
   config.direct = get("direct", "1") == "1";
   config.fixed = get("fixed", "0") == "1";
+  const std::string rw = get("rw", "randread");
+  if (rw != "randread" && rw != "randwrite") fail("--rw must be randread or randwrite");
+  config.write = rw == "randwrite";
+  config.datasync = get("fdatasync", "0") == "1";
+  if (config.datasync && !config.write) fail("--fdatasync=1 needs --rw=randwrite");
   config.eagerBelow = static_cast<unsigned>(std::stoul(get("eager-below", "64")));
   config.latency = get("latency", "1") == "1";
   config.transparentHugePages = get("thp", "1") == "1";
@@ -173,6 +220,7 @@ int main(int argc, char** argv) {
 
   Outcome outcome;
   if (config.engine == "raw") {
+    if (config.write) fail("--engine=raw reads only");
     outcome = runRaw(config);
   } else if (config.engine == "uring") {
     coio::UringReactor::Options options;  // --taskrun not given: the reactor's default
@@ -191,10 +239,12 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(outcome.elapsed).count();
   const double iops = static_cast<double>(outcome.operations) / seconds;
-  std::printf("{\"engine\":\"%s\",\"bs\":%zu,\"depth\":%u,\"batch\":%u,\"direct\":%d,\"fixed\":%d,\"eager_below\":%u,"
-              "\"iops\":%.0f,\"mibs\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"errors\":%llu}\n",
-              config.engine.c_str(), config.blockSize, config.depth, config.batch, config.direct, config.fixed,
-              config.eagerBelow, iops, iops * static_cast<double>(config.blockSize) / (1 << 20),
+  std::printf("{\"engine\":\"%s\",\"rw\":\"%s\",\"bs\":%zu,\"depth\":%u,\"batch\":%u,\"direct\":%d,\"fixed\":%d,"
+              "\"fdatasync\":%d,\"eager_below\":%u,\"iops\":%.0f,\"mibs\":%.1f,\"mean_us\":%.1f,\"p50_us\":%.1f,"
+              "\"p99_us\":%.1f,\"errors\":%llu}\n",
+              config.engine.c_str(), rw.c_str(), config.blockSize, config.depth, config.batch, config.direct,
+              config.fixed, config.datasync, config.eagerBelow, iops,
+              iops * static_cast<double>(config.blockSize) / (1 << 20), meanUs(outcome.latencies),
               percentileUs(outcome.latencies, 0.50), percentileUs(outcome.latencies, 0.99),
               static_cast<unsigned long long>(outcome.errors));
   return outcome.errors == 0 ? 0 : 2;

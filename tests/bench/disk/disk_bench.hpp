@@ -16,7 +16,9 @@ struct Config {
   std::uint64_t fileSize = 0;
   std::size_t blockSize = 4096;
   unsigned depth = 32;
-  unsigned batch = 1;             // reads per ReadBatch (1: each worker awaits single reads)
+  bool write = false;             // random writes instead of reads (coio engines only)
+  bool datasync = false;          // each write (or batch) followed by fdatasync, timed together
+  unsigned batch = 1;             // operations per Read/WriteBatch (1: each worker awaits single ones)
   bool direct = true;
   bool fixed = false;             // registered buffers and file
   unsigned eagerBelow = 64;       // Disk::Options::eagerBelow
@@ -29,7 +31,7 @@ struct Outcome {
   std::uint64_t operations = 0;
   std::uint64_t errors = 0;
   Clock::duration elapsed{};
-  std::vector<std::uint32_t> latencies;  // ns, one per read (if recorded)
+  std::vector<std::uint32_t> latencies;  // ns, one per operation (if recorded)
 };
 
 /// xorshift64*: cheap enough not to show in a 1 µs read.

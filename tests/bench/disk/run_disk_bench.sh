@@ -2,9 +2,13 @@
 # Runs disk_bench next to fio (and to a raw liburing loop) in one run and
 # prints coio's IOPS, bandwidth and p50/p99 latency as ratios to theirs.
 #   tests/bench/disk/run_disk_bench.sh [--bench PATH] [--dir DIR] [--seconds S] [--quick]
-#                                      [--cases "4k 32,4k 128"] [--no-hot] [--rounds N]
-# --cases: the O_DIRECT cases (block size and depth) to run instead of all;
-# --no-hot: skip the page-cache-hot table; --rounds: run every row of a case
+#                                      [--cases "4k 32,4k 128"] [--no-hot] [--no-write] [--rounds N]
+# --cases: the O_DIRECT read cases (block size and depth) to run instead of all;
+# --no-hot: skip the page-cache-hot table; --no-write: skip the write tables
+# (O_DIRECT random writes at depth 32, 4 KiB and 512 KiB, through File and
+# WriteBatch; write + fdatasync at depth 1), whose goal is 0.95 of fio's
+# IOPS; they overwrite the 4 GiB file's blocks in place.
+# --rounds: run every row of a case
 # (and of the hot table) N times, in reverse order on even rounds, and report medians with the
 # IOPS range: the virtual disk drifts by tens of per cent within minutes, so
 # one run per row mostly tells which row ran later.
@@ -13,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
-bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1 rounds=1
+bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1 write_tables=1
+rounds=1
 while (($#)); do
   case "$1" in
     --bench) bench=$2; shift 2 ;;
@@ -22,6 +27,7 @@ while (($#)); do
     --quick) quick=1; shift ;;  # a few seconds in all: proves the script works
     --cases) cases=$2; shift 2 ;;
     --no-hot) hot_table=0; shift ;;
+    --no-write) write_tables=0; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     *) echo "run_disk_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -47,19 +53,34 @@ layout "$hot" "$hotsize"
 
 warm() { cat "$1" >/dev/null; }  # the VM pages cold memory out: warm right before each hot run
 
-# fio <label> <file> <size> <bs> <depth> <direct> [extra fio options]
-run_fio() {
-  local label=$1 file=$2 fsize=$3 bs=$4 depth=$5 direct=$6; shift 6
-  fio --name=r --filename="$file" --size="$fsize" --rw=randread --bs="$bs" --iodepth="$depth" --direct="$direct" \
+# fio <label> <file> <size> <bs> <depth> <direct> [extra fio options]: random reads
+run_fio() { run_fio_rw randread "$@"; }
+
+# fio_rw <randread|randwrite> <label> <file> <size> <bs> <depth> <direct> [extra fio options]
+run_fio_rw() {
+  local rw=$1 label=$2 file=$3 fsize=$4 bs=$5 depth=$6 direct=$7; shift 7
+  fio --name=r --filename="$file" --size="$fsize" --rw="$rw" --bs="$bs" --iodepth="$depth" --direct="$direct" \
     --ioengine=io_uring --runtime="$(python3 -c "print(int($seconds * 1000))")ms" --time_based --norandommap --randrepeat=0 --lat_percentiles=1 \
     --output-format=json "$@" |
     python3 -c '
 import json, sys
-label, bs, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-r = json.load(sys.stdin)["jobs"][0]["read"]
-p = r["lat_ns"]["percentile"]
-print(json.dumps({"label": label, "bs": bs, "depth": depth, "iops": r["iops"], "mibs": r["bw_bytes"] / 2**20,
-                  "p50_us": p["50.000000"] / 1e3, "p99_us": p["99.000000"] / 1e3}))' "$label" "$(numfmt --from=iec "$bs")" "$depth" >>"$results"
+label, rw, bs, depth = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+job = json.load(sys.stdin)["jobs"][0]
+r = job["write" if rw == "randwrite" else "read"]
+lat = r["lat_ns"]
+row = {"label": label, "bs": bs, "depth": depth, "iops": r["iops"], "mibs": r["bw_bytes"] / 2**20,
+       "mean_us": lat["mean"] / 1e3, "p50_us": lat["percentile"]["50.000000"] / 1e3,
+       "p99_us": lat["percentile"]["99.000000"] / 1e3}
+sync = job.get("sync", {})
+if sync.get("total_ios"):
+    # --fdatasync=1: fio times the write and its fdatasync apart; one of
+    # our operations is the pair. Means add up exactly; percentiles only
+    # approximately (the sum of the two p50s, of the two p99s).
+    s = sync["lat_ns"]
+    row["mean_us"] += s["mean"] / 1e3
+    row["p50_us"] += s["percentile"]["50.000000"] / 1e3
+    row["p99_us"] += s["percentile"]["99.000000"] / 1e3
+print(json.dumps(row))' "$label" "$rw" "$(numfmt --from=iec "$bs")" "$depth" >>"$results"
 }
 
 # coio <label> <disk_bench options>
@@ -75,6 +96,17 @@ run_coio() {
 in_round_order() {  # round rows...
   local round=$1; shift
   if ((round % 2)); then printf '%s\n' "$@"; else printf '%s\n' "$@" | tac; fi
+}
+
+# Runs `runner row bs depth` for every row, every round, in round order.
+run_rounds() {  # title runner bs depth rows...
+  local title=$1 runner=$2 bs=$3 depth=$4 round row; shift 4
+  for round in $(seq "$rounds"); do
+    echo "$title, round $round" >&2
+    for row in $(in_round_order "$round" "$@"); do
+      "$runner" "$row" "$bs" "$depth"
+    done
+  done
 }
 
 # The rows of one O_DIRECT case.
@@ -113,16 +145,55 @@ cold_cases=("4k 1" "4k 32" "4k 128" "512k 8" "512k 32" "4m 8" "4m 32")
 [[ -n $cases ]] && IFS=, read -r -a cold_cases <<<"$cases"
 for c in "${cold_cases[@]}"; do
   read -r bs depth <<<"$c"
-  for round in $(seq "$rounds"); do
-    echo "O_DIRECT random reads, bs=$bs depth=$depth, round $round" >&2
-    # shellcheck disable=SC2046  # one word per row
-    for row in $(in_round_order "$round" $(cold_rows "$bs" "$depth")); do
-      run_cold_row "$row" "$bs" "$depth"
-    done
-  done
+  # shellcheck disable=SC2046  # one word per row
+  run_rounds "O_DIRECT random reads, bs=$bs depth=$depth" run_cold_row "$bs" "$depth" $(cold_rows "$bs" "$depth")
 done
 
-run_hot_row() {  # label
+# The rows of one O_DIRECT random-write case, on the cold file: fio's
+# io_uring write job and coio's single writes (File::writeFixed) and
+# WriteBatch, all with registered buffers and file except plain fio; like
+# fio's, coio's buffers are on 4 KiB pages, huge pages shown apart.
+write_rows() {  # bs depth
+  echo write-fio write-fio-fixed write-coio-epoll write-coio-uring "write-coio-uring-WriteBatch$2"
+  if [[ $1 != 4k ]]; then echo write-coio-uring-THP; fi
+}
+
+run_write_row() {  # label bs depth
+  local label=$1 bs=$2 depth=$3
+  local common=(--file="$cold" --rw=randwrite --bs="$(numfmt --from=iec "${bs^^}")" --depth="$depth" --direct=1 --fixed=1)
+  case $label in
+    write-fio) run_fio_rw randwrite "$label" "$cold" "$size" "${bs^^}" "$depth" 1 ;;
+    write-fio-fixed) run_fio_rw randwrite "$label" "$cold" "$size" "${bs^^}" "$depth" 1 --fixedbufs=1 --registerfiles=1 ;;
+    write-coio-epoll | write-coio-uring) run_coio "$label" --engine="${label#write-coio-}" "${common[@]}" --thp=0 ;;
+    write-coio-uring-THP) run_coio "$label" --engine=uring "${common[@]}" ;;
+    write-coio-uring-WriteBatch*) run_coio "$label" --engine=uring "${common[@]}" --thp=0 --batch="$depth" ;;
+    *) echo "run_disk_bench.sh: no row $label" >&2; exit 2 ;;
+  esac
+}
+
+# Durable writes: a 4 KiB O_DIRECT write, then fdatasync, one at a time.
+run_fsync_row() {  # label (bs and depth are fixed)
+  case $1 in
+    fsync-fio) run_fio_rw randwrite fsync-fio "$cold" "$size" 4K 1 1 --fdatasync=1 ;;
+    fsync-coio-epoll | fsync-coio-uring)
+      run_coio "$1" --engine="${1#fsync-coio-}" --file="$cold" --rw=randwrite --bs=4096 --depth=1 --direct=1 --fixed=1 \
+        --thp=0 --fdatasync=1 ;;
+    *) echo "run_disk_bench.sh: no row $1" >&2; exit 2 ;;
+  esac
+}
+
+write_cases=("4k 32" "512k 32")
+for c in "${write_cases[@]}"; do
+  ((write_tables)) || break
+  read -r bs depth <<<"$c"
+  # shellcheck disable=SC2046  # one word per row
+  run_rounds "O_DIRECT random writes, bs=$bs depth=$depth" run_write_row "$bs" "$depth" $(write_rows "$bs" "$depth")
+done
+if ((write_tables)); then
+  run_rounds "4 KiB O_DIRECT write + fdatasync, depth 1" run_fsync_row 4k 1 fsync-fio fsync-coio-epoll fsync-coio-uring
+fi
+
+run_hot_row() {  # label (bs and depth are fixed)
   local common=(--file="$hot" --bs=4096 --depth=32 --direct=0 --latency=0)
   warm "$hot"
   case $1 in
@@ -134,14 +205,10 @@ run_hot_row() {  # label
   esac
 }
 
-for round in $(seq "$rounds"); do
-  ((hot_table)) || break
-  echo "page-cache-hot 4 KiB random reads, depth 32, round $round" >&2
-  for row in $(in_round_order "$round" hot-raw hot-coio-epoll hot-coio-epoll-ReadBatch32 hot-coio-uring \
-    hot-coio-uring-ReadBatch32 hot-fio); do
-    run_hot_row "$row"
-  done
-done
+if ((hot_table)); then
+  run_rounds "page-cache-hot 4 KiB random reads, depth 32" run_hot_row 4k 32 hot-raw hot-coio-epoll \
+    hot-coio-epoll-ReadBatch32 hot-coio-uring hot-coio-uring-ReadBatch32 hot-fio
+fi
 
 python3 - "$results" <<'PY'
 import json, sys
@@ -154,28 +221,52 @@ for line in open(sys.argv[1]):
 rows = []
 for group in runs.values():
     row = dict(group[0])
-    for k in ("iops", "mibs", "p50_us", "p99_us"):
+    for k in ("iops", "mibs", "mean_us", "p50_us", "p99_us"):
         if k in row:
             row[k] = median(g[k] for g in group)
     row["range"] = f"{min(g['iops'] for g in group):.0f}–{max(g['iops'] for g in group):.0f}" if len(group) > 1 else "-"
     rows.append(row)
-cold = [r for r in rows if not r["label"].startswith("hot-")]
-hot = [r for r in rows if r["label"].startswith("hot-")]
+def kind(r):
+    return next((p for p in ("hot", "write", "fsync") if r["label"].startswith(p + "-")), "cold")
+cold = [r for r in rows if kind(r) == "cold"]
+hot = [r for r in rows if kind(r) == "hot"]
+writes = [r for r in rows if kind(r) == "write"]
+fsyncs = [r for r in rows if kind(r) == "fsync"]
 def ratio(a, b): return f"{a / b:.2f}" if a and b else "-"
 def size(bs): return f"{bs // 2**20} MiB" if bs >= 2**20 else f"{bs // 1024} KiB"
 
-print("\n## O_DIRECT random reads, 4 GiB file: coio (registered buffers and file) vs fio (io_uring engine)\n")
-print("| bs | depth | run | IOPS | IOPS range | MiB/s | p50 µs | p99 µs | IOPS / fio | IOPS / fio-fixed | p50 / fio | p99 / fio |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-cases = list(dict.fromkeys((r["bs"], r["depth"]) for r in cold))
-for bs, depth in cases:
-    group = [r for r in cold if (r["bs"], r["depth"]) == (bs, depth)]
-    fio = next(r for r in group if r["label"] == "fio")
-    fixed = next(r for r in group if r["label"] == "fio-fixed")
-    for r in group:
-        print(f"| {size(bs)} | {depth} | {r['label']} | {r['iops']:.0f} | {r['range']} | {r['mibs']:.0f} | {r['p50_us']:.0f} | "
-              f"{r['p99_us']:.0f} | {ratio(r['iops'], fio['iops'])} | {ratio(r['iops'], fixed['iops'])} | "
-              f"{ratio(r['p50_us'], fio['p50_us'])} | {ratio(r['p99_us'], fio['p99_us'])} |")
+# One table row per run of each case, with its ratios to the case's fio rows.
+def transfer_table(rows, prefix):
+    print("| bs | depth | run | IOPS | IOPS range | MiB/s | p50 µs | p99 µs | IOPS / fio | IOPS / fio-fixed | p50 / fio | p99 / fio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for bs, depth in dict.fromkeys((r["bs"], r["depth"]) for r in rows):
+        group = [r for r in rows if (r["bs"], r["depth"]) == (bs, depth)]
+        fio = next(r for r in group if r["label"] == prefix + "fio")
+        fixed = next(r for r in group if r["label"] == prefix + "fio-fixed")
+        for r in group:
+            print(f"| {size(bs)} | {depth} | {r['label'][len(prefix):]} | {r['iops']:.0f} | {r['range']} | {r['mibs']:.0f} | "
+                  f"{r['p50_us']:.0f} | {r['p99_us']:.0f} | {ratio(r['iops'], fio['iops'])} | "
+                  f"{ratio(r['iops'], fixed['iops'])} | {ratio(r['p50_us'], fio['p50_us'])} | "
+                  f"{ratio(r['p99_us'], fio['p99_us'])} |")
+
+if cold:
+    print("\n## O_DIRECT random reads, 4 GiB file: coio (registered buffers and file) vs fio (io_uring engine)\n")
+    transfer_table(cold, "")
+if writes:
+    print("\n## O_DIRECT random writes, same file: coio (File::writeFixed, WriteBatch; registered buffers and file) "
+          "vs fio (io_uring engine); goal: IOPS / fio >= 0.95\n")
+    transfer_table(writes, "write-")
+if fsyncs:
+    print("\n## 4 KiB O_DIRECT write + fdatasync, depth 1: coio (writeFixed, then File::fdatasync) vs fio --fdatasync=1\n")
+    print("fio times the write and the fdatasync apart: its mean is their sum, its p50 / p99 the sums of theirs "
+          "(an approximation).\n")
+    print("| run | writes/s | IOPS range | mean µs | p50 µs | p99 µs | writes/s / fio | mean / fio | p99 / fio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    fio = next(r for r in fsyncs if r["label"] == "fsync-fio")
+    for r in fsyncs:
+        print(f"| {r['label'][6:]} | {r['iops']:.0f} | {r['range']} | {r['mean_us']:.0f} | {r['p50_us']:.0f} | "
+              f"{r['p99_us']:.0f} | {ratio(r['iops'], fio['iops'])} | {ratio(r['mean_us'], fio['mean_us'])} | "
+              f"{ratio(r['p99_us'], fio['p99_us'])} |")
 
 if not hot:
     sys.exit(0)

@@ -60,8 +60,7 @@ class [[nodiscard]] DiskOperation : DiskOp {
       early_ = std::make_error_code(std::errc::operation_canceled);
       return true;
     }
-    // Nothing to transfer: the kernel would answer 0 too.
-    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
+    return request_.transfersNothing();
   }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<DiskOperation*>(op);

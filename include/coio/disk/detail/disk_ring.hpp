@@ -10,6 +10,7 @@
 #include <coio/reactor/uring_reactor.hpp>
 
 #include <liburing.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -25,21 +26,45 @@ class DedicatedRing;
 // One SQE's worth of disk operation. The kernel reads `address` for the
 // whole operation: whoever owns the DiskOp keeps the memory alive.
 struct DiskRequest {
-  std::uint8_t opcode = IORING_OP_NOP;  // READ, READ_FIXED, WRITE, WRITE_FIXED or FSYNC
+  std::uint8_t opcode = IORING_OP_NOP;  // READ[_FIXED], WRITE[_FIXED], READV, WRITEV, FSYNC, FALLOCATE,
+                                        // OPENAT, STATX or CLOSE
   bool fixedFile = false;               // `fd` is an index into the registered file table
   std::uint16_t bufferIndex = 0;        // for READ_FIXED / WRITE_FIXED
-  int fd = -1;
-  void* address = nullptr;
-  std::uint32_t length = 0;
+  int fd = -1;                          // OPENAT: the directory (AT_FDCWD)
+  void* address = nullptr;              // the buffer; READV/WRITEV: the iovecs; OPENAT: the path; STATX: the struct statx
+  std::uint64_t length = 0;             // bytes; READV/WRITEV: iovecs; FALLOCATE: the range; OPENAT: mode; STATX: mask
   std::uint64_t offset = 0;
+  std::uint32_t opFlags = 0;            // FSYNC: fsync flags; FALLOCATE: mode; OPENAT: open flags; STATX: statx flags
   std::uint16_t ioprio = 0;             // 0: the submitting thread's (see ioprio(7))
 
-  void operator()(io_uring_sqe* sqe) const noexcept {
+  // A read or write of nothing: the kernel would answer 0.
+  bool transfersNothing() const noexcept {
     switch (opcode) {
-      case IORING_OP_READ_FIXED: io_uring_prep_read_fixed(sqe, fd, address, length, offset, bufferIndex); break;
-      case IORING_OP_WRITE_FIXED: io_uring_prep_write_fixed(sqe, fd, address, length, offset, bufferIndex); break;
-      case IORING_OP_FSYNC: io_uring_prep_fsync(sqe, fd, 0); break;
-      default: io_uring_prep_rw(opcode, sqe, fd, address, length, offset); break;
+      case IORING_OP_READ: case IORING_OP_READ_FIXED: case IORING_OP_READV:
+      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED: case IORING_OP_WRITEV: return length == 0;
+      default: return false;
+    }
+  }
+
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    const auto len = static_cast<unsigned>(length);  // a transfer's length was checked to fit
+    switch (opcode) {
+      case IORING_OP_READ_FIXED: io_uring_prep_read_fixed(sqe, fd, address, len, offset, bufferIndex); break;
+      case IORING_OP_WRITE_FIXED: io_uring_prep_write_fixed(sqe, fd, address, len, offset, bufferIndex); break;
+      case IORING_OP_FSYNC: io_uring_prep_fsync(sqe, fd, opFlags); break;
+      case IORING_OP_FALLOCATE:
+        io_uring_prep_fallocate(sqe, fd, static_cast<int>(opFlags), static_cast<off_t>(offset),
+                                static_cast<off_t>(length));
+        break;
+      case IORING_OP_OPENAT:
+        io_uring_prep_openat(sqe, fd, static_cast<const char*>(address), static_cast<int>(opFlags),
+                             static_cast<mode_t>(length));
+        break;
+      case IORING_OP_STATX:  // of the descriptor itself
+        io_uring_prep_statx(sqe, fd, "", static_cast<int>(opFlags), len, static_cast<struct statx*>(address));
+        break;
+      case IORING_OP_CLOSE: io_uring_prep_close(sqe, fd); break;
+      default: io_uring_prep_rw(opcode, sqe, fd, address, len, offset); break;
     }
     if (fixedFile) sqe->flags |= IOSQE_FIXED_FILE;
     sqe->ioprio = ioprio;
@@ -208,7 +233,7 @@ class DedicatedRing final : public DiskRing {
   int eventFd() const noexcept { return eventFd_.fd(); }
   bool closed() const noexcept { return closed_; }
 
-  // Inside a ReadBatch: at its end. Outside a dispatch round: at once (no
+  // Inside a batch (DiskBatch): at its end. Outside a dispatch round: at once (no
   // later point is certain to come). Inside one: at once if the gate says
   // so, else in one enter at the end of the round.
   void submit(DiskOp& op, const DiskRequest& request) override {
@@ -314,7 +339,7 @@ class DedicatedRing final : public DiskRing {
     int result;
   };
 
-  // Submits now, unless a ReadBatch is being submitted or completions are
+  // Submits now, unless a batch is being submitted or completions are
   // being dispatched (then at the end of either).
   void commit() {
     if (batches_ == 0 && !dispatching_) submitNow();
@@ -384,7 +409,7 @@ class DedicatedRing final : public DiskRing {
   EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE
   io_uring ring_{};
   std::size_t inFlight_ = 0;
-  unsigned batches_ = 0;     // ReadBatches being submitted
+  unsigned batches_ = 0;     // DiskBatches being submitted
   bool dispatching_ = false;  // inside pump()
   bool closed_ = false;
   std::vector<Completion> backlog_;  // taken from the ring, not dispatched yet
