@@ -3208,6 +3208,9 @@ class FileDescriptor {
   int get() const noexcept { return fd_; }
   bool valid() const noexcept { return fd_ >= 0; }
 
+  /// Gives up ownership: returns the descriptor without closing it.
+  int release() noexcept { return std::exchange(fd_, -1); }
+
   /// Closes the owned descriptor (if any) and takes ownership of `fd`.
   void reset(int fd = -1) noexcept {
     // close() is not retried on EINTR: on Linux the descriptor is gone anyway.

@@ -3208,6 +3208,9 @@ class FileDescriptor {
   int get() const noexcept { return fd_; }
   bool valid() const noexcept { return fd_ >= 0; }
 
+  /// Gives up ownership: returns the descriptor without closing it.
+  int release() noexcept { return std::exchange(fd_, -1); }
+
   /// Closes the owned descriptor (if any) and takes ownership of `fd`.
   void reset(int fd = -1) noexcept {
     // close() is not retried on EINTR: on Linux the descriptor is gone anyway.
@@ -5663,9 +5666,9 @@ inline AlignedRange alignRange(std::uint64_t offset, std::size_t length, std::si
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_DISK_DIRECT_IO_HPP
 // end <coio/disk/direct_io.hpp>
-// begin <coio/disk/disk.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DISK_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DISK_DISK_HPP
+// begin <coio/disk/disk_batch.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DISK_BATCH_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DISK_DISK_BATCH_HPP
 // Needs liburing: link coio::uring.
 // begin <coio/disk/detail/disk_ring.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_DISK_RING_HPP
@@ -7094,6 +7097,7 @@ inline void UringReactor::quiesce() noexcept {
 // end <coio/reactor/uring_reactor.hpp>
 
 #include <liburing.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -7109,21 +7113,45 @@ class DedicatedRing;
 // One SQE's worth of disk operation. The kernel reads `address` for the
 // whole operation: whoever owns the DiskOp keeps the memory alive.
 struct DiskRequest {
-  std::uint8_t opcode = IORING_OP_NOP;  // READ, READ_FIXED, WRITE, WRITE_FIXED or FSYNC
+  std::uint8_t opcode = IORING_OP_NOP;  // READ[_FIXED], WRITE[_FIXED], READV, WRITEV, FSYNC, FALLOCATE,
+                                        // OPENAT, STATX or CLOSE
   bool fixedFile = false;               // `fd` is an index into the registered file table
   std::uint16_t bufferIndex = 0;        // for READ_FIXED / WRITE_FIXED
-  int fd = -1;
-  void* address = nullptr;
-  std::uint32_t length = 0;
+  int fd = -1;                          // OPENAT: the directory (AT_FDCWD)
+  void* address = nullptr;              // the buffer; READV/WRITEV: the iovecs; OPENAT: the path; STATX: the struct statx
+  std::uint64_t length = 0;             // bytes; READV/WRITEV: iovecs; FALLOCATE: the range; OPENAT: mode; STATX: mask
   std::uint64_t offset = 0;
+  std::uint32_t opFlags = 0;            // FSYNC: fsync flags; FALLOCATE: mode; OPENAT: open flags; STATX: statx flags
   std::uint16_t ioprio = 0;             // 0: the submitting thread's (see ioprio(7))
 
-  void operator()(io_uring_sqe* sqe) const noexcept {
+  // A read or write of nothing: the kernel would answer 0.
+  bool transfersNothing() const noexcept {
     switch (opcode) {
-      case IORING_OP_READ_FIXED: io_uring_prep_read_fixed(sqe, fd, address, length, offset, bufferIndex); break;
-      case IORING_OP_WRITE_FIXED: io_uring_prep_write_fixed(sqe, fd, address, length, offset, bufferIndex); break;
-      case IORING_OP_FSYNC: io_uring_prep_fsync(sqe, fd, 0); break;
-      default: io_uring_prep_rw(opcode, sqe, fd, address, length, offset); break;
+      case IORING_OP_READ: case IORING_OP_READ_FIXED: case IORING_OP_READV:
+      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED: case IORING_OP_WRITEV: return length == 0;
+      default: return false;
+    }
+  }
+
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    const auto len = static_cast<unsigned>(length);  // a transfer's length was checked to fit
+    switch (opcode) {
+      case IORING_OP_READ_FIXED: io_uring_prep_read_fixed(sqe, fd, address, len, offset, bufferIndex); break;
+      case IORING_OP_WRITE_FIXED: io_uring_prep_write_fixed(sqe, fd, address, len, offset, bufferIndex); break;
+      case IORING_OP_FSYNC: io_uring_prep_fsync(sqe, fd, opFlags); break;
+      case IORING_OP_FALLOCATE:
+        io_uring_prep_fallocate(sqe, fd, static_cast<int>(opFlags), static_cast<off_t>(offset),
+                                static_cast<off_t>(length));
+        break;
+      case IORING_OP_OPENAT:
+        io_uring_prep_openat(sqe, fd, static_cast<const char*>(address), static_cast<int>(opFlags),
+                             static_cast<mode_t>(length));
+        break;
+      case IORING_OP_STATX:  // of the descriptor itself
+        io_uring_prep_statx(sqe, fd, "", static_cast<int>(opFlags), len, static_cast<struct statx*>(address));
+        break;
+      case IORING_OP_CLOSE: io_uring_prep_close(sqe, fd); break;
+      default: io_uring_prep_rw(opcode, sqe, fd, address, len, offset); break;
     }
     if (fixedFile) sqe->flags |= IOSQE_FIXED_FILE;
     sqe->ioprio = ioprio;
@@ -7292,7 +7320,7 @@ class DedicatedRing final : public DiskRing {
   int eventFd() const noexcept { return eventFd_.fd(); }
   bool closed() const noexcept { return closed_; }
 
-  // Inside a ReadBatch: at its end. Outside a dispatch round: at once (no
+  // Inside a batch (DiskBatch): at its end. Outside a dispatch round: at once (no
   // later point is certain to come). Inside one: at once if the gate says
   // so, else in one enter at the end of the round.
   void submit(DiskOp& op, const DiskRequest& request) override {
@@ -7398,7 +7426,7 @@ class DedicatedRing final : public DiskRing {
     int result;
   };
 
-  // Submits now, unless a ReadBatch is being submitted or completions are
+  // Submits now, unless a batch is being submitted or completions are
   // being dispatched (then at the end of either).
   void commit() {
     if (batches_ == 0 && !dispatching_) submitNow();
@@ -7468,7 +7496,7 @@ class DedicatedRing final : public DiskRing {
   EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE
   io_uring ring_{};
   std::size_t inFlight_ = 0;
-  unsigned batches_ = 0;     // ReadBatches being submitted
+  unsigned batches_ = 0;     // DiskBatches being submitted
   bool dispatching_ = false;  // inside pump()
   bool closed_ = false;
   std::vector<Completion> backlog_;  // taken from the ring, not dispatched yet
@@ -7482,6 +7510,65 @@ inline DiskOp::~DiskOp() {
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_DISK_RING_HPP
 // end <coio/disk/detail/disk_ring.hpp>
+// begin <coio/disk/detail/io_priority.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
+// I/O priority values (ioprio(7)) as the kernel encodes them: a class in
+// the top bits, a level below. Spelled out here rather than taken from
+// <linux/ioprio.h>, whose contents changed across kernel versions.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+
+namespace coio::detail {
+
+inline constexpr int kIoprioClassShift = 13;
+inline constexpr int kIoprioClassNone = 0;
+inline constexpr int kIoprioClassBestEffort = 2;
+inline constexpr int kIoprioLevels = 8;
+
+constexpr std::uint16_t ioprioValue(int ioClass, int level) noexcept {
+  return static_cast<std::uint16_t>((ioClass << kIoprioClassShift) | level);
+}
+
+// The calling thread's effective I/O priority: its own, or (class none) the
+// best-effort level the kernel derives from its nice value.
+inline std::uint16_t currentIoprio() noexcept {
+  const long prio = ::syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, 0 /* this thread */);
+  if (prio > 0 && (prio >> kIoprioClassShift) != kIoprioClassNone) return static_cast<std::uint16_t>(prio);
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, 0);  // of this thread; -1 is also a valid nice value
+  const int level = errno == 0 ? std::clamp((nice + 20) / 5, 0, kIoprioLevels - 1) : 4;
+  return ioprioValue(kIoprioClassBestEffort, level);
+}
+
+// Two values of the thread's priority class that differ in level only:
+// its own and the neighbouring level. The block layer never merges
+// requests whose priorities differ (blk_rq_merge_ok, attempt_merge), and
+// the schedulers that order by priority (mq-deadline) look at the class.
+// Taken once per thread.
+inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
+  thread_local const std::array<std::uint16_t, 2> values = [] {
+    const std::uint16_t own = currentIoprio();
+    const int level = own & (kIoprioLevels - 1);
+    const int other = level + 1 < kIoprioLevels ? level + 1 : level - 1;
+    return std::array<std::uint16_t, 2>{own, static_cast<std::uint16_t>((own & ~(kIoprioLevels - 1)) | other)};
+  }();
+  return values;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
+// end <coio/disk/detail/io_priority.hpp>
+// begin <coio/disk/disk.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DISK_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DISK_DISK_HPP
+// Needs liburing: link coio::uring.
 
 #include <liburing.h>
 
@@ -7496,10 +7583,10 @@ inline DiskOp::~DiskOp() {
 namespace coio {
 
 class File;
-class ReadBatch;
+class DiskBatch;
 
-/// The disk I/O context of one reactor: the io_uring every File, BufferPool
-/// and ReadBatch built on it submits to.
+/// The disk I/O context of one reactor: the io_uring every File, BufferPool,
+/// ReadBatch and WriteBatch built on it submits to.
 ///
 /// Guarantees:
 /// - Under UringReactor the reactor's own ring is used (its completions are
@@ -7510,7 +7597,7 @@ class ReadBatch;
 /// - Every disk awaitable resumes its coroutine on the reactor's loop thread
 ///   and must be awaited there; a Disk is used from that thread only (or
 ///   while no loop runs).
-/// - Submission adapts to the depth: a ReadBatch always reaches the kernel
+/// - Submission adapts to the depth: a batch (ReadBatch, WriteBatch) always reaches the kernel
 ///   in one io_uring_enter; a single operation goes in at once while few are
 ///   in flight (at queue depth 32, one enter per read beats one per batch on
 ///   a virtual disk), together with others when many are (at depth 128,
@@ -7603,7 +7690,7 @@ class Disk {
 
  private:
   friend class File;
-  friend class ReadBatch;
+  friend class DiskBatch;
 
   detail::DiskRing& queue() noexcept { return *ring_; }
 
@@ -7718,8 +7805,7 @@ class [[nodiscard]] DiskOperation : DiskOp {
       early_ = std::make_error_code(std::errc::operation_canceled);
       return true;
     }
-    // Nothing to transfer: the kernel would answer 0 too.
-    return request_.length == 0 && request_.opcode != IORING_OP_FSYNC;
+    return request_.transfersNothing();
   }
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<DiskOperation*>(op);
@@ -7743,7 +7829,9 @@ class [[nodiscard]] DiskOperation : DiskOp {
 // end <coio/disk/detail/disk_operation.hpp>
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -7751,31 +7839,40 @@ class [[nodiscard]] DiskOperation : DiskOp {
 #include <limits>
 #include <span>
 #include <stop_token>
+#include <string>
 #include <utility>
 
 namespace coio {
 
-class ReadBatch;
+class DiskBatch;
 
 /// A file opened for io_uring I/O on a Disk.
 ///
 /// Guarantees:
-/// - read/write/fsync are io_uring operations on the Disk's ring; `co_await`
-///   yields Result<std::size_t> (bytes transferred: a read at or past end of
-///   file yields fewer bytes, or 0, not an error) or Result<void>, and
-///   resumes the coroutine on the Disk's loop thread. The buffer must stay
+/// - read/write (plain, vectored, or readFixed/writeFixed from a
+///   BufferPool), fsync, fdatasync and fallocate are io_uring operations on
+///   the Disk's ring; `co_await` yields Result<std::size_t> (bytes
+///   transferred: a read at or past end of file yields fewer bytes, or 0,
+///   not an error) or Result<void>, and resumes the coroutine on the Disk's
+///   loop thread. The buffer (and, for vectored I/O, the iovecs) must stay
 ///   valid until the `co_await` returns.
 /// - With `OpenOptions::direct` (O_DIRECT), offset, length and buffer address
-///   must be multiples of `alignment()`; a misaligned request fails at once
-///   with DiskErrc::misalignedDirectIo (never reaches the kernel). Use
+///   (for vectored I/O: those of every iovec) must be multiples of
+///   `alignment()`; a misaligned request fails at once with
+///   DiskErrc::misalignedDirectIo (never reaches the kernel). Use
 ///   alignRange() and an aligned buffer (BufferPool's are 4 KiB-aligned).
 /// - A registered file (`registerWithRing()`) is addressed through the
 ///   ring's file table (IOSQE_FIXED_FILE), which saves a file lookup per I/O.
 /// - A stop requested on the loop thread cancels the operation; it then
 ///   yields std::errc::operation_canceled (or its real result if it won the
 ///   race), once the kernel has let go of the buffer.
-/// - open/size/close are synchronous system calls. Move-only; used on the
-///   Disk's loop thread (or while no loop runs); close it before the Disk.
+/// - open(), size() and close() are blocking system calls on the calling
+///   thread (fine at start-up, before the loop runs). Their io_uring forms,
+///   openAsync(), sizeAsync() / stat() and closeAsync(), leave the loop
+///   thread free: they are Tasks that resume the awaiting coroutine on the
+///   Disk's loop thread. Nothing on the read or write path blocks.
+/// - Move-only; used on the Disk's loop thread (or while no loop runs);
+///   close it before the Disk.
 class File {
  public:
   /// How File::open opens the file.
@@ -7801,20 +7898,42 @@ class File {
 
   /// Opens `path` (read-only unless `options` say otherwise).
   static Result<File> open(Disk& disk, const char* path) { return open(disk, path, OpenOptions{}); }
-  /// Opens `path` with `options`; the error is the open(2) errno.
+  /// Opens `path` with `options`; the error is the open(2) errno. Blocks
+  /// the calling thread (open(2), and statx(2) for O_DIRECT's alignment).
   static Result<File> open(Disk& disk, const char* path, OpenOptions options) {
-    int flags = (options.write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
-    if (options.create) flags |= O_CREAT;
-    if (options.truncate) flags |= O_TRUNC;
-    if (options.direct) flags |= O_DIRECT;
-    const long fd = detail::retryOnEintr([&] { return ::open(path, flags, 0644); });
+    const long fd = detail::retryOnEintr([&] { return ::open(path, openFlags(options), kCreateMode); });
     if (fd < 0) return systemError(static_cast<int>(-fd));
-    File file;
-    file.disk_ = &disk;
-    file.fd_.reset(static_cast<int>(fd));
-    file.direct_ = options.direct;
+    File file(disk, static_cast<int>(fd), options.direct);
     if (options.direct) file.alignment_ = directAlignment(file.fd_.get());
     return file;
+  }
+
+  /// Opens `path` read-only through io_uring (see the form with options).
+  static Task<Result<File>> openAsync(Disk& disk, std::string path) {
+    return openAsync(disk, std::move(path), OpenOptions{});
+  }
+  /// Opens `path` (copied) with `options` through io_uring
+  /// (IORING_OP_OPENAT, then IORING_OP_STATX for O_DIRECT's alignment):
+  /// the loop thread does not block. Resumes on the Disk's loop thread. The
+  /// error is openat(2)'s errno (ENOENT, EISDIR for a directory opened for
+  /// writing, EINVAL for O_DIRECT on tmpfs, ...), or
+  /// std::errc::operation_canceled if `stop` was requested before the open
+  /// ran (one that already ran yields its file).
+  static Task<Result<File>> openAsync(Disk& disk, std::string path, OpenOptions options, std::stop_token stop = {}) {
+    detail::DiskRequest r;
+    r.opcode = IORING_OP_OPENAT;
+    r.fd = AT_FDCWD;
+    r.address = path.data();
+    r.length = kCreateMode;
+    r.opFlags = static_cast<std::uint32_t>(openFlags(options));
+    Result<int> fd = co_await detail::DiskOperation<int>{disk.queue(), r, std::move(stop)};
+    if (!fd) co_return fd.error();
+    File file(disk, *fd, options.direct);
+    if (options.direct && kDirectAlignmentMask != 0) {
+      Result<struct statx> st = co_await file.stat(kDirectAlignmentMask);
+      if (st) file.alignment_ = directAlignment(*st);
+    }
+    co_return std::move(file);
   }
 
   /// Whether a file is open.
@@ -7829,11 +7948,39 @@ class File {
   /// Whether it is in the ring's registered-file table.
   bool registered() const noexcept { return slot_ >= 0; }
 
-  /// The file's size in bytes (fstat).
+  /// The file's size in bytes (fstat). Blocks the calling thread: on the
+  /// loop thread, use sizeAsync().
   Result<std::uint64_t> size() const {
     struct stat st {};
     if (::fstat(fd_.get(), &st) != 0) return systemError(errno);
     return static_cast<std::uint64_t>(st.st_size);
+  }
+
+  /// The file's size in bytes, through io_uring (IORING_OP_STATX).
+  /// Resumes on the Disk's loop thread; the error is statx(2)'s errno, or
+  /// std::errc::operation_canceled.
+  Task<Result<std::uint64_t>> sizeAsync(std::stop_token stop = {}) const {
+    Result<struct statx> st = co_await stat(STATX_SIZE, std::move(stop));
+    if (!st) co_return st.error();
+    co_return std::uint64_t{st->stx_size};
+  }
+
+  /// statx(2) of the file through io_uring (IORING_OP_STATX), asking for
+  /// the fields in `mask` (STATX_* bits; stx_mask says which the file
+  /// system filled in). Resumes on the Disk's loop thread; the error is
+  /// statx(2)'s errno, or std::errc::operation_canceled.
+  Task<Result<struct statx>> stat(unsigned mask = STATX_BASIC_STATS, std::stop_token stop = {}) const {
+    COIO_ASSERT(isOpen(), "stat of a closed coio::File");
+    struct statx st {};
+    detail::DiskRequest r;
+    r.opcode = IORING_OP_STATX;
+    r.fd = fd_.get();  // STATX takes no registered file
+    r.address = &st;
+    r.length = mask;
+    r.opFlags = AT_EMPTY_PATH;
+    Result<void> done = co_await detail::DiskOperation<void>{disk_->queue(), r, std::move(stop)};
+    if (!done) co_return done.error();
+    co_return st;
   }
 
   /// Puts the file in the ring's registered-file table (io_uring_register_files,
@@ -7848,10 +7995,34 @@ class File {
   }
 
   /// Closes the file (and takes it out of the registered-file table).
-  /// No operation may be pending on it.
+  /// No operation may be pending on it. Blocks the calling thread in
+  /// close(2) (which may write back, e.g. on network file systems): on the
+  /// loop thread, use closeAsync().
   void close() noexcept {
     if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
     fd_.reset();
+  }
+
+  /// Closes the file through io_uring (IORING_OP_CLOSE), and takes it out
+  /// of the registered-file table. The result is close(2)'s (EIO: a
+  /// write-back failed; the descriptor is gone either way), or
+  /// std::errc::operation_canceled if `stop` was requested before the close
+  /// ran: the File then stays open. Does nothing for a closed File. Resumes
+  /// on the Disk's loop thread. No operation may be pending on it.
+  Task<Result<void>> closeAsync(std::stop_token stop = {}) {
+    if (!isOpen()) co_return Result<void>{};
+    detail::DiskRequest r;
+    r.opcode = IORING_OP_CLOSE;
+    // The kernel's from here: if this frame dies with the reactor, the
+    // descriptor may leak but is never closed twice.
+    r.fd = fd_.release();
+    Result<void> closed = co_await detail::DiskOperation<void>{disk_->queue(), r, std::move(stop)};
+    if (closed.error() == std::errc::operation_canceled) {  // it never ran
+      fd_.reset(r.fd);
+      co_return closed;
+    }
+    if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
+    co_return closed;
   }
 
   /// Reads up to buffer.size() bytes at `offset`.
@@ -7869,20 +8040,78 @@ class File {
                                            std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, const_cast<std::byte*>(data.data()), data.size(), -1, std::move(stop));
   }
+  /// Writes a BufferPool slice: IORING_OP_WRITE_FIXED if the pool is
+  /// registered, a plain write otherwise.
+  detail::DiskOperation<std::size_t> writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+    return transfer(IORING_OP_WRITE, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
+  }
   /// Flushes the file's data and metadata to the device.
   detail::DiskOperation<void> fsync(std::stop_token stop = {}) {
     return {disk_->queue(), request(IORING_OP_FSYNC, 0, nullptr, 0, -1), std::move(stop)};
+  }
+
+  /// Reads into `parts`, in order, from `offset` (IORING_OP_READV): bytes
+  /// read, short at end of file. At most IOV_MAX parts (else EINVAL before
+  /// submission); with O_DIRECT every part must be aligned.
+  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<const iovec> parts,
+                                          std::stop_token stop = {}) {
+    return vectored(IORING_OP_READV, offset, parts, std::move(stop));
+  }
+  /// Writes `parts`, in order, at `offset` (IORING_OP_WRITEV): bytes
+  /// written. At most IOV_MAX parts (else EINVAL before submission); with
+  /// O_DIRECT every part must be aligned.
+  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const iovec> parts,
+                                           std::stop_token stop = {}) {
+    return vectored(IORING_OP_WRITEV, offset, parts, std::move(stop));
+  }
+
+  /// Flushes the file's data to the device, and of its metadata only what
+  /// reading the data back needs (the size, not the times): fdatasync(2),
+  /// as IORING_OP_FSYNC with IORING_FSYNC_DATASYNC.
+  detail::DiskOperation<void> fdatasync(std::stop_token stop = {}) {
+    detail::DiskRequest r = request(IORING_OP_FSYNC, 0, nullptr, 0, -1);
+    r.opFlags = IORING_FSYNC_DATASYNC;
+    return {disk_->queue(), r, std::move(stop)};
+  }
+
+  /// fallocate(2) of [offset, offset + length) (IORING_OP_FALLOCATE): `mode`
+  /// 0 allocates and extends the file; FALLOC_FL_KEEP_SIZE allocates without
+  /// extending; FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range,
+  /// which then reads as zeros. Errors: fallocate(2)'s (EOPNOTSUPP where the
+  /// file system lacks the mode, EINVAL for an empty range, ENOSPC, ...).
+  detail::DiskOperation<void> fallocate(int mode, std::uint64_t offset, std::uint64_t length,
+                                        std::stop_token stop = {}) {
+    detail::DiskRequest r = request(IORING_OP_FALLOCATE, offset, nullptr, length, -1);
+    r.opFlags = static_cast<std::uint32_t>(mode);
+    return {disk_->queue(), r, std::move(stop)};
   }
 
   /// The Disk the file was opened on.
   Disk& disk() const noexcept { return *disk_; }
 
  private:
-  friend class ReadBatch;
+  friend class DiskBatch;
 
-  /// The SQE contents for one transfer, or the error that keeps it from the
-  /// kernel. `opcode` is READ or WRITE; `fixedBuffer` >= 0 makes it
-  /// READ_FIXED / WRITE_FIXED.
+  static constexpr mode_t kCreateMode = 0644;
+#ifdef STATX_DIOALIGN
+  static constexpr unsigned kDirectAlignmentMask = STATX_DIOALIGN;
+#else
+  static constexpr unsigned kDirectAlignmentMask = 0;  // headers before Linux 6.1: assume 4096
+#endif
+
+  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {}
+
+  static int openFlags(OpenOptions options) noexcept {
+    int flags = (options.write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+    if (options.create) flags |= O_CREAT;
+    if (options.truncate) flags |= O_TRUNC;
+    if (options.direct) flags |= O_DIRECT;
+    return flags;
+  }
+
+  /// The SQE contents for one operation on the file. `opcode` is READ or
+  /// WRITE (`fixedBuffer` >= 0 makes it READ_FIXED / WRITE_FIXED), READV,
+  /// WRITEV, FSYNC or FALLOCATE.
   detail::DiskRequest request(std::uint8_t opcode, std::uint64_t offset, std::byte* data, std::size_t length,
                               int fixedBuffer) const noexcept {
     COIO_ASSERT(isOpen(), "I/O on a closed coio::File");
@@ -7895,7 +8124,7 @@ class File {
     r.fixedFile = slot_ >= 0;
     r.fd = slot_ >= 0 ? slot_ : fd_.get();
     r.address = data;
-    r.length = static_cast<std::uint32_t>(length);
+    r.length = length;
     r.offset = offset;
     return r;
   }
@@ -7903,6 +8132,24 @@ class File {
   std::error_code check(std::uint64_t offset, const std::byte* data, std::size_t length) const noexcept {
     if (length > std::numeric_limits<std::uint32_t>::max()) return DiskErrc::requestTooLarge;
     if (direct_ && length > 0 && !isAligned(offset, length, data, alignment_)) return DiskErrc::misalignedDirectIo;
+    return {};
+  }
+
+  detail::DiskOperation<std::size_t> vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
+                                              std::stop_token stop) {
+    detail::DiskRequest r = request(opcode, offset, nullptr, parts.size(), -1);
+    r.address = const_cast<iovec*>(parts.data());
+    return {disk_->queue(), r, std::move(stop), check(offset, parts)};
+  }
+  /// check() for every part of a vectored transfer.
+  std::error_code check(std::uint64_t offset, std::span<const iovec> parts) const noexcept {
+    if (parts.size() > IOV_MAX) return std::make_error_code(std::errc::invalid_argument);
+    for (const iovec& part : parts) {
+      if (part.iov_len == 0) continue;  // the kernel skips empty parts too
+      if (const std::error_code e = check(offset, static_cast<const std::byte*>(part.iov_base), part.iov_len)) {
+        return e;
+      }
+    }
     return {};
   }
 
@@ -7922,12 +8169,18 @@ class File {
   }
 
   static std::size_t directAlignment(int fd) noexcept {
-#ifdef STATX_DIOALIGN
     struct statx st {};
-    if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) == 0 && (st.stx_mask & STATX_DIOALIGN) &&
-        st.stx_dio_offset_align != 0) {
+    if (kDirectAlignmentMask != 0) (void)::statx(fd, "", AT_EMPTY_PATH, kDirectAlignmentMask, &st);
+    return directAlignment(st);
+  }
+  // From statx STATX_DIOALIGN when the kernel reports it, else 4096.
+  static std::size_t directAlignment(const struct statx& st) noexcept {
+#ifdef STATX_DIOALIGN
+    if ((st.stx_mask & STATX_DIOALIGN) && st.stx_dio_offset_align != 0) {
       return std::max<std::size_t>(st.stx_dio_offset_align, st.stx_dio_mem_align);
     }
+#else
+    (void)st;
 #endif
     return 4096;
   }
@@ -7942,65 +8195,6 @@ class File {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_DISK_FILE_HPP
 // end <coio/disk/file.hpp>
-// begin <coio/disk/read_batch.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
-// Needs liburing: link coio::uring.
-// begin <coio/disk/detail/io_priority.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
-// I/O priority values (ioprio(7)) as the kernel encodes them: a class in
-// the top bits, a level below. Spelled out here rather than taken from
-// <linux/ioprio.h>, whose contents changed across kernel versions.
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <cstdint>
-
-namespace coio::detail {
-
-inline constexpr int kIoprioClassShift = 13;
-inline constexpr int kIoprioClassNone = 0;
-inline constexpr int kIoprioClassBestEffort = 2;
-inline constexpr int kIoprioLevels = 8;
-
-constexpr std::uint16_t ioprioValue(int ioClass, int level) noexcept {
-  return static_cast<std::uint16_t>((ioClass << kIoprioClassShift) | level);
-}
-
-// The calling thread's effective I/O priority: its own, or (class none) the
-// best-effort level the kernel derives from its nice value.
-inline std::uint16_t currentIoprio() noexcept {
-  const long prio = ::syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, 0 /* this thread */);
-  if (prio > 0 && (prio >> kIoprioClassShift) != kIoprioClassNone) return static_cast<std::uint16_t>(prio);
-  errno = 0;
-  const int nice = ::getpriority(PRIO_PROCESS, 0);  // of this thread; -1 is also a valid nice value
-  const int level = errno == 0 ? std::clamp((nice + 20) / 5, 0, kIoprioLevels - 1) : 4;
-  return ioprioValue(kIoprioClassBestEffort, level);
-}
-
-// Two values of the thread's priority class that differ in level only:
-// its own and the neighbouring level. The block layer never merges
-// requests whose priorities differ (blk_rq_merge_ok, attempt_merge), and
-// the schedulers that order by priority (mq-deadline) look at the class.
-// Taken once per thread.
-inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
-  thread_local const std::array<std::uint16_t, 2> values = [] {
-    const std::uint16_t own = currentIoprio();
-    const int level = own & (kIoprioLevels - 1);
-    const int other = level + 1 < kIoprioLevels ? level + 1 : level - 1;
-    return std::array<std::uint16_t, 2>{own, static_cast<std::uint16_t>((own & ~(kIoprioLevels - 1)) | other)};
-  }();
-  return values;
-}
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_IO_PRIORITY_HPP
-// end <coio/disk/detail/io_priority.hpp>
 
 #include <cerrno>
 #include <coroutine>
@@ -8009,7 +8203,6 @@ inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
 #include <exception>
 #include <new>
 #include <optional>
-#include <span>
 #include <stop_token>
 #include <system_error>
 #include <utility>
@@ -8017,103 +8210,86 @@ inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
 
 namespace coio {
 
-/// N reads submitted together, awaited as one: the storage server's
-/// batchRead (3FS's AioReadWorker, as a coroutine).
+/// What ReadBatch and WriteBatch share: N transfers submitted together,
+/// awaited as one or streamed. Only those two derive from it; code that
+/// awaits or streams either kind can take a DiskBatch&.
 ///
 /// Guarantees:
-/// - `co_await batch.submit(stop)` (or `co_await batch`) hands every read
-///   added since the last clear() to the kernel in one io_uring_enter and
-///   resumes the coroutine once, on the Disk's loop thread, when every one
-///   has completed. Reads into a registered BufferPool slice use
-///   IORING_OP_READ_FIXED, reads of a registered File IOSQE_FIXED_FILE.
-/// - Results are per read (`result(i)`, i as returned by add()): bytes read
-///   (short at end of file, 0 past it or for an empty read), or that read's
-///   error (EIO, EBADF, DiskErrc::misalignedDirectIo checked before
-///   submission, ...). One failing read does not fail the others.
+/// - `co_await batch.submit(stop)` (or `co_await batch`) hands every
+///   transfer added since the last clear() to the kernel in one
+///   io_uring_enter and resumes the coroutine once, on the Disk's loop
+///   thread, when every one has completed. Transfers with a registered
+///   BufferPool slice use the fixed-buffer opcodes (READ_FIXED /
+///   WRITE_FIXED), those of a registered File IOSQE_FIXED_FILE.
+/// - Results are per transfer (`result(i)`, i as returned by add()): the
+///   bytes transferred (0 for an empty one), or that transfer's error (EIO,
+///   EBADF, DiskErrc::misalignedDirectIo checked before submission, ...).
+///   One failing transfer does not fail the others.
 /// - Submitting never throws out of the `co_await`: if the ring refuses an
-///   SQE (a full SQ that cannot be flushed), that read and every later one
-///   yield the error (errno of the std::system_error, ENOMEM for bad_alloc)
-///   and the batch still resumes once, after the reads already submitted.
-/// - Each SQE is tagged with its own read's record, and the batch resumes
-///   only after the CQE of every read it submitted: no completion is lost,
-///   none is attributed to a later submission, and the batch never resumes
-///   twice.
-/// - A stop requested on the loop thread cancels the reads still in flight
-///   (they yield std::errc::operation_canceled unless they won the race);
-///   the coroutine resumes once the kernel has let go of every buffer.
-/// - Destroying the batch while reads are in flight (its coroutine frame
-///   destroyed with its stopped reactor) waits for the kernel to let go of
-///   the buffers first (see Disk for who waits).
-/// - Streaming: `batch.start()` hands the reads to the kernel the same way
-///   but returns at once; each `co_await batch.next(stop)` then yields the
-///   index of one completed read, in completion order (reads that never
-///   went to the kernel first: invalid, empty, refused), and std::nullopt
-///   once every read was yielded. It resumes on the Disk's loop thread.
-///   A stop requested while reads are in flight cancels them; next() goes
-///   on yielding them as their completions arrive.
-/// - keepApart(): each read reaches the device as a request of its own, so
-///   each completes on its own. By default the block layer merges reads of
-///   adjacent ranges that reach it together into one request, which a
-///   streaming reader then sees complete all at once (16 reads of 256 KiB
-///   become one 4 MiB request). With keepApart, consecutive reads of the
-///   batch alternate between two I/O priorities of the submitting thread's
-///   class that differ in level only (its own level and the next), and the
-///   block layer never merges requests of different priorities. Schedulers
-///   that order by priority order by class (mq-deadline); BFQ also weighs
-///   the level, so every other read gets one level's worth less weight.
+///   SQE (a full SQ that cannot be flushed), that transfer and every later
+///   one yield the error (errno of the std::system_error, ENOMEM for
+///   bad_alloc) and the batch still resumes once, after the transfers
+///   already submitted.
+/// - Each SQE is tagged with its own transfer's record, and the batch
+///   resumes only after the CQE of every transfer it submitted: no
+///   completion is lost, none is attributed to a later submission, and the
+///   batch never resumes twice.
+/// - A stop requested on the loop thread cancels the transfers still in
+///   flight (they yield std::errc::operation_canceled unless they won the
+///   race); the coroutine resumes once the kernel has let go of every buffer.
+/// - Destroying the batch while transfers are in flight (its coroutine
+///   frame destroyed with its stopped reactor) waits for the kernel to let
+///   go of the buffers first (see Disk for who waits).
+/// - Streaming: `batch.start()` hands the transfers to the kernel the same
+///   way but returns at once; each `co_await batch.next(stop)` then yields
+///   the index of one completed transfer, in completion order (those that
+///   never went to the kernel first: invalid, empty, refused), and
+///   std::nullopt once every one was yielded. It resumes on the Disk's loop
+///   thread. A stop requested while transfers are in flight cancels them;
+///   next() goes on yielding them as their completions arrive.
 /// - Given no stop token, submit() and next() use the awaiting Task's (see
 ///   currentStopToken).
-/// - The destinations must stay valid until the `co_await` returns (when
+/// - The buffers must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
-class ReadBatch {
-  struct Read;
+class DiskBatch {
+  struct Operation;
+  // Both awaiters' stop callback: cancels the transfers in flight.
+  struct OnStop {
+    DiskBatch* batch;
+    void operator()() const noexcept { batch->cancel(); }
+  };
 
  public:
-  /// An empty batch submitting to `disk`'s ring.
-  explicit ReadBatch(Disk& disk) noexcept : ring_(disk.queue()) {}
-  ReadBatch(const ReadBatch&) = delete;
-  ReadBatch& operator=(const ReadBatch&) = delete;
-  // A record still in flight waits for its CQE (DiskOp's destructor).
-  ~ReadBatch() = default;
+  DiskBatch(const DiskBatch&) = delete;
+  DiskBatch& operator=(const DiskBatch&) = delete;
 
-  /// Adds a read of destination.size() bytes at `offset`; returns its index.
-  std::size_t add(const File& file, std::uint64_t offset, std::span<std::byte> destination) {
-    return add(file, offset, destination.data(), destination.size(), -1);
-  }
-  /// Adds a read into a BufferPool slice (READ_FIXED if the pool is registered).
-  std::size_t add(const File& file, std::uint64_t offset, BufferSlice destination) {
-    return add(file, offset, destination.data, destination.size, destination.fixedIndex);
-  }
+  /// Reserves room for `n` transfers.
+  void reserve(std::size_t n) { ops_.reserve(n); }
+  /// Number of transfers added.
+  std::size_t size() const noexcept { return ops_.size(); }
 
-  /// Keeps every read a request of its own (see the class comment), from
-  /// the next submission on.
-  void keepApart(bool apart = true) noexcept { keepApart_ = apart; }
-
-  /// Reserves room for `n` reads.
-  void reserve(std::size_t n) { reads_.reserve(n); }
-  /// Number of reads added.
-  std::size_t size() const noexcept { return reads_.size(); }
-
-  /// Read i's outcome; meaningful once the batch has been awaited.
+  /// Transfer i's outcome: the bytes transferred or its error; meaningful
+  /// once the batch has been awaited (when streaming: once next() yielded i).
   Result<std::size_t> result(std::size_t i) const {
-    const Read& read = reads_.at(i);
-    if (read.invalid) return read.invalid;
-    return detail::toResult<std::size_t>(read.result);
+    const Operation& op = ops_.at(i);
+    if (op.invalid) return op.invalid;
+    return detail::toResult<std::size_t>(op.result);
   }
 
-  /// Forgets every read, to start a new batch.
+  /// Forgets every transfer, to start a new batch.
   void clear() noexcept {
-    COIO_ASSERT(remaining_ == 0, "ReadBatch cleared while its reads are in flight");
-    reads_.clear();
+    COIO_ASSERT(remaining_ == 0, "disk batch cleared while its transfers are in flight");
+    ops_.clear();
     completed_.clear();
     yielded_ = 0;
     streaming_ = false;
   }
 
+  /// Awaits the whole batch (see submit()).
   class [[nodiscard]] Awaiter {
    public:
-    Awaiter(ReadBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
+    Awaiter(DiskBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
     Awaiter(const Awaiter&) = delete;
     Awaiter& operator=(const Awaiter&) = delete;
 
@@ -8123,7 +8299,7 @@ class ReadBatch {
       detail::inheritStopToken(stop_, h);
       batch_.handle_ = h;
       batch_.streaming_ = false;
-      // Nothing to wait for (empty, invalid or cancelled reads).
+      // Nothing to wait for (empty, invalid or cancelled transfers).
       if (!batch_.submitAll(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
       return true;
@@ -8131,39 +8307,36 @@ class ReadBatch {
     void await_resume() noexcept { onStop_.reset(); }
 
    private:
-    struct OnStop {
-      ReadBatch* batch;
-      void operator()() const noexcept { batch->cancel(); }
-    };
-    ReadBatch& batch_;
+    DiskBatch& batch_;
     std::stop_token stop_;
     detail::InlineCompletion inline_;
     std::optional<std::stop_callback<OnStop>> onStop_;
   };
 
-  /// Submits the reads; the awaiter resumes when all have completed.
+  /// Submits the transfers; the awaiter resumes when all have completed.
   Awaiter submit(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
   /// Same as `submit()` without a stop token.
   Awaiter operator co_await() noexcept { return submit(); }
 
-  /// Streaming: submits the reads (as submit() does) without waiting for
-  /// them; next() yields them as they complete. Throws only std::bad_alloc,
-  /// before anything is submitted.
+  /// Streaming: submits the transfers (as submit() does) without waiting
+  /// for them; next() yields them as they complete. Throws only
+  /// std::bad_alloc, before anything is submitted.
   void start() {
-    COIO_ASSERT(remaining_ == 0, "ReadBatch started while its reads are in flight");
+    COIO_ASSERT(remaining_ == 0, "disk batch started while its transfers are in flight");
     completed_.clear();
-    completed_.reserve(reads_.size());  // completions push without allocating
+    completed_.reserve(ops_.size());  // completions push without allocating
     yielded_ = 0;
     streaming_ = true;
     submitAll(false);
-    for (std::size_t i = 0; i < reads_.size(); ++i) {
-      if (!reads_[i].pending()) completed_.push_back(i);
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      if (!ops_[i].pending()) completed_.push_back(i);
     }
   }
 
+  /// Awaits the next completed transfer (see next()).
   class [[nodiscard]] NextAwaiter {
    public:
-    NextAwaiter(ReadBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
+    NextAwaiter(DiskBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
     NextAwaiter(const NextAwaiter&) = delete;
     NextAwaiter& operator=(const NextAwaiter&) = delete;
     ~NextAwaiter() {
@@ -8171,7 +8344,7 @@ class ReadBatch {
     }
 
     bool await_ready() noexcept {
-      COIO_ASSERT(batch_.streaming_, "ReadBatch::next() without start()");
+      COIO_ASSERT(batch_.streaming_, "disk batch next() without start()");
       if (stop_.stop_requested()) batch_.cancel();
       const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
       return inline_.admit(batch_.ring_.loop(), ready);
@@ -8179,7 +8352,7 @@ class ReadBatch {
     template <typename Promise>
     bool await_suspend(std::coroutine_handle<Promise> h) {
       if (inline_.deferred(batch_.ring_.loop(), h)) return true;
-      // Checked when it must wait: a next() that finds a read done yields it, stop or not.
+      // Checked when it must wait: a next() that finds a transfer done yields it, stop or not.
       if (detail::inheritStopToken(stop_, h) && stop_.stop_requested()) batch_.cancel();
       handle_ = batch_.handle_ = h;
       if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
@@ -8193,81 +8366,88 @@ class ReadBatch {
     }
 
    private:
-    struct OnStop {
-      ReadBatch* batch;
-      void operator()() const noexcept { batch->cancel(); }
-    };
-    ReadBatch& batch_;
+    DiskBatch& batch_;
     std::stop_token stop_;
     std::coroutine_handle<> handle_;
     detail::InlineCompletion inline_;
     std::optional<std::stop_callback<OnStop>> onStop_;
   };
 
-  /// Streaming: the index of the next completed read (see start()), or
-  /// std::nullopt once every read was yielded.
+  /// Streaming: the index of the next completed transfer (see start()), or
+  /// std::nullopt once every transfer was yielded.
   NextAwaiter next(std::stop_token stop = {}) noexcept { return {*this, std::move(stop)}; }
 
+ protected:
+  /// An empty batch submitting to `disk`'s ring.
+  explicit DiskBatch(Disk& disk) noexcept : ring_(disk.queue()) {}
+  // A record still in flight waits for its CQE (DiskOp's destructor).
+  ~DiskBatch() = default;
+
+  /// Adds a transfer (`opcode` READ or WRITE; `fixedBuffer` >= 0 makes it
+  /// the _FIXED form); returns its index.
+  std::size_t addTransfer(std::uint8_t opcode, const File& file, std::uint64_t offset, std::byte* data,
+                          std::size_t length, int fixedBuffer) {
+    COIO_ASSERT(remaining_ == 0, "transfer added to a disk batch in flight");
+    COIO_ASSERT(&file.disk().queue() == &ring_, "disk batch and File on different Disks");
+    ops_.emplace_back(this, file.request(opcode, offset, data, length, fixedBuffer), file.check(offset, data, length));
+    return ops_.size() - 1;
+  }
+
+  /// Every transfer a request of its own to the device (ReadBatch::keepApart).
+  bool keepApart_ = false;
+
  private:
-  struct Read : detail::DiskOp {
-    Read(ReadBatch* batch, const detail::DiskRequest& request, std::error_code invalid) noexcept
-        : DiskOp(&Read::onComplete), batch(batch), request(request), invalid(invalid) {}
+  struct Operation : detail::DiskOp {
+    Operation(DiskBatch* batch, const detail::DiskRequest& request, std::error_code invalid) noexcept
+        : DiskOp(&Operation::onComplete), batch(batch), request(request), invalid(invalid) {}
     static void onComplete(UringOperation* op, int result, unsigned) noexcept {
-      auto* self = static_cast<Read*>(op);
-      COIO_ASSERT(self->pending(), "a completion for a read that is not in flight");
+      auto* self = static_cast<Operation*>(op);
+      COIO_ASSERT(self->pending(), "a completion for a transfer that is not in flight");
       self->state = State::done;
       self->result = result;
-      ReadBatch& batch = *self->batch;
+      DiskBatch& batch = *self->batch;
       --batch.remaining_;
       if (batch.streaming_) {
-        batch.completed_.push_back(static_cast<std::size_t>(self - batch.reads_.data()));
+        batch.completed_.push_back(static_cast<std::size_t>(self - batch.ops_.data()));
         if (batch.handle_) std::exchange(batch.handle_, nullptr).resume();
       } else if (batch.remaining_ == 0) {
         batch.handle_.resume();
       }
     }
-    ReadBatch* batch;
+    DiskBatch* batch;
     detail::DiskRequest request;
     std::error_code invalid;  // why it never goes to the kernel
     int result = 0;           // the CQE's result
   };
 
-  std::size_t add(const File& file, std::uint64_t offset, std::byte* data, std::size_t length, int fixedBuffer) {
-    COIO_ASSERT(remaining_ == 0, "read added to a ReadBatch in flight");
-    COIO_ASSERT(&file.disk().queue() == &ring_, "ReadBatch and File on different Disks");
-    reads_.emplace_back(this, file.request(IORING_OP_READ, offset, data, length, fixedBuffer),
-                        file.check(offset, data, length));
-    return reads_.size() - 1;
-  }
-
-  // Submits every read that can go (one enter); false if none went.
-  // Never throws: once one read is in flight its CQE will resume handle_,
-  // so an exception must not unwind the awaiting coroutine. If the ring
-  // refuses an SQE (submit throws), that read and the ones after it fail
-  // with the error and the batch waits for those already submitted.
+  // Submits every transfer that can go (one enter); false if none went.
+  // Never throws: once one transfer is in flight its CQE will resume
+  // handle_, so an exception must not unwind the awaiting coroutine. If the
+  // ring refuses an SQE (submit throws), that transfer and the ones after it
+  // fail with the error and the batch waits for those already submitted.
   bool submitAll(bool stopped) noexcept {
-    COIO_ASSERT(remaining_ == 0, "ReadBatch awaited twice at once");
-    for (Read& read : reads_) {
-      read.state = detail::DiskOp::State::done;
-      read.result = stopped ? -ECANCELED : 0;
+    COIO_ASSERT(remaining_ == 0, "disk batch awaited twice at once");
+    for (Operation& op : ops_) {
+      op.state = detail::DiskOp::State::done;
+      op.result = stopped ? -ECANCELED : 0;
     }
     if (stopped) return false;
     int failed = 0;  // errno that stopped the submission
     ring_.openBatch();
-    for (Read& read : reads_) {
-      if (read.invalid || read.request.length == 0) continue;
-      read.request.ioprio = keepApart_ ? detail::apartIoprios()[(&read - reads_.data()) & 1] : 0;
+    for (Operation& op : ops_) {
+      if (op.invalid || op.request.length == 0) continue;
+      op.request.ioprio = keepApart_ ? detail::apartIoprios()[(&op - ops_.data()) & 1] : 0;
       if (failed == 0) {
         try {
-          ring_.submit(read, read.request);
+          ring_.submit(op, op.request);
         } catch (...) {
           failed = errnoOf(std::current_exception());
         }
       }
-      if (read.pending()) {
+      if (op.pending()) {
         ++remaining_;  // prepared (even if the ring threw after): its CQE will come
       } else {
-        read.result = -failed;
+        op.result = -failed;
       }
     }
     try {
@@ -8295,24 +8475,131 @@ class ReadBatch {
 
   void cancel() noexcept {
     COIO_ASSERT(ring_.ownedByCaller(), "stop requested off the reactor's thread");
-    for (Read& read : reads_) {
-      if (read.state == detail::DiskOp::State::inFlight) ring_.cancel(read);
+    for (Operation& op : ops_) {
+      if (op.state == detail::DiskOp::State::inFlight) ring_.cancel(op);
     }
   }
 
   detail::DiskRing& ring_;
-  std::vector<Read> reads_;
+  std::vector<Operation> ops_;
   std::size_t remaining_ = 0;
   std::coroutine_handle<> handle_;  // the awaiting coroutine (streaming: only while next() waits)
   bool streaming_ = false;          // start()ed: completions are queued for next()
-  bool keepApart_ = false;
   std::vector<std::size_t> completed_;  // streaming: indices in completion order; [0, yielded_) yielded
   std::size_t yielded_ = 0;
 };
 
 }  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_DISK_DISK_BATCH_HPP
+// end <coio/disk/disk_batch.hpp>
+// begin <coio/disk/read_batch.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
+// Needs liburing: link coio::uring.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace coio {
+
+/// N reads submitted together, awaited as one: the storage server's
+/// batchRead (3FS's AioReadWorker, as a coroutine).
+///
+/// Guarantees: those of every DiskBatch (one io_uring_enter, one
+/// resumption on the Disk's loop thread, a result per read, cancellation by
+/// stop token, streaming with start()/next(), nothing thrown out of the
+/// `co_await`), and:
+/// - Reads into a registered BufferPool slice use IORING_OP_READ_FIXED,
+///   reads of a registered File IOSQE_FIXED_FILE.
+/// - `result(i)`: bytes read (short at end of file, 0 past it or for an
+///   empty read), or that read's error (EIO, EISDIR,
+///   DiskErrc::misalignedDirectIo checked before submission, ...).
+/// - keepApart(): each read reaches the device as a request of its own, so
+///   each completes on its own. By default the block layer merges reads of
+///   adjacent ranges that reach it together into one request, which a
+///   streaming reader then sees complete all at once (16 reads of 256 KiB
+///   become one 4 MiB request). With keepApart, consecutive reads of the
+///   batch alternate between two I/O priorities of the submitting thread's
+///   class that differ in level only (its own level and the next), and the
+///   block layer never merges requests of different priorities. Schedulers
+///   that order by priority order by class (mq-deadline); BFQ also weighs
+///   the level, so every other read gets one level's worth less weight.
+/// - The destinations must stay valid until the `co_await` returns (when
+///   streaming: until next() yielded nullopt). The batch can be reused
+///   after clear(). Loop thread only; not movable.
+class ReadBatch : public DiskBatch {
+ public:
+  /// An empty batch submitting to `disk`'s ring.
+  explicit ReadBatch(Disk& disk) noexcept : DiskBatch(disk) {}
+
+  /// Adds a read of destination.size() bytes at `offset`; returns its index.
+  std::size_t add(const File& file, std::uint64_t offset, std::span<std::byte> destination) {
+    return addTransfer(IORING_OP_READ, file, offset, destination.data(), destination.size(), -1);
+  }
+  /// Adds a read into a BufferPool slice (READ_FIXED if the pool is registered).
+  std::size_t add(const File& file, std::uint64_t offset, BufferSlice destination) {
+    return addTransfer(IORING_OP_READ, file, offset, destination.data, destination.size, destination.fixedIndex);
+  }
+
+  /// Keeps every read a request of its own (see the class comment), from
+  /// the next submission on.
+  void keepApart(bool apart = true) noexcept { keepApart_ = apart; }
+};
+
+}  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_DISK_READ_BATCH_HPP
 // end <coio/disk/read_batch.hpp>
+// begin <coio/disk/write_batch.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DISK_WRITE_BATCH_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DISK_WRITE_BATCH_HPP
+// Needs liburing: link coio::uring.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace coio {
+
+/// N writes submitted together, awaited as one: a chunk store's batched
+/// writes (the write-side twin of ReadBatch).
+///
+/// Guarantees: those of every DiskBatch (one io_uring_enter, one
+/// resumption on the Disk's loop thread, a result per write, cancellation
+/// by stop token, streaming with start()/next(), nothing thrown out of the
+/// `co_await`), and:
+/// - Writes from a registered BufferPool slice use IORING_OP_WRITE_FIXED,
+///   writes to a registered File IOSQE_FIXED_FILE.
+/// - `result(i)`: bytes written (0 for an empty write; fewer than asked
+///   only if the file system ran out of room or hit a size limit part-way),
+///   or that write's error (EBADF for a file opened read-only, EINVAL,
+///   ENOSPC, EIO, DiskErrc::misalignedDirectIo checked before submission,
+///   ...). A cancelled write yields std::errc::operation_canceled.
+/// - A completed write is in the file (with O_DIRECT: handed to the
+///   device), not yet durable: follow with File::fdatasync() or fsync().
+/// - The writes of one batch are not ordered among themselves: do not
+///   overlap their ranges.
+/// - The sources must stay valid and unchanged until the `co_await`
+///   returns (when streaming: until next() yielded the write). The batch
+///   can be reused after clear(). Loop thread only; not movable.
+class WriteBatch : public DiskBatch {
+ public:
+  /// An empty batch submitting to `disk`'s ring.
+  explicit WriteBatch(Disk& disk) noexcept : DiskBatch(disk) {}
+
+  /// Adds a write of source.size() bytes at `offset`; returns its index.
+  std::size_t add(const File& file, std::uint64_t offset, std::span<const std::byte> source) {
+    return addTransfer(IORING_OP_WRITE, file, offset, const_cast<std::byte*>(source.data()), source.size(), -1);
+  }
+  /// Adds a write from a BufferPool slice (WRITE_FIXED if the pool is registered).
+  std::size_t add(const File& file, std::uint64_t offset, BufferSlice source) {
+    return addTransfer(IORING_OP_WRITE, file, offset, source.data, source.size, source.fixedIndex);
+  }
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_DISK_WRITE_BATCH_HPP
+// end <coio/disk/write_batch.hpp>
 // begin <coio/reactor/reactor_kind.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_KIND_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_KIND_HPP
