@@ -202,29 +202,40 @@ TEST_CASE("Generator: ranges algorithms and views", "[generator]") {
   REQUIRE(LifeTracker::alive == 0);
   int steps = 0;
   {
+    auto gen = naturals(steps);
+    auto found = std::ranges::find_if(gen, [](int x) { return x * x > 50; });
+    CHECK(*found == 8);
+    CHECK(steps == 9);  // the endless body ran only as far as asked
+    ++found;
+    CHECK(*found == 9);  // the rest of the same single pass
+  }
+  CHECK(LifeTracker::alive == 0);
+
+  std::vector<int> copied;
+  std::ranges::copy(upTo(4), std::back_inserter(copied));
+  CHECK(copied == std::vector<int>{0, 1, 2, 3});
+  CHECK(std::ranges::count_if(upTo(10), [](int x) { return x > 6; }) == 3);
+  const auto [min, max] = std::ranges::minmax(upTo(5));
+  CHECK(min == 0);
+  CHECK(max == 4);
+
+  // Clang before 16 rejects every std::views adaptor of libstdc++, whatever
+  // the range (llvm-project issue 44178).
+#if !defined(__clang__) || __clang_major__ >= 16
+  steps = 0;
+  {
     auto squaresOfEvens = naturals(steps) | std::views::filter([](int x) { return x % 2 == 0; }) |
                           std::views::transform([](int x) { return x * x; }) | std::views::take(4);
     std::vector<int> out;
     std::ranges::copy(squaresOfEvens, std::back_inserter(out));
     CHECK(out == std::vector<int>{0, 4, 16, 36});
-    // 0..8, not for ever: the body ran only as far as asked (take's last
-    // increment looks for the next even value, 8, before it counts to 4).
+    // 0..8: take's last increment looks for the next even value, 8, before
+    // it counts to 4.
     CHECK(steps == 9);
     CHECK(LifeTracker::alive == 1);  // the view owns the generator
   }
   CHECK(LifeTracker::alive == 0);
-
-  auto gen = upTo(10);
-  auto found = std::ranges::find(gen, 6);
-  REQUIRE(found != gen.end());
-  CHECK(*found == 6);
-  ++found;
-  CHECK(*found == 7);  // the rest of the same single pass
-
-  CHECK(std::ranges::count_if(upTo(10), [](int x) { return x > 6; }) == 3);
-  const auto [min, max] = std::ranges::minmax(upTo(5));
-  CHECK(min == 0);
-  CHECK(max == 4);
+#endif
 }
 
 TEST_CASE("Generator: moves, empty generators, and begin() only once", "[generator]") {

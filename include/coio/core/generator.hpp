@@ -72,7 +72,10 @@ class GeneratorPromise final : public PooledFrame, public YieldSlot<T, std::susp
 ///   called once (asserted), and only one pass is possible. Not
 ///   thread-safe: iterate it from one thread at a time.
 template <typename T>
-class [[nodiscard]] Generator : public std::ranges::view_interface<Generator<T>> {
+class [[nodiscard]] Generator : public std::ranges::view_base {
+  // A view through view_base, not view_interface: clang before 16 cannot
+  // instantiate libstdc++'s view_interface (llvm-project issue 44178), and
+  // Generator would not even be a range there.
  public:
   using promise_type = detail::GeneratorPromise<T>;
   /// The values generated, without reference or cv-qualifiers.
