@@ -3,6 +3,7 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
+#include <coio/core/detail/owned_coroutine.hpp>
 #include <coio/core/detail/yield_slot.hpp>
 #include <coio/core/task.hpp>
 
@@ -62,8 +63,8 @@ class AsyncGeneratorPromise final : public PooledFrame, public StopTokenCarrier,
 /// expression: no copy), valid until the next `next()` or the generator's
 /// destruction; the consumer may modify it or move from it. Only a const
 /// lvalue yielded by an `AsyncGenerator<U>` of mutable U is copied (once).
-/// The loop, written by hand (bind the pointer before testing it: g++ 12
-/// miscompiles `while (auto* p = co_await ...)`):
+/// The loop, written by hand (bind the pointer, then test it: g++ 12
+/// miscompiles a `co_await` inside a condition, see docs/troubleshooting.md):
 ///
 ///     for (;;) {
 ///       auto* item = co_await gen.next();
@@ -80,8 +81,8 @@ class AsyncGeneratorPromise final : public PooledFrame, public StopTokenCarrier,
 ///   meanwhile; else the thread that resumed the body's last `co_await`.
 /// - One `next()` at a time: awaiting `next()` while another `next()` is
 ///   pending is a programming error (asserted). Successive `next()`s may come
-///   from different coroutines and threads: each one's return
-///   happens-before the next one's start when the caller orders them.
+///   from different coroutines and threads, each started after the previous
+///   one returned (the callers ordering them, e.g. through a Baton).
 /// - An exception escaping the body is rethrown from the `next()` that
 ///   resumed it; the generator has then ended. After the end, `next()`
 ///   yields nullptr at once, without suspending.
@@ -101,7 +102,7 @@ class AsyncGeneratorPromise final : public PooledFrame, public StopTokenCarrier,
 ///   operation it waits on (coio's waits leave their queues, as Baton's and
 ///   the semaphores' do), and nothing is resumed. Destroying it under a
 ///   consumer that stays alive would leave that consumer suspended for
-///   ever: a programming error.
+///   ever: a programming error (not asserted).
 template <typename T>
 class [[nodiscard]] AsyncGenerator {
  public:
@@ -139,38 +140,26 @@ class [[nodiscard]] AsyncGenerator {
   /// An empty generator (as a moved-from one): next() may not be called.
   AsyncGenerator() noexcept = default;
   /// Takes over `other`'s coroutine; `other` becomes empty.
-  AsyncGenerator(AsyncGenerator&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  AsyncGenerator(AsyncGenerator&& other) noexcept = default;
   /// Destroys the coroutine held, if any (see the class comment), and takes over `other`'s.
-  AsyncGenerator& operator=(AsyncGenerator&& other) noexcept {
-    if (this != &other) {
-      reset();
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
-  AsyncGenerator(const AsyncGenerator&) = delete;
-  AsyncGenerator& operator=(const AsyncGenerator&) = delete;
-  ~AsyncGenerator() { reset(); }
+  AsyncGenerator& operator=(AsyncGenerator&& other) noexcept = default;
 
   /// True if the generator holds a coroutine (it was not moved from).
-  bool valid() const noexcept { return handle_ != nullptr; }
+  bool valid() const noexcept { return body_.get() != nullptr; }
 
   /// `co_await gen.next()`: runs the body to its next `co_yield` (yields a
   /// pointer to the item) or its end (yields nullptr; rethrows what escaped
   /// the body). Resumes on the thread the body yielded or finished on.
   NextAwaiter next() noexcept {
-    COIO_ASSERT(handle_, "next() on an empty coio::AsyncGenerator");
-    return NextAwaiter{handle_};
+    COIO_ASSERT(valid(), "next() on an empty coio::AsyncGenerator");
+    return NextAwaiter{body_.get()};
   }
 
  private:
   friend class detail::AsyncGeneratorPromise<T>;
-  explicit AsyncGenerator(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  void reset() noexcept {
-    if (handle_) std::exchange(handle_, nullptr).destroy();
-  }
+  explicit AsyncGenerator(std::coroutine_handle<promise_type> h) noexcept : body_(h) {}
 
-  std::coroutine_handle<promise_type> handle_;
+  detail::OwnedCoroutine<promise_type> body_;
 };
 
 template <typename T>

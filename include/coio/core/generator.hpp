@@ -1,6 +1,7 @@
 #pragma once
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
+#include <coio/core/detail/owned_coroutine.hpp>
 #include <coio/core/detail/yield_slot.hpp>
 
 #include <coroutine>
@@ -127,45 +128,31 @@ class [[nodiscard]] Generator : public std::ranges::view_base {
   /// An empty generator (as a moved-from one): not iterable.
   Generator() noexcept = default;
   /// Takes over `other`'s coroutine; `other` becomes empty.
-  Generator(Generator&& other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)), started_(std::exchange(other.started_, false)) {}
+  Generator(Generator&& other) noexcept = default;
   /// Destroys the coroutine held, if any, and takes over `other`'s.
-  Generator& operator=(Generator&& other) noexcept {
-    if (this != &other) {
-      reset();
-      handle_ = std::exchange(other.handle_, nullptr);
-      started_ = std::exchange(other.started_, false);
-    }
-    return *this;
-  }
-  Generator(const Generator&) = delete;
-  Generator& operator=(const Generator&) = delete;
-  ~Generator() { reset(); }
+  Generator& operator=(Generator&& other) noexcept = default;
 
   /// True if the generator holds a coroutine (it was not moved from).
-  bool valid() const noexcept { return handle_ != nullptr; }
+  bool valid() const noexcept { return body_.get() != nullptr; }
 
   /// Starts the body and runs it to its first `co_yield` or its end, on this
   /// thread; rethrows what escapes it. Once per generator (asserted).
   Iterator begin() {
-    COIO_ASSERT(handle_, "begin() on an empty coio::Generator");
+    COIO_ASSERT(valid(), "begin() on an empty coio::Generator");
     COIO_ASSERT(!started_, "begin() twice on a coio::Generator: it is a single-pass range");
     started_ = true;
-    handle_.promise().resumeBody();
-    return Iterator{handle_};
+    body_.get().promise().resumeBody();
+    return Iterator{body_.get()};
   }
   /// The end of the range.
   std::default_sentinel_t end() const noexcept { return {}; }
 
  private:
   friend class detail::GeneratorPromise<T>;
-  explicit Generator(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  void reset() noexcept {
-    if (handle_) std::exchange(handle_, nullptr).destroy();
-  }
+  explicit Generator(std::coroutine_handle<promise_type> h) noexcept : body_(h) {}
 
-  std::coroutine_handle<promise_type> handle_;
-  bool started_ = false;
+  detail::OwnedCoroutine<promise_type> body_;
+  bool started_ = false;  // moves along: a moved-from generator is empty anyway
 };
 
 template <typename T>
