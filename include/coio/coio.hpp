@@ -2,6 +2,7 @@
 // Everything in coio that needs no library beyond libc: the core, the
 // testing executor, the epoll reactor and TCP. The io_uring reactor and
 // disk I/O are in <coio/uring.hpp>, RDMA in <coio/rdma.hpp>.
+#include <coio/core/async_generator.hpp>
 #include <coio/core/async_scope.hpp>
 #include <coio/core/awaitable_traits.hpp>
 #include <coio/core/baton.hpp>
@@ -12,6 +13,7 @@
 #include <coio/core/collect_all.hpp>
 #include <coio/core/collect_any.hpp>
 #include <coio/core/event.hpp>
+#include <coio/core/generator.hpp>
 #include <coio/core/latch.hpp>
 #include <coio/core/lock_guard.hpp>
 #include <coio/core/mutex.hpp>

@@ -30,6 +30,18 @@ struct LifeTracker {
   ~LifeTracker() { --alive; }
 };
 
+/// Counts the copies and moves of its instances: for what must be passed
+/// by reference.
+struct CopyCounter {
+  static inline int copies = 0;
+  static inline int moves = 0;
+  static void resetCounts() noexcept { copies = moves = 0; }
+  int value;
+  explicit CopyCounter(int v) noexcept : value(v) {}
+  CopyCounter(const CopyCounter& other) noexcept : value(other.value) { ++copies; }
+  CopyCounter(CopyCounter&& other) noexcept : value(other.value) { ++moves; }
+};
+
 /// Approximate native stack pointer of the caller.
 [[gnu::noinline]] inline std::uintptr_t stackPointer() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
