@@ -12,9 +12,54 @@
 // Everything in coio that needs no library beyond libc: the core, the
 // testing executor, the epoll reactor and TCP. The io_uring reactor and
 // disk I/O are in <coio/uring.hpp>, RDMA in <coio/rdma.hpp>.
-// begin <coio/core/async_scope.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
-#define COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
+// begin <coio/core/async_generator.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_GENERATOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_GENERATOR_HPP
+// begin <coio/core/awaitable_traits.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_AWAITABLE_TRAITS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_AWAITABLE_TRAITS_HPP
+#include <concepts>
+#include <coroutine>
+#include <type_traits>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+template <typename T>
+concept HasMemberCoAwait = requires(T&& t) { std::forward<T>(t).operator co_await(); };
+template <typename T>
+concept HasFreeCoAwait = requires(T&& t) { operator co_await(std::forward<T>(t)); };
+template <typename T>
+concept IsAwaiter = requires(T&& t) {
+  { t.await_ready() } -> std::convertible_to<bool>;
+  t.await_resume();
+};
+}  // namespace detail
+
+/// The awaiter `co_await t` would use (member or free operator co_await, or t itself).
+template <typename T>
+decltype(auto) getAwaiter(T&& t) {
+  if constexpr (detail::HasMemberCoAwait<T>) {
+    return std::forward<T>(t).operator co_await();
+  } else if constexpr (detail::HasFreeCoAwait<T>) {
+    return operator co_await(std::forward<T>(t));
+  } else {
+    return std::forward<T>(t);
+  }
+}
+
+/// Something `co_await` accepts (without an await_transform).
+template <typename T>
+concept Awaitable = detail::HasMemberCoAwait<T> || detail::HasFreeCoAwait<T> || detail::IsAwaiter<T>;
+
+/// The type `co_await std::declval<T>()` produces.
+template <Awaitable T>
+using AwaitResult = decltype(getAwaiter(std::declval<T>()).await_resume());
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_AWAITABLE_TRAITS_HPP
+// end <coio/core/awaitable_traits.hpp>
 // begin <coio/core/detail/assert.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_ASSERT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_ASSERT_HPP
@@ -244,6 +289,112 @@ bool inheritStopToken(std::stop_token& stop, std::coroutine_handle<Promise> awai
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_INHERITED_STOP_HPP
 // end <coio/core/detail/inherited_stop.hpp>
+// begin <coio/core/detail/owned_coroutine.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_OWNED_COROUTINE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_OWNED_COROUTINE_HPP
+// Sole ownership of a coroutine frame: move-only, and the frame is
+// destroyed with its owner (the generators hold their bodies in one).
+#include <coroutine>
+#include <utility>
+
+namespace coio::detail {
+
+template <typename Promise>
+class OwnedCoroutine {
+ public:
+  OwnedCoroutine() noexcept = default;
+  explicit OwnedCoroutine(std::coroutine_handle<Promise> h) noexcept : handle_(h) {}
+  OwnedCoroutine(OwnedCoroutine&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  OwnedCoroutine& operator=(OwnedCoroutine&& other) noexcept {
+    if (this != &other) {
+      reset();
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  ~OwnedCoroutine() { reset(); }
+
+  // Null once moved from.
+  std::coroutine_handle<Promise> get() const noexcept { return handle_; }
+
+ private:
+  void reset() noexcept {
+    if (handle_) std::exchange(handle_, nullptr).destroy();
+  }
+
+  std::coroutine_handle<Promise> handle_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_OWNED_COROUTINE_HPP
+// end <coio/core/detail/owned_coroutine.hpp>
+// begin <coio/core/detail/yield_slot.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_YIELD_SLOT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_YIELD_SLOT_HPP
+// What Generator and AsyncGenerator share: how a `co_yield` hands its
+// consumer a reference without a copy. The promise keeps a pointer to the
+// yielded object, which stays where the body has it until the body is
+// resumed: a local of the body's frame, or a temporary of the co_yield
+// expression (a temporary lives to the end of its full-expression, and the
+// body stays suspended inside that expression). Only a const lvalue yielded
+// by a generator of mutable values is copied, into the awaiter, which lives
+// in the body's frame as long as the suspension.
+#include <concepts>
+#include <coroutine>
+#include <memory>
+#include <type_traits>
+
+namespace coio::detail {
+
+// The reference a generator of T hands out: T& for a value type, T itself
+// for an lvalue reference.
+template <typename T>
+using YieldReference = std::conditional_t<std::is_reference_v<T>, T, T&>;
+
+// Promise mixin. `Suspend` is the awaiter every co_yield returns: how the
+// body gives control back to its consumer (it gets the body's handle).
+template <typename T, typename Suspend>
+class YieldSlot {
+  static_assert(!std::is_void_v<T>, "a generator of void: yield a coio::Unit");
+  static_assert(!std::is_rvalue_reference_v<T>, "a generator of T&&: use T (the consumer may move from a T&)");
+
+ public:
+  using Value = std::remove_cvref_t<T>;
+  using Object = std::remove_reference_t<YieldReference<T>>;  // const if the consumer may not modify it
+
+  Suspend yield_value(Object& value) noexcept {
+    yielded = std::addressof(value);
+    return {};
+  }
+  // A temporary (also one made by an implicit conversion): alive until the
+  // body resumes.
+  Suspend yield_value(Object&& value) noexcept {
+    yielded = std::addressof(value);
+    return {};
+  }
+
+  // A const lvalue where the consumer gets a mutable reference to a value
+  // it may move from: the consumer gets a copy.
+  struct CopyAwaiter : Suspend {
+    Value copy;
+    template <typename Promise>
+    auto await_suspend(std::coroutine_handle<Promise> body) noexcept {
+      body.promise().yielded = std::addressof(copy);
+      return Suspend::await_suspend(body);
+    }
+  };
+  template <std::same_as<Value> U>
+    requires(!std::is_reference_v<T> && !std::is_const_v<Object> && std::copy_constructible<U>)
+  CopyAwaiter yield_value(const U& value) {
+    return CopyAwaiter{{}, value};
+  }
+
+  Object* yielded;  // set by each co_yield, read by the consumer while the body is suspended there
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_YIELD_SLOT_HPP
+// end <coio/core/detail/yield_slot.hpp>
 // begin <coio/core/task.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
@@ -468,6 +619,202 @@ Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
 // end <coio/core/task.hpp>
 
+#include <concepts>
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+namespace coio {
+
+template <typename T>
+class AsyncGenerator;
+
+namespace detail {
+
+// A co_yield, and the end of the body, hand control back to the consumer
+// waiting in next(): by symmetric transfer, on the thread the body is on.
+struct ResumeConsumer {
+  bool await_ready() const noexcept { return false; }
+  template <typename Promise>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> body) noexcept {
+    return std::exchange(body.promise().consumer, nullptr);
+  }
+  void await_resume() const noexcept {}
+};
+
+// The body and its consumer never run at the same time: the consumer is
+// suspended in next() from the moment it resumes the body until the body
+// resumes it. Each hand-over is a resumption, which orders what one side
+// wrote before it with what the other reads after it, so no field needs
+// an atomic.
+template <typename T>
+class AsyncGeneratorPromise final : public PooledFrame, public StopTokenCarrier, public YieldSlot<T, ResumeConsumer> {
+ public:
+  AsyncGenerator<T> get_return_object() noexcept;
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  ResumeConsumer final_suspend() noexcept { return {}; }
+  void return_void() noexcept {}
+  void unhandled_exception() noexcept { exception = std::current_exception(); }
+
+  std::coroutine_handle<> consumer;  // awaiting next(); null between two next()s
+  std::exception_ptr exception;      // for next() to rethrow
+};
+
+}  // namespace detail
+
+/// A lazy asynchronous generator: a coroutine that may `co_await` (coio
+/// awaitables, reactor operations) and `co_yield`s a sequence of T, consumed
+/// one item at a time with `co_await gen.next()` (or with coio::forEach).
+///
+/// `co_await gen.next()` yields a pointer to the object the body yielded
+/// (`T*`, or `U*` / `const U*` for a `AsyncGenerator<U&>` /
+/// `AsyncGenerator<const U&>`), or nullptr once the body has finished. The
+/// object is the body's own (a local, or the temporary of the `co_yield`
+/// expression: no copy), valid until the next `next()` or the generator's
+/// destruction; the consumer may modify it or move from it. Only a const
+/// lvalue yielded by an `AsyncGenerator<U>` of mutable U is copied (once).
+/// The loop, written by hand (bind the pointer, then test it: g++ 12
+/// miscompiles a `co_await` inside a condition, see docs/troubleshooting.md):
+///
+///     for (;;) {
+///       auto* item = co_await gen.next();
+///       if (!item) break;
+///       use(*item);
+///     }
+///
+/// Guarantees:
+/// - Lazy: nothing of the body runs before the first `co_await next()`.
+/// - `co_await gen.next()` resumes the body by symmetric transfer, on the
+///   awaiting thread; the body runs to its next `co_yield` or its end, and
+///   the consumer resumes, by symmetric transfer, on the thread the body was
+///   on when it yielded or finished: inline, if the body did not suspend
+///   meanwhile; else the thread that resumed the body's last `co_await`.
+/// - One `next()` at a time: awaiting `next()` while another `next()` is
+///   pending is a programming error (asserted). Successive `next()`s may come
+///   from different coroutines and threads, each started after the previous
+///   one returned (the callers ordering them, e.g. through a Baton).
+/// - An exception escaping the body is rethrown from the `next()` that
+///   resumed it; the generator has then ended. After the end, `next()`
+///   yields nullptr at once, without suspending.
+/// - Cancellation: during each `next()`, the body runs under the stop token
+///   of the coroutine awaiting that `next()` (see currentStopToken, which
+///   the body may await too): a reactor operation, a sleep, a cancellable
+///   wait or a Task inside the body that is given no token of its own is
+///   cancelled when the consumer's task is stopped.
+/// - Move-only; the AsyncGenerator owns the body's frame. Destroying it
+///   while the body is not running (not started, at a `co_yield`, ended)
+///   destroys the frame and the body's locals. Destroying it while a
+///   `next()` is pending (the body suspended inside an awaited operation)
+///   is allowed only together with the consumer waiting in that `next()`
+///   (the generator is a local of the consumer's frame, destroyed without
+///   being resumed, e.g. a reactor destroying its suspended coroutines): the
+///   body's frame then goes as a Task's would, with the awaiter of the
+///   operation it waits on (coio's waits leave their queues, as Baton's and
+///   the semaphores' do), and nothing is resumed. Destroying it under a
+///   consumer that stays alive would leave that consumer suspended for
+///   ever: a programming error (not asserted).
+template <typename T>
+class [[nodiscard]] AsyncGenerator {
+ public:
+  using promise_type = detail::AsyncGeneratorPromise<T>;
+  /// The values generated, without reference or cv-qualifiers.
+  using value_type = std::remove_cvref_t<T>;
+  /// How the consumer sees an item: `T&`, or T itself if it is a reference.
+  using reference = detail::YieldReference<T>;
+  /// What `co_await next()` yields: a pointer to the item, null at the end.
+  using pointer = std::add_pointer_t<reference>;
+
+  class NextAwaiter {
+   public:
+    explicit NextAwaiter(std::coroutine_handle<promise_type> body) noexcept : body_(body) {}
+    bool await_ready() const noexcept { return body_.done(); }
+    template <typename Promise>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> consumer) noexcept {
+      promise_type& p = body_.promise();
+      COIO_ASSERT(!p.consumer, "AsyncGenerator::next() while another next() is pending");
+      p.consumer = consumer;
+      p.stopToken = detail::stopTokenOf(consumer);
+      return body_;
+    }
+    pointer await_resume() {
+      promise_type& p = body_.promise();
+      if (!body_.done()) return p.yielded;
+      if (p.exception) std::rethrow_exception(std::exchange(p.exception, nullptr));
+      return nullptr;
+    }
+
+   private:
+    std::coroutine_handle<promise_type> body_;
+  };
+
+  /// An empty generator (as a moved-from one): next() may not be called.
+  AsyncGenerator() noexcept = default;
+  /// Takes over `other`'s coroutine; `other` becomes empty.
+  AsyncGenerator(AsyncGenerator&& other) noexcept = default;
+  /// Destroys the coroutine held, if any (see the class comment), and takes over `other`'s.
+  AsyncGenerator& operator=(AsyncGenerator&& other) noexcept = default;
+
+  /// True if the generator holds a coroutine (it was not moved from).
+  bool valid() const noexcept { return body_.get() != nullptr; }
+
+  /// `co_await gen.next()`: runs the body to its next `co_yield` (yields a
+  /// pointer to the item) or its end (yields nullptr; rethrows what escaped
+  /// the body). Resumes on the thread the body yielded or finished on.
+  NextAwaiter next() noexcept {
+    COIO_ASSERT(valid(), "next() on an empty coio::AsyncGenerator");
+    return NextAwaiter{body_.get()};
+  }
+
+ private:
+  friend class detail::AsyncGeneratorPromise<T>;
+  explicit AsyncGenerator(std::coroutine_handle<promise_type> h) noexcept : body_(h) {}
+
+  detail::OwnedCoroutine<promise_type> body_;
+};
+
+template <typename T>
+AsyncGenerator<T> detail::AsyncGeneratorPromise<T>::get_return_object() noexcept {
+  return AsyncGenerator<T>{std::coroutine_handle<AsyncGeneratorPromise>::from_promise(*this)};
+}
+
+/// Consumes `gen` to its end: `fn(item)` for each item in order (`item` is
+/// the generator's `reference`); if `fn` returns an awaitable (e.g. a
+/// `Task<void>`), it is awaited before the next item is asked for. Owns
+/// `gen`, which is destroyed when the Task finishes.
+///
+/// The loop over `co_await gen.next()` as a Task, with the same guarantees:
+/// the body runs under the stop token of the coroutine awaiting forEach;
+/// `fn` runs on the thread the body yielded the item on; the awaiting
+/// coroutine resumes on the thread the loop ended on (the one the body
+/// finished on, or the one `fn` threw on). An exception from the body or
+/// from `fn` ends the loop and is rethrown from the `co_await`; the
+/// generator is destroyed where it stands. To stop early, write the loop by
+/// hand (see AsyncGenerator).
+template <typename T, typename F>
+  requires std::invocable<F&, typename AsyncGenerator<T>::reference>
+Task<void> forEach(AsyncGenerator<T> gen, F fn) {
+  using Result = std::invoke_result_t<F&, typename AsyncGenerator<T>::reference>;
+  static_assert(std::is_void_v<Result> || Awaitable<Result>, "forEach: fn must return void or an awaitable");
+  for (;;) {
+    auto* item = co_await gen.next();
+    if (!item) co_return;
+    if constexpr (std::is_void_v<Result>) {
+      std::invoke(fn, *item);
+    } else {
+      co_await std::invoke(fn, *item);
+    }
+  }
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_GENERATOR_HPP
+// end <coio/core/async_generator.hpp>
+// begin <coio/core/async_scope.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
+
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
@@ -628,51 +975,6 @@ class AsyncScope {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_ASYNC_SCOPE_HPP
 // end <coio/core/async_scope.hpp>
-// begin <coio/core/awaitable_traits.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_AWAITABLE_TRAITS_HPP
-#define COIO_SINGLE_INCLUDE_COIO_CORE_AWAITABLE_TRAITS_HPP
-#include <concepts>
-#include <coroutine>
-#include <type_traits>
-#include <utility>
-
-namespace coio {
-
-namespace detail {
-template <typename T>
-concept HasMemberCoAwait = requires(T&& t) { std::forward<T>(t).operator co_await(); };
-template <typename T>
-concept HasFreeCoAwait = requires(T&& t) { operator co_await(std::forward<T>(t)); };
-template <typename T>
-concept IsAwaiter = requires(T&& t) {
-  { t.await_ready() } -> std::convertible_to<bool>;
-  t.await_resume();
-};
-}  // namespace detail
-
-/// The awaiter `co_await t` would use (member or free operator co_await, or t itself).
-template <typename T>
-decltype(auto) getAwaiter(T&& t) {
-  if constexpr (detail::HasMemberCoAwait<T>) {
-    return std::forward<T>(t).operator co_await();
-  } else if constexpr (detail::HasFreeCoAwait<T>) {
-    return operator co_await(std::forward<T>(t));
-  } else {
-    return std::forward<T>(t);
-  }
-}
-
-/// Something `co_await` accepts (without an await_transform).
-template <typename T>
-concept Awaitable = detail::HasMemberCoAwait<T> || detail::HasFreeCoAwait<T> || detail::IsAwaiter<T>;
-
-/// The type `co_await std::declval<T>()` produces.
-template <Awaitable T>
-using AwaitResult = decltype(getAwaiter(std::declval<T>()).await_resume());
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_AWAITABLE_TRAITS_HPP
-// end <coio/core/awaitable_traits.hpp>
 // begin <coio/core/baton.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_BATON_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_BATON_HPP
@@ -2557,6 +2859,169 @@ class Event {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_EVENT_HPP
 // end <coio/core/event.hpp>
+// begin <coio/core/generator.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_GENERATOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_GENERATOR_HPP
+
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <iterator>
+#include <ranges>
+#include <type_traits>
+#include <utility>
+
+namespace coio {
+
+template <typename T>
+class Generator;
+
+namespace detail {
+
+template <typename T>
+class GeneratorPromise final : public PooledFrame, public YieldSlot<T, std::suspend_always> {
+ public:
+  Generator<T> get_return_object() noexcept;
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  std::suspend_always final_suspend() noexcept { return {}; }
+  void return_void() noexcept {}
+  // Kept for begin() / ++ to rethrow, as AsyncGenerator must (its consumer
+  // is not on this stack); the body has then ended at its final suspend.
+  void unhandled_exception() noexcept { exception = std::current_exception(); }
+
+  // Nothing would resume a synchronous generator that suspended elsewhere
+  // than at a co_yield. (A co_yield does not go through await_transform.)
+  template <typename U>
+  std::suspend_never await_transform(U&&) = delete;
+
+  // Runs the body to its next co_yield or its end; rethrows what escaped it.
+  void resumeBody() {
+    std::coroutine_handle<GeneratorPromise>::from_promise(*this).resume();
+    if (exception) std::rethrow_exception(std::exchange(exception, nullptr));
+  }
+
+  std::exception_ptr exception;
+};
+
+}  // namespace detail
+
+/// A lazy, synchronous generator: a coroutine that `co_yield`s a sequence
+/// of T, consumed as a C++20 input range (`for (auto& x : numbers())`,
+/// std::ranges algorithms and views), like cppcoro::generator and C++23's
+/// std::generator.
+///
+/// Guarantees:
+/// - Lazy: the body runs only inside `begin()` and the iterator's `++`, on
+///   the calling thread, each time up to its next `co_yield` or its end. It
+///   cannot `co_await` (a compile error): nothing would resume it. For a
+///   body that awaits, use AsyncGenerator.
+/// - No copies: `*it` is a reference (`T&`, or T itself for a `Generator<U&>`)
+///   to the object the body yielded, in the body's frame (a local, or the
+///   temporary of the `co_yield` expression), valid until the iterator is
+///   incremented or the generator destroyed. The consumer may modify it or
+///   move from it (move-only T works). Only a const lvalue yielded by a
+///   `Generator<U>` of mutable U is copied (once), since the consumer gets a
+///   `U&`. `T` may be a value type or an lvalue reference, not `void` or
+///   `U&&`.
+/// - An exception escaping the body is rethrown from the `begin()` or `++`
+///   that resumed it; the generator has then ended (`it == end()`).
+/// - Move-only; the Generator owns the frame, and destroying it, wherever
+///   the body is (not started, at a `co_yield`, ended), destroys the frame
+///   and the body's locals: breaking out of a range-for over it is clean.
+/// - A view (`std::ranges::view`) and an input range: `begin()` may be
+///   called once (asserted), and only one pass is possible. Not
+///   thread-safe: iterate it from one thread at a time.
+template <typename T>
+class [[nodiscard]] Generator : public std::ranges::view_base {
+  // A view through view_base, not view_interface: clang before 16 cannot
+  // instantiate libstdc++'s view_interface (llvm-project issue 44178), and
+  // Generator would not even be a range there.
+ public:
+  using promise_type = detail::GeneratorPromise<T>;
+  /// The values generated, without reference or cv-qualifiers.
+  using value_type = std::remove_cvref_t<T>;
+  /// What `*it` yields: `T&`, or T itself if it is a reference.
+  using reference = detail::YieldReference<T>;
+
+  /// The range's iterator: an input iterator whose end is `std::default_sentinel`.
+  /// Copies share the generator's position (as for any input iterator).
+  class Iterator {
+   public:
+    /// Single pass.
+    using iterator_concept = std::input_iterator_tag;
+    /// As required of iterators; never used to measure a distance.
+    using difference_type = std::ptrdiff_t;
+    /// The generator's value_type.
+    using value_type = Generator::value_type;
+    /// The generator's reference.
+    using reference = Generator::reference;
+
+    /// An iterator of no generator: only assignable.
+    Iterator() noexcept = default;
+
+    /// The object the body yielded last; not at the end (asserted).
+    reference operator*() const noexcept {
+      COIO_ASSERT(!handle_.done(), "dereferencing a coio::Generator's end");
+      return static_cast<reference>(*handle_.promise().yielded);
+    }
+    /// Runs the body to its next `co_yield` or its end, on this thread;
+    /// rethrows what escapes it. Not at the end (asserted).
+    Iterator& operator++() {
+      COIO_ASSERT(!handle_.done(), "incrementing a coio::Generator's end");
+      handle_.promise().resumeBody();
+      return *this;
+    }
+    /// Same as `++it` (an input iterator has no previous value to return).
+    void operator++(int) { ++*this; }
+    /// True once the body has ended (returned or thrown).
+    friend bool operator==(const Iterator& it, std::default_sentinel_t) noexcept {
+      return !it.handle_ || it.handle_.done();
+    }
+
+   private:
+    friend class Generator;
+    explicit Iterator(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+    std::coroutine_handle<promise_type> handle_;
+  };
+
+  /// An empty generator (as a moved-from one): not iterable.
+  Generator() noexcept = default;
+  /// Takes over `other`'s coroutine; `other` becomes empty.
+  Generator(Generator&& other) noexcept = default;
+  /// Destroys the coroutine held, if any, and takes over `other`'s.
+  Generator& operator=(Generator&& other) noexcept = default;
+
+  /// True if the generator holds a coroutine (it was not moved from).
+  bool valid() const noexcept { return body_.get() != nullptr; }
+
+  /// Starts the body and runs it to its first `co_yield` or its end, on this
+  /// thread; rethrows what escapes it. Once per generator (asserted).
+  Iterator begin() {
+    COIO_ASSERT(valid(), "begin() on an empty coio::Generator");
+    COIO_ASSERT(!started_, "begin() twice on a coio::Generator: it is a single-pass range");
+    started_ = true;
+    body_.get().promise().resumeBody();
+    return Iterator{body_.get()};
+  }
+  /// The end of the range.
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+ private:
+  friend class detail::GeneratorPromise<T>;
+  explicit Generator(std::coroutine_handle<promise_type> h) noexcept : body_(h) {}
+
+  detail::OwnedCoroutine<promise_type> body_;
+  bool started_ = false;  // moves along: a moved-from generator is empty anyway
+};
+
+template <typename T>
+Generator<T> detail::GeneratorPromise<T>::get_return_object() noexcept {
+  return Generator<T>{std::coroutine_handle<GeneratorPromise>::from_promise(*this)};
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_GENERATOR_HPP
+// end <coio/core/generator.hpp>
 // begin <coio/core/latch.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_LATCH_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_LATCH_HPP
