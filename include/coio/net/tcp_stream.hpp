@@ -3,6 +3,7 @@
 #include <coio/core/task.hpp>
 #include <coio/detail/fd.hpp>
 #include <coio/detail/iovec.hpp>
+#include <coio/detail/reset_connection.hpp>
 #include <coio/detail/transform_awaiter.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/reactor/reactor.hpp>
@@ -44,6 +45,27 @@ struct WriteResult {
   }
 };
 
+// Whether zeroCopySendOn(reactor, ...) avoids the copy.
+template <typename R>
+bool sendsZeroCopy(const R& reactor) noexcept {
+  if constexpr (requires { reactor.zeroCopySend(); }) {
+    return reactor.zeroCopySend();
+  } else {
+    return false;
+  }
+}
+
+// The reactor's zero-copy send where it has one, else its gather write
+// (which copies: the kernel is done with the memory when it resumes).
+template <typename R>
+auto zeroCopySendOn(R& reactor, int fd, std::span<const iovec> parts, std::stop_token stop) noexcept {
+  if constexpr (requires { reactor.sendZeroCopy(fd, parts, stop); }) {
+    return reactor.sendZeroCopy(fd, parts, std::move(stop));
+  } else {
+    return reactor.sendv(fd, parts, std::move(stop));
+  }
+}
+
 inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
   sockaddr_storage storage{};
   socklen_t length = sizeof storage;
@@ -67,6 +89,9 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 ///   writes), a cancelled operation std::errc::operation_canceled.
 /// - The socket is closed (and forgotten by the reactor) on destruction or
 ///   `close()`; no operation may be pending then.
+/// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
+///   with the buffers, on the loop thread: without a copy where the reactor
+///   can (UringReactor::sendZeroCopy), else after a copying write.
 template <Reactor R>
 class TcpStream {
  public:
@@ -77,6 +102,9 @@ class TcpStream {
                                detail::WriteResult>;
   using WritevAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
+                               detail::WriteResult>;
+  using ZeroCopyWriteAwaiter =
+      detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
 
   /// Adopts a connected non-blocking socket.
@@ -122,6 +150,27 @@ class TcpStream {
     return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
+  /// Writes some of `parts` (at most IOV_MAX) without copying them into the
+  /// socket where the reactor can (writesZeroCopy()), else as write(parts)
+  /// does: the byte count written, short only after an error or a stop.
+  ///
+  /// Resumes once the kernel is done with the buffers, on the loop thread:
+  /// the memory may be reused or freed as soon as the co_await returns, and
+  /// must stay untouched until then. Without a copy that is when the peer
+  /// has acknowledged the data, not when the socket took it: a peer that
+  /// stopped reading holds the write, even a cancelled one, until the
+  /// connection is reset (abort()). A reactor that copies (EpollReactor;
+  /// UringReactor without zero-copy sends) keeps the guarantee trivially:
+  /// the kernel holds a copy once the write resumes.
+  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+                                detail::WriteResult{}};
+  }
+
+  /// Whether writeZeroCopy avoids the copy on this stream's reactor
+  /// (UringReactor::zeroCopySend()).
+  bool writesZeroCopy() const noexcept { return detail::sendsZeroCopy(*reactor_); }
+
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
   /// bytes read so far are then in the buffer but not counted). Where the
   /// reactor can (UringReactor::recvAll), one receive asks for all of it.
@@ -155,6 +204,27 @@ class TcpStream {
       parts = detail::advance(parts, *n);
     }
     co_return Result<void>{};
+  }
+
+  /// writeAll(parts) through writeZeroCopy: resumes once all of `parts` went
+  /// (or an error came first) and the kernel is done with every byte.
+  Task<Result<void>> writeAllZeroCopy(std::span<iovec> parts, std::stop_token stop = {}) {
+    while (!parts.empty()) {
+      Result<std::size_t> n =
+          co_await writeZeroCopy(parts.first(std::min<std::size_t>(parts.size(), IOV_MAX)), stop);
+      if (!n) co_return n.error();
+      parts = detail::advance(parts, *n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Resets the connection now (RFC 793's ABORT: the peer gets a reset):
+  /// the kernel drops the data it still queues to send, so zero-copy writes
+  /// that wait for a peer that stopped reading resume. The socket stays
+  /// open, unconnected, until close(); operations on it fail from now on.
+  Result<void> abort() noexcept {
+    if (const long r = detail::resetConnection(fd()); r < 0) return systemError(static_cast<int>(-r));
+    return {};
   }
 
   /// shutdown(2): by default ends the writing side, so the peer reads end of stream.

@@ -6,6 +6,7 @@
 #include <coio/detail/iovec.hpp>
 #include <coio/detail/provided_buffer_ring.hpp>
 #include <coio/detail/reactor_base.hpp>
+#include <coio/detail/reset_connection.hpp>
 #include <coio/detail/syscall.hpp>
 
 #include <liburing.h>
@@ -213,6 +214,11 @@ class UringIoOperation;
 class UringReceiver;
 class MultishotRead;
 class UringRecv;
+class UringZeroCopySend;
+
+// The ring's table of supported operations (null if the kernel will not tell).
+using RingProbe = std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)>;
+inline RingProbe probeRing(io_uring& ring) noexcept { return {io_uring_get_probe_ring(&ring), &io_uring_free_probe}; }
 
 // Why io_uring cannot be used, in words, for an errno from the set-up.
 inline std::string describeUringSetupError(int err) {
@@ -243,6 +249,9 @@ inline std::string describeUringSetupError(int err) {
 ///   `sendv` (sendmsg) likewise.
 ///   `recv` may read from one multishot recv kept armed per socket instead
 ///   (RecvMode: by default, on sockets whose traffic is request/response).
+///   `sendZeroCopy` sends from the caller's memory without copying it
+///   (IORING_OP_SEND_ZC / SENDMSG_ZC, where zeroCopySend()) and resumes
+///   only after the kernel's notification that it let go of that memory.
 ///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
 ///   batched per loop iteration by default.
 /// - Cancellation: a stop requested (on the loop thread) while an operation
@@ -305,6 +314,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     RecvMode recvMode = RecvMode::adaptive;
     unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishot recvs)
     unsigned recvBufferSize = 4096;  ///< bytes each (multishot recvs)
+    /// Whether sendZeroCopy may use the kernel's zero-copy sends (where it
+    /// has them, Linux 6.1: see zeroCopySend()); false makes it copy.
+    bool zeroCopySend = true;
   };
 
   /// What one socket's multishot recv keeps for its reader before it stops
@@ -358,6 +370,30 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// co_await returns.
   Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
                                                   std::stop_token stop = {}) noexcept;
+  /// Sends `parts` (at most IOV_MAX) from their memory, without copying it
+  /// into the socket, where zeroCopySend() (one IORING_OP_SEND_ZC, or
+  /// SENDMSG_ZC for several parts); else with a copying sendmsg SQE. All of
+  /// it unless an error or a stop comes first (MSG_WAITALL): bytes sent.
+  ///
+  /// Resumes once, on the loop thread, after the operation's last
+  /// completion: with zero copy, the kernel's notification that it no longer
+  /// references the memory (it comes when the peer has acknowledged the
+  /// data, or the connection dropped it), so `parts` and the bytes they
+  /// point to may be reused or freed as soon as the co_await returns, and
+  /// must stay untouched until then. A stop cancels the send if the kernel
+  /// has not taken all the data yet (then yielding what it took, or
+  /// operation_canceled); the coroutine still resumes only after the
+  /// notification, which a peer that stopped reading holds back: resetting
+  /// the connection (TcpStream::abort) makes the kernel drop the data.
+  /// stop() and destruction reset the connections of the zero-copy sends
+  /// still in flight, for the same reason. TCP (and UDP) sockets only:
+  /// others yield EOPNOTSUPP from the kernel.
+  detail::UringZeroCopySend sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+
+  /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
+  /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
+  /// Options::zeroCopySend is set.
+  bool zeroCopySend() const noexcept { return zeroCopySend_; }
 
   /// Drops the socket's receiver, if it has one, with what it holds (an
   /// armed recv is cancelled; the receiver is freed when its last completion
@@ -485,6 +521,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   // forgotten while its recv was still armed.
   friend class detail::UringReceiver;
   friend class detail::MultishotRead;
+  friend class detail::UringZeroCopySend;
+  void submitZeroCopy(detail::UringZeroCopySend& op);  // and into zeroCopySends_
+  void forgetZeroCopy(detail::UringZeroCopySend& op) noexcept;  // out of it, at its last completion
   detail::UringReceiver* receiverFor(int fd) noexcept;  // null: no memory
   detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
   void destroyReceiver(detail::UringReceiver* receiver) noexcept;
@@ -616,6 +655,10 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   std::optional<detail::ProvidedBufferRing> recvBuffers_;  // set up iff multishot recvs may be used
   std::vector<detail::UringReceiver*> receiverByFd_;
   detail::UringReceiver* receivers_ = nullptr;  // every receiver, a list through UringReceiver::next
+  bool zeroCopySend_ = false;  // sendZeroCopy uses SEND_ZC / SENDMSG_ZC
+  // Zero-copy sends between their SQE and their last completion, a list
+  // through UringZeroCopySend::next_: quiesce() resets their connections.
+  detail::UringZeroCopySend* zeroCopySends_ = nullptr;
 };
 
 namespace detail {
@@ -686,6 +729,88 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
+/// What UringReactor::sendZeroCopy returns: `co_await` yields the bytes
+/// sent (or the error), on the loop thread, once the kernel is done with the
+/// memory (see sendZeroCopy).
+///
+/// A zero-copy send completes twice: its own CQE (the result, with
+/// IORING_CQE_F_MORE when a notification follows: always once the kernel
+/// took data) and the notification (IORING_CQE_F_NOTIF, no F_MORE). The
+/// result is kept from the first, the coroutine resumes at the last, and
+/// until then the operation is in its reactor's list of zero-copy sends.
+/// Without zero copy (the fallback) there is one CQE.
+class [[nodiscard]] UringZeroCopySend : UringOperation {
+ public:
+  UringZeroCopySend(UringReactor& reactor, int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+      : UringOperation{&UringZeroCopySend::onComplete}, reactor_(reactor), fd_(fd), message_(messageOf(parts)),
+        stop_(std::move(stop)) {}
+  UringZeroCopySend(const UringZeroCopySend&) = delete;
+  UringZeroCopySend& operator=(const UringZeroCopySend&) = delete;
+
+  // Never done without an SQE, but for a stop already requested.
+  bool await_ready() noexcept {
+    const bool stopped = stop_.stop_requested();
+    if (stopped) result_ = -ECANCELED;
+    return inline_.admit(reactor_, stopped);
+  }
+  bool await_suspend(std::coroutine_handle<> h) {
+    handle_ = h;
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
+    reactor_.submitZeroCopy(*this);
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
+  }
+  Result<std::size_t> await_resume() {
+    onStop_.reset();
+    return toResult<std::size_t>(result_);
+  }
+
+ private:
+  friend class coio::UringReactor;
+  struct OnStop {
+    UringZeroCopySend* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
+      if (!self->sent_) self->reactor_.cancel(*self);  // after the send's CQE only its notification is due
+    }
+  };
+
+  void prepare(io_uring_sqe* sqe, bool zeroCopy) const noexcept {
+    if (!zeroCopy) {
+      io_uring_prep_sendmsg(sqe, fd_, &message_, kSendSqeFlags);
+    } else if (message_.msg_iovlen == 1) {  // no msghdr for the kernel to import
+      const iovec& part = message_.msg_iov[0];
+      // The SQE's length is 32 bits: clamped to what one send takes anyway (MAX_RW_COUNT).
+      const auto length = static_cast<unsigned>(std::min<std::size_t>(part.iov_len, 0x7ffff000));
+      io_uring_prep_send_zc(sqe, fd_, part.iov_base, length, kSendSqeFlags, 0);
+    } else {
+      io_uring_prep_sendmsg_zc(sqe, fd_, &message_, kSendSqeFlags);
+    }
+  }
+
+  static void onComplete(UringOperation* op, int result, unsigned flags) noexcept {
+    auto* self = static_cast<UringZeroCopySend*>(op);
+    if (!(flags & IORING_CQE_F_NOTIF)) self->result_ = result;  // the send's own CQE
+    if (flags & IORING_CQE_F_MORE) {
+      self->sent_ = true;  // the kernel still references the memory: wait for its notification
+      return;
+    }
+    self->reactor_.forgetZeroCopy(*self);
+    self->handle_.resume();
+  }
+
+  UringReactor& reactor_;
+  int fd_;
+  msghdr message_;  // lives in the operation until the kernel has read it
+  std::stop_token stop_;
+  int result_ = 0;
+  bool sent_ = false;  // the send's own CQE came
+  InlineCompletion inline_;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
+  UringZeroCopySend* prev_ = nullptr;  // the reactor's list of zero-copy sends in flight
+  UringZeroCopySend* next_ = nullptr;
+};
 
 /// One socket's receiver (unless RecvMode::plain), owned by the reactor.
 /// In multishot mode its recv, armed by the first read that finds nothing
@@ -1065,8 +1190,7 @@ inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, TaskR
   if (!(params.features & IORING_FEAT_NODROP)) missing = "IORING_FEAT_NODROP";
   if (!(params.features & IORING_FEAT_EXT_ARG)) missing = "IORING_FEAT_EXT_ARG";
   if (!missing) {
-    std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)> probe(io_uring_get_probe_ring(&ring),
-                                                                      &io_uring_free_probe);
+    const RingProbe probe = probeRing(ring);
     if (!probe) {
       missing = "IORING_REGISTER_PROBE";
     } else {
@@ -1105,6 +1229,11 @@ inline UringReactor::UringReactor(Options options)
     detail::throwSystemError(err, why);
   }
   disabled_ = (ring_.flags & IORING_SETUP_R_DISABLED) != 0;
+  if (options.zeroCopySend) {
+    const detail::RingProbe probe = detail::probeRing(ring_);
+    zeroCopySend_ = probe && io_uring_opcode_supported(probe.get(), IORING_OP_SEND_ZC) &&
+                    io_uring_opcode_supported(probe.get(), IORING_OP_SENDMSG_ZC);
+  }
   int err = 0;
   const char* what = nullptr;
   // Registered before the ring is enabled: a TaskRun::deferred ring takes
@@ -1213,6 +1342,26 @@ inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_
   return {*this, detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
 
+inline detail::UringZeroCopySend UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts,
+                                                           std::stop_token stop) noexcept {
+  return {*this, fd, parts, std::move(stop)};
+}
+
+inline void UringReactor::submitZeroCopy(detail::UringZeroCopySend& op) {
+  submit(op, [&](io_uring_sqe* sqe) { op.prepare(sqe, zeroCopySend_); });
+  if (!zeroCopySend_) return;  // a copying send: cancelled like any other
+  op.next_ = zeroCopySends_;
+  if (zeroCopySends_) zeroCopySends_->prev_ = &op;
+  zeroCopySends_ = &op;
+}
+
+inline void UringReactor::forgetZeroCopy(detail::UringZeroCopySend& op) noexcept {
+  if (!zeroCopySend_) return;
+  (op.prev_ ? op.prev_->next_ : zeroCopySends_) = op.next_;
+  if (op.next_) op.next_->prev_ = op.prev_;
+  op.prev_ = op.next_ = nullptr;
+}
+
 inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
   UringReactor* self = static_cast<WakeOperation*>(op)->reactor;
   self->wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
@@ -1310,6 +1459,10 @@ inline void UringReactor::quiesce() noexcept {
   enableRing();  // never run: what was prepared was never submitted, but the wait below needs the ring
   quiescing_ = true;
   deferredCancels_.clear();  // the cancel below covers them
+  // A zero-copy send's notification waits for the peer to acknowledge the
+  // data, which a peer that stopped reading never does, so the wait below
+  // could last for ever: with the connection reset, the kernel drops it.
+  for (detail::UringZeroCopySend* op = zeroCopySends_; op; op = op->next_) (void)detail::resetConnection(op->fd_);
   // Without a cancel the kernel may keep writing into operations that are
   // about to be freed: as below, better to stop here.
   if (!trySubmitUntracked([](io_uring_sqe* sqe) { io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY); })) {
@@ -1328,6 +1481,7 @@ inline void UringReactor::quiesce() noexcept {
     if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) std::terminate();
   }
   quiescing_ = false;
+  zeroCopySends_ = nullptr;  // all completed (unseen by their operations)
   deadlineArmed_ = false;  // cancelled too: its completion came while quiescing
   for (detail::UringReceiver* r = receivers_; r; r = r->next) r->disarm();
 }
