@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 
@@ -145,4 +146,53 @@ TEMPLATE_LIST_TEST_CASE("an unregistered pool, and one whose Disk went away, rea
   CHECK_FALSE(pool.registered());  // the Disk unregistered it
   coio::Disk disk(reactor);
   CHECK(readsIntoPool(pool, disk, reactor, path));
+}
+
+TEMPLATE_LIST_TEST_CASE("poisonOnRelease: a buffer out of the pool holds the pattern and, under ASan, is off-limits",
+                        "[disk][pool]", DiskReactors) {
+  const bool poison = GENERATE(false, true);
+  INFO((poison ? "poisoning" : "plain") << " pool");
+  const std::byte* mapping = nullptr;
+  std::size_t mappingSize = 0;
+  {
+    BufferPool pool({.bufferSize = 2 * 4096, .count = 3, .poisonOnRelease = poison});
+    mapping = pool.data();
+    mappingSize = pool.size();
+    auto holds = [](const coio::Buffer& b, std::byte value) {
+      return std::all_of(b.span().begin(), b.span().end(), [value](std::byte x) { return x == value; });
+    };
+    coio::Buffer first = *pool.tryAcquire();
+    CHECK(holds(first, poison ? BufferPool::kPoisonByte : std::byte{0}));  // a fresh mapping is zeroed
+    std::fill(first.span().begin(), first.span().end(), std::byte{0x11});
+    const std::byte* const data = first.data();
+    const std::uint32_t index = first.index();
+    first.reset();
+#if defined(COIO_DETAIL_ASAN)
+    CHECK(__asan_region_is_poisoned(const_cast<std::byte*>(data), pool.bufferSize()) == (poison ? data : nullptr));
+    CHECK(__asan_address_is_poisoned(pool.data() + pool.size() - 1) == poison);  // never handed out
+#else
+    (void)data;
+#endif
+    coio::Buffer again = *pool.tryAcquire();  // the free list is LIFO: the same buffer
+    REQUIRE(again.index() == index);
+    CHECK(holds(again, poison ? BufferPool::kPoisonByte : std::byte{0x11}));
+    again.reset();
+
+    // Registered, it reads like any other pool: the kernel writes the unpoisoned buffer.
+    TempDir dir;
+    const std::string path = dir.patternFile(7, 1 << 20);
+    BufferPool large({.bufferSize = 128 * 1024, .count = 2, .poisonOnRelease = poison});
+    TestType reactor;
+    coio::Disk disk(reactor);
+    REQUIRE(disk.registerBuffers(large).hasValue());
+    CHECK(readsIntoPool(large, disk, reactor, path));
+    if (poison) CHECK(holds(*large.tryAcquire(), BufferPool::kPoisonByte));  // released after the read
+  }
+#if defined(COIO_DETAIL_ASAN)
+  // Unmapped, the memory carries no marks for whatever is mapped there next.
+  CHECK(__asan_region_is_poisoned(const_cast<std::byte*>(mapping), mappingSize) == nullptr);
+#else
+  (void)mapping;
+  (void)mappingSize;
+#endif
 }

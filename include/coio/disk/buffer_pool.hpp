@@ -1,6 +1,7 @@
 #pragma once
 // Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/sanitizers.hpp>
 #include <coio/core/result.hpp>
 #include <coio/detail/syscall.hpp>
 
@@ -105,6 +106,9 @@ class Buffer {
 ///   that it outlives the coroutine frames (holding Buffers) the reactor
 ///   destroys. When it is destroyed every Buffer must be back and it must
 ///   be unregistered, e.g. its Disk gone (both asserted).
+/// - With Options::poisonOnRelease (a debugging aid) a buffer out of the
+///   pool holds kPoisonByte everywhere and, under AddressSanitizer, may not
+///   be touched (see there).
 class BufferPool {
  public:
   /// How a BufferPool maps its memory.
@@ -116,11 +120,24 @@ class BufferPool {
     /// Ask for transparent huge pages (MADV_HUGEPAGE). Physically contiguous
     /// buffers make large O_DIRECT reads need far fewer device segments.
     bool transparentHugePages = true;
+    /// A debugging aid for buffer lifetimes: a buffer given back to the
+    /// pool (and every buffer at first) is filled with kPoisonByte and,
+    /// under AddressSanitizer, poisoned until tryAcquire() hands it out
+    /// again. A use after release by the program is then an ASan report
+    /// (or, without ASan, reads the pattern); one by the kernel, which ASan
+    /// does not see (a zero-copy send still reading the buffer, a read
+    /// still writing it), shows as the pattern in what went out, or as
+    /// bytes over it. Costs a fill of the buffer per release.
+    bool poisonOnRelease = false;
   };
+
+  /// What Options::poisonOnRelease fills released buffers with.
+  static constexpr std::byte kPoisonByte{0xDB};
 
   /// Maps the memory (populated); throws std::system_error if that fails or
   /// the options are invalid.
-  explicit BufferPool(Options options) : bufferSize_(options.bufferSize), count_(options.count) {
+  explicit BufferPool(Options options)
+      : bufferSize_(options.bufferSize), count_(options.count), poison_(options.poisonOnRelease) {
     if (bufferSize_ == 0 || bufferSize_ % kAlignment != 0 || bufferSize_ > kMaxRegion || count_ == 0 ||
         count_ > UINT32_MAX) {
       throw std::system_error(make_error_code(Errc::invalidArgument),
@@ -130,12 +147,15 @@ class BufferPool {
     map(options);
     freeList_.reserve(count_);
     for (std::size_t i = count_; i-- > 0;) freeList_.push_back(static_cast<std::uint32_t>(i));
+    if (poison_) poison(base_, size());
   }
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
   ~BufferPool() {
     COIO_ASSERT(freeList_.size() == count_, "BufferPool destroyed while buffers are out");
     COIO_ASSERT(!registered(), "BufferPool destroyed while registered: destroy its Disk first (or unregisterBuffers)");
+    // ASan keeps its marks past munmap: memory mapped here later would be off-limits.
+    if (poison_) detail::unpoisonMemory(base_, size());
     ::munmap(mapping_, mappingSize_);
   }
 
@@ -173,6 +193,7 @@ class BufferPool {
     if (freeList_.empty()) return std::nullopt;
     const std::uint32_t index = freeList_.back();
     freeList_.pop_back();
+    if (poison_) detail::unpoisonMemory(bufferData(index), bufferSize_);
     return Buffer{this, index};
   }
 
@@ -181,6 +202,17 @@ class BufferPool {
   static constexpr std::size_t kAlignment = 4096;
   static constexpr std::size_t kHugePage = 2 * 1024 * 1024;
   static constexpr std::size_t kMaxRegion = std::size_t{1} << 30;  // io_uring's limit per fixed buffer
+
+  std::byte* bufferData(std::uint32_t index) const noexcept { return base_ + std::size_t{index} * bufferSize_; }
+  // Buffer::reset: back to the free list, poisoned first if asked.
+  void giveBack(std::uint32_t index) noexcept {
+    if (poison_) poison(bufferData(index), bufferSize_);
+    freeList_.push_back(index);
+  }
+  static void poison(std::byte* data, std::size_t size) noexcept {
+    std::memset(data, static_cast<int>(kPoisonByte), size);
+    detail::poisonMemory(data, size);
+  }
 
   void map(const Options& options) {
     const std::size_t bytes = (size() + kHugePage - 1) / kHugePage * kHugePage;
@@ -210,20 +242,21 @@ class BufferPool {
 
   std::size_t bufferSize_;
   std::size_t count_;
+  bool poison_;
   void* mapping_ = nullptr;
   std::size_t mappingSize_ = 0;
   std::byte* base_ = nullptr;
   std::vector<std::uint32_t> freeList_;
 };
 
-inline std::byte* Buffer::data() const noexcept { return pool_->base_ + std::size_t{index_} * pool_->bufferSize_; }
+inline std::byte* Buffer::data() const noexcept { return pool_->bufferData(index_); }
 inline std::size_t Buffer::size() const noexcept { return pool_->bufferSize_; }
 inline BufferSlice Buffer::slice() const noexcept {
   const int fixed = pool_->registered() ? static_cast<int>(index_ / pool_->buffersPerRegion()) : -1;
   return {data(), size(), fixed};
 }
 inline void Buffer::reset() noexcept {
-  if (pool_) std::exchange(pool_, nullptr)->freeList_.push_back(index_);
+  if (pool_) std::exchange(pool_, nullptr)->giveBack(index_);
 }
 
 }  // namespace coio

@@ -11,17 +11,11 @@
 //
 // Disabled under AddressSanitizer (recycling would hide use-after-free of
 // frames) and with COIO_DISABLE_FRAME_POOL.
+#include <coio/core/detail/sanitizers.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <new>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define COIO_DETAIL_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define COIO_DETAIL_ASAN 1
-#endif
-#endif
 
 #if !defined(COIO_DISABLE_FRAME_POOL) && !defined(COIO_DETAIL_ASAN)
 #define COIO_FRAME_POOL 1
