@@ -94,8 +94,8 @@ class Channel {
   /// Server: one piece of data. TCP: its IoData frame and bytes in one
   /// gather write. RDMA: an RDMA WRITE to remote.addr + where.offset.
   /// Resumes once the piece's buffer may be reused (TCP: the kernel took
-  /// the bytes; RDMA: the write completed, so a response sent after it
-  /// arrives after the data).
+  /// the bytes, or with zero-copy sends let go of the buffer; RDMA: the
+  /// write completed, so a response sent after it arrives after the data).
   virtual coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) = 0;
   /// Client, TCP: takes the `into.size()` bytes that follow an IoData frame.
   virtual coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) = 0;

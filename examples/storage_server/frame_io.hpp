@@ -136,6 +136,14 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
 ///
 /// A send that fails or is cancelled part-way leaves the byte stream
 /// unusable: the writer is then broken and every later send fails at once.
+///
+/// Zero copy: a send made with `zeroCopy` takes its bytes straight from its
+/// memory (TcpStream::writeAllZeroCopy, where the reactor can), and so does
+/// the whole write it goes out in: every send in that write resumes once the
+/// kernel is done with the write's memory, that is once the peer has
+/// acknowledged it. A stop during such a write resets the connection (the
+/// stop breaks the stream anyway), else a peer that stopped reading would
+/// hold the write, and its buffers, for as long as it likes.
 template <coio::Reactor R>
 class FrameWriter {
  public:
@@ -143,9 +151,9 @@ class FrameWriter {
   FrameWriter(const FrameWriter&) = delete;
   FrameWriter& operator=(const FrameWriter&) = delete;
 
-  coio::Task<coio::Result<void>> send(std::span<const iovec> parts, std::stop_token stop) {
+  coio::Task<coio::Result<void>> send(std::span<const iovec> parts, std::stop_token stop, bool zeroCopy = false) {
     if (broken_) co_return coio::Errc::closed;
-    Sender me{parts};
+    Sender me{parts, zeroCopy};
     queue_.push_back(&me);
     if (writing_) {
       // Written by the leader, or handed the stream.
@@ -180,8 +188,9 @@ class FrameWriter {
 
  private:
   struct Sender {
-    explicit Sender(std::span<const iovec> p) noexcept : parts(p) {}
+    Sender(std::span<const iovec> p, bool z) noexcept : parts(p), zeroCopy(z) {}
     std::span<const iovec> parts;
+    bool zeroCopy;
     coio::Semaphore wake{0};  // released when written, or when handed the stream
     coio::Result<void> result = coio::Errc::closed;
     bool taken = false;    // in a write under way
@@ -193,14 +202,22 @@ class FrameWriter {
   coio::Task<void> writeBatch(Sender& leader, std::stop_token stop) {
     std::vector<Sender*> taken;
     batch_.clear();
+    bool zeroCopy = false;
     while (!queue_.empty() && (taken.empty() || batch_.size() + queue_.front()->parts.size() <= IOV_MAX)) {
       Sender* s = queue_.front();
       queue_.pop_front();
       s->taken = true;
+      zeroCopy = zeroCopy || s->zeroCopy;
       taken.push_back(s);
       batch_.insert(batch_.end(), s->parts.begin(), s->parts.end());
     }
-    const coio::Result<void> written = broken_ ? coio::Errc::closed : co_await stream_.writeAll(batch_, stop);
+    coio::Result<void> written = coio::Errc::closed;
+    if (!broken_ && zeroCopy) {
+      const std::stop_callback abortOnStop(stop, AbortOnStop{&stream_});
+      written = co_await stream_.writeAllZeroCopy(batch_, stop);
+    } else if (!broken_) {
+      written = co_await stream_.writeAll(batch_, stop);
+    }
     if (!written) broken_ = true;
     for (Sender* s : taken) {
       s->result = written;
@@ -210,6 +227,11 @@ class FrameWriter {
       if (s != &leader) s->wake.release();  // resumes it inline
     }
   }
+
+  struct AbortOnStop {
+    coio::TcpStream<R>* stream;
+    void operator()() const noexcept { (void)stream->abort(); }
+  };
 
   void handOver() noexcept {
     writing_ = !queue_.empty();

@@ -41,7 +41,7 @@ constexpr const char* kUsage = R"(usage:
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
-      [--tcp-congestion NAME]
+      [--tcp-congestion NAME] [--zero-copy-send] [--poison-buffers]
       [--rdma-device NAME] [--rdma-writes 256]
       Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
       finish). --pool is the read-buffer pool per reactor, in buffers of
@@ -56,7 +56,13 @@ constexpr const char* kUsage = R"(usage:
       default is 10000, or half of what the fd limit (raised to the hard
       limit at start) leaves, if less. --tcp-congestion sets the congestion
       control of the served connections (default: the system's; e.g. cubic:
-      bbr reorders segments over loopback). RDMA: clients connect over TCP to
+      bbr reorders segments over loopback). --zero-copy-send sends the data
+      over TCP straight from the read buffers (io_uring zero-copy sends, Linux
+      6.1+, --reactor uring; else it copies, as the banner says); a buffer
+      goes back to the pool once the client has acknowledged its data. No
+      gain over loopback, where the kernel copies to deliver anyway.
+      --poison-buffers (debugging) fills and, under ASan, poisons every
+      buffer given back to the pool. RDMA: clients connect over TCP to
       --listen and bring up a queue pair on it; --rdma-device picks the
       device (default: the first with an ACTIVE port), --rdma-writes bounds
       the RDMA WRITEs in flight on it (split between the reactors).
@@ -330,6 +336,10 @@ int serve(const std::map<std::string, std::string>& options) {
       settings.server.tcpCongestion = value;
     } else if (name == "--buffered") {
       settings.server.directIo = false;
+    } else if (name == "--zero-copy-send") {
+      settings.server.zeroCopySend = true;
+    } else if (name == "--poison-buffers") {
+      settings.server.poisonBuffers = true;
 #if COIO_STORAGE_RDMA
     } else if (name == "--rdma-device") {
       settings.rdmaDevice = value;
@@ -392,7 +402,7 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--help") return usage();
   }
-  const auto options = parseOptions(argc, argv, {"--buffered"});
+  const auto options = parseOptions(argc, argv, {"--buffered", "--zero-copy-send", "--poison-buffers"});
   if (!options) return usage("options are --name value pairs");
   if (command == "init") return init(*options);
   if (command == "serve") return serve(*options);

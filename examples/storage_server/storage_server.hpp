@@ -77,6 +77,18 @@ struct ServerOptions {
   /// The congestion control of the connections' sends (--tcp-congestion,
   /// TcpStream::setCongestionControl); empty: the system's default.
   std::string tcpCongestion;
+  /// TCP: send the data pieces without copying them, straight from the
+  /// pool buffers (--zero-copy-send; TcpStream::writeZeroCopy), where the
+  /// reactor can (UringReactor on Linux 6.1+; note() says), else copy. A
+  /// request's buffers go back to the pool only once the kernel has let go
+  /// of every piece of it (the client acknowledged the data), so a client
+  /// that reads slowly holds buffers longer. No gain over loopback, where
+  /// the kernel copies anyway to deliver to the local socket.
+  bool zeroCopySend = false;
+  /// A debugging aid (--poison-buffers): pool buffers are filled with a
+  /// pattern when they go back to the pool and, under AddressSanitizer,
+  /// poisoned until taken again (BufferPool::Options::poisonOnRelease).
+  bool poisonBuffers = false;
 };
 
 /// Counters of one server (read on its loop thread, or once it is idle).
@@ -167,6 +179,11 @@ class StorageServer {
     }
     (void)server->disk_.registerBuffers(server->pool_);
     server->note_ += server->pool_.registrationNote();
+    if (options.zeroCopySend) {
+      server->note_ += coio::detail::sendsZeroCopy(reactor) ? "; zero-copy sends (TCP)"
+                                                             : "; zero-copy sends unavailable on this reactor: copying";
+    }
+    if (options.poisonBuffers) server->note_ += "; buffers poisoned on release (a debugging aid)";
     return server;
   }
 
@@ -316,10 +333,12 @@ class StorageServer {
       : reactor_(reactor),
         index_(std::move(index)),
         options_(options),
-        pool_({.bufferSize = options.pieceSize, .count = options.poolBytes / options.pieceSize}),
+        pool_({.bufferSize = options.pieceSize,
+               .count = options.poolBytes / options.pieceSize,
+               .poisonOnRelease = options.poisonBuffers}),
         disk_(reactor),
         tokens_(pool_.count()),
-        transport_(std::make_unique<TcpTransport<R>>()) {}
+        transport_(std::make_unique<TcpTransport<R>>(options.zeroCopySend)) {}
 
   coio::Task<void> joinThenStop(std::stop_source& joined) {
     co_await scope_.join();

@@ -18,12 +18,15 @@
 namespace storage {
 
 /// A Channel over a connected TcpStream (see Channel for the guarantees).
+/// With `zeroCopySend`, sendData sends the piece's bytes straight from its
+/// buffers (FrameWriter's zero copy, where the reactor can) and resumes once
+/// the kernel is done with them.
 template <coio::Reactor R>
 class TcpChannel final : public Channel<R> {
  public:
-  explicit TcpChannel(coio::TcpStream<R> stream)
+  explicit TcpChannel(coio::TcpStream<R> stream, bool zeroCopySend = false)
       : stream_(std::move(stream)), reader_(stream_, kReadAhead, proto::kHeaderSize + proto::kIoDataPayload),
-        writer_(stream_) {}
+        writer_(stream_), zeroCopySend_(zeroCopySend) {}
 
   std::string_view name() const noexcept override { return "tcp"; }
   R& reactor() const noexcept override { return stream_.reactor(); }
@@ -49,7 +52,7 @@ class TcpChannel final : public Channel<R> {
     parts.reserve(1 + piece.buffers.size());
     parts.push_back({frame.data(), frame.size()});
     for (std::span<std::byte> buffer : piece.buffers) parts.push_back({buffer.data(), buffer.size()});
-    co_return co_await writer_.send(parts, std::move(stop));
+    co_return co_await writer_.send(parts, std::move(stop), zeroCopySend_);
   }
   coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) override {
     return reader_.readExact(into, std::move(stop));
@@ -76,19 +79,25 @@ class TcpChannel final : public Channel<R> {
   coio::TcpStream<R> stream_;
   BufferedReader<R> reader_;
   FrameWriter<R> writer_;
+  bool zeroCopySend_;
   std::optional<std::chrono::steady_clock::time_point> frameStartedAt_;
 };
 
-/// Serves connections over the accepted TCP streams themselves.
+/// Serves connections over the accepted TCP streams themselves, sending
+/// data zero-copy if asked (see TcpChannel).
 template <coio::Reactor R>
 class TcpTransport final : public Transport<R> {
  public:
+  explicit TcpTransport(bool zeroCopySend = false) noexcept : zeroCopySend_(zeroCopySend) {}
   std::string_view name() const noexcept override { return "tcp"; }
   // No handshake: the server's frame and idle deadlines cover the stream from the start.
   coio::Task<coio::Result<std::unique_ptr<Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token,
                                                               std::chrono::steady_clock::duration) override {
-    co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(stream)));
+    co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(stream), zeroCopySend_));
   }
+
+ private:
+  bool zeroCopySend_;
 };
 
 }  // namespace storage
