@@ -6,6 +6,7 @@
 #include "../reactor/test_reactors.hpp"
 
 #include <coio/core/async_scope.hpp>
+#include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
 #include <coio/net/tcp_listener.hpp>
@@ -188,6 +189,9 @@ TEST_CASE("UringReactor says whether it sends without a copy", "[net][tcp][zeroc
 
 TEMPLATE_LIST_TEST_CASE("a cancelled zero-copy write resumes only after its notification, with what went",
                         "[net][tcp][zerocopy]", ZeroCopyTestReactors) {
+  // The stop reaches the write as its own token, or as its Task's (given none).
+  const bool inherited = GENERATE(false, true);
+  INFO((inherited ? "the Task's token" : "its own token"));
   TestType reactor;
   auto test = [&](TestType& r) -> Task<void> {
     Connection<TestType> c = co_await connectStalled(r);
@@ -197,7 +201,11 @@ TEMPLATE_LIST_TEST_CASE("a cancelled zero-copy write resumes only after its noti
     Write write{expected};
     std::stop_source stop;
     coio::AsyncScope scope;
-    scope.spawn(write.run(c.sender, 2, stop.get_token()));
+    if (inherited) {
+      scope.spawn(coio::withStopToken(stop.get_token(), write.run(c.sender, 2)));
+    } else {
+      scope.spawn(write.run(c.sender, 2, stop.get_token()));
+    }
     co_await r.sleepFor(50ms);
     REQUIRE_FALSE(write.done);
     stop.request_stop();

@@ -152,7 +152,8 @@ class TcpStream {
 
   /// Writes some of `parts` (at most IOV_MAX) without copying them into the
   /// socket where the reactor can (writesZeroCopy()), else as write(parts)
-  /// does: the byte count written, short only after an error or a stop.
+  /// does: the byte count written, possibly short (a zero-copy send is
+  /// short only after an error or a stop).
   ///
   /// Resumes once the kernel is done with the buffers, on the loop thread:
   /// the memory may be reused or freed as soon as the co_await returns, and
@@ -207,7 +208,8 @@ class TcpStream {
   }
 
   /// writeAll(parts) through writeZeroCopy: resumes once all of `parts` went
-  /// (or an error came first) and the kernel is done with every byte.
+  /// (or an error came first) and the kernel is done with every byte. Uses
+  /// `parts` as scratch, as writeAll does.
   Task<Result<void>> writeAllZeroCopy(std::span<iovec> parts, std::stop_token stop = {}) {
     while (!parts.empty()) {
       Result<std::size_t> n =

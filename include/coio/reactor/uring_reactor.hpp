@@ -747,13 +747,12 @@ class [[nodiscard]] UringZeroCopySend : UringOperation {
   UringZeroCopySend(const UringZeroCopySend&) = delete;
   UringZeroCopySend& operator=(const UringZeroCopySend&) = delete;
 
-  // Never done without an SQE, but for a stop already requested.
-  bool await_ready() noexcept {
-    const bool stopped = stop_.stop_requested();
-    if (stopped) result_ = -ECANCELED;
-    return inline_.admit(reactor_, stopped);
-  }
-  bool await_suspend(std::coroutine_handle<> h) {
+  // Never done without an SQE, but for a stop already requested. Given no
+  // token, that check waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, stopped()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, stopped())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
     reactor_.submitZeroCopy(*this);
@@ -774,6 +773,12 @@ class [[nodiscard]] UringZeroCopySend : UringOperation {
       if (!self->sent_) self->reactor_.cancel(*self);  // after the send's CQE only its notification is due
     }
   };
+
+  bool stopped() noexcept {
+    if (!stop_.stop_requested()) return false;
+    result_ = -ECANCELED;
+    return true;
+  }
 
   void prepare(io_uring_sqe* sqe, bool zeroCopy) const noexcept {
     if (!zeroCopy) {
