@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <optional>
 #include <random>
 #include <stop_token>
 #include <system_error>
@@ -269,19 +268,18 @@ TEMPLATE_LIST_TEST_CASE("stopping or destroying a reactor with a zero-copy write
   const bool stopFirst = GENERATE(true, false);
   INFO((stopFirst ? "stop(), then destruction" : "destruction only"));
   auto reactor = std::make_unique<TestType>();
-  std::optional<Connection<TestType>> c;  // outlives the reactor, as sockets owned elsewhere may
-  auto setUp = [&](TestType& r) -> Task<void> { c.emplace(co_await connectStalled(r)); };
-  reactor->runUntil(setUp(*reactor));
-  auto writeStalled = [](Connection<TestType>& to) -> Task<void> {
-    Write first{randomBytes(to.bytes)};
-    co_await first.run(to.sender, 2);
+  // The connection lives in the frame too: the reactor destroys it last.
+  auto writeStalled = [](TestType& r) -> Task<void> {
+    Connection<TestType> c = co_await connectStalled(r);
+    Write first{randomBytes(c.bytes)};
+    co_await first.run(c.sender, 2);
     // A copy is done once the socket took it: the next write, larger than
     // the socket holds, waits for good.
-    Write second{randomBytes(4 * to.socketHolds)};
-    co_await second.run(to.sender, 2);
+    Write second{randomBytes(4 * c.socketHolds)};
+    co_await second.run(c.sender, 2);
     FAIL("a write finished although its peer never read");
   };
-  reactor->spawn(writeStalled(*c));
+  reactor->spawn(writeStalled(*reactor));
   auto wait = [](TestType& r) -> Task<void> { co_await r.sleepFor(100ms); };
   reactor->runUntil(wait(*reactor));
   if constexpr (requires { reactor->inFlight(); }) {
