@@ -2113,7 +2113,7 @@ TEMPLATE_LIST_TEST_CASE("zero-copy sends: a request's buffers are reused only on
       co_await sendRaw(*a, requestFrame(1, ios, true));
       if (zeroCopy) {  // a copying server may be done with them before a check sees it
         const bool holding = co_await eventually(fx.reactor, [&server] { return server.buffersInUse() == 15; });
-        REQUIRE(holding);
+        CHECK(holding);
       }
       aAsked = true;
       co_await fx.reactor.sleepFor(300ms);  // the sends sit in the server's socket
