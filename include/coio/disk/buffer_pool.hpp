@@ -125,9 +125,9 @@ class BufferPool {
     /// under AddressSanitizer, poisoned until tryAcquire() hands it out
     /// again. A use after release by the program is then an ASan report
     /// (or, without ASan, reads the pattern); one by the kernel, which ASan
-    /// does not see (a zero-copy send still reading the buffer, a read
-    /// still writing it), shows as the pattern in what went out, or as
-    /// bytes over it. Costs a fill of the buffer per release.
+    /// does not see (a zero-copy send or a write still reading the buffer,
+    /// a read still writing it), shows as the pattern in what went out, or
+    /// as bytes over it. Costs a fill of the buffer per release.
     bool poisonOnRelease = false;
   };
 
