@@ -103,9 +103,12 @@ namespace coio::detail {
 //
 // Disabled under AddressSanitizer (recycling would hide use-after-free of
 // frames) and with COIO_DISABLE_FRAME_POOL.
+// begin <coio/core/detail/sanitizers.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_SANITIZERS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_SANITIZERS_HPP
+// What coio does differently under AddressSanitizer: COIO_DETAIL_ASAN is
+// defined in such a build, and memory can be marked off-limits.
 #include <cstddef>
-#include <cstdint>
-#include <new>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define COIO_DETAIL_ASAN 1
@@ -114,6 +117,41 @@ namespace coio::detail {
 #define COIO_DETAIL_ASAN 1
 #endif
 #endif
+
+#if defined(COIO_DETAIL_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace coio::detail {
+
+/// Under AddressSanitizer, any access to [data, data + size) is reported
+/// until unpoisonMemory(); without it, nothing.
+inline void poisonMemory(const void* data, std::size_t size) noexcept {
+#if defined(COIO_DETAIL_ASAN)
+  __asan_poison_memory_region(data, size);
+#else
+  (void)data;
+  (void)size;
+#endif
+}
+
+/// Undoes poisonMemory() on [data, data + size).
+inline void unpoisonMemory(const void* data, std::size_t size) noexcept {
+#if defined(COIO_DETAIL_ASAN)
+  __asan_unpoison_memory_region(data, size);
+#else
+  (void)data;
+  (void)size;
+#endif
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_SANITIZERS_HPP
+// end <coio/core/detail/sanitizers.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
 
 #if !defined(COIO_DISABLE_FRAME_POOL) && !defined(COIO_DETAIL_ASAN)
 #define COIO_FRAME_POOL 1
@@ -3759,6 +3797,85 @@ inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept 
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
 // end <coio/detail/iovec.hpp>
+// begin <coio/detail/reset_connection.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+// resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
+// and UringReactor's shutdown of zero-copy sends.
+// begin <coio/detail/syscall.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// Conventions for system calls inside coio: a raw result is a `long`, >= 0
+// on success and -errno on failure (the io_uring CQE convention), so that
+// both reactors map results to `Result<T>` the same way.
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <system_error>
+
+namespace coio::detail {
+
+/// Calls `f` (a system call returning -1 and setting errno on failure)
+/// until it is not interrupted by a signal; returns the result or -errno.
+template <typename F>
+long retryOnEintr(F&& f) noexcept {
+  for (;;) {
+    const long r = static_cast<long>(f());
+    if (r >= 0) return r;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
+/// integral types keep it.
+template <typename T>
+Result<T> toResult(long raw) {
+  if (raw < 0) return systemError(static_cast<int>(-raw));
+  if constexpr (std::is_void_v<T>) {
+    return {};
+  } else {
+    return static_cast<T>(raw);
+  }
+}
+
+/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
+/// a timespec-shaped struct (timespec, __kernel_timespec).
+template <typename Timespec>
+Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
+  Timespec ts{};
+  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
+  return ts;
+}
+
+/// For failures that leave an object unusable at construction (no epoll fd,
+/// no ring): the caller cannot get a Result out of a constructor.
+[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
+  throw std::system_error(systemError(err), what);
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// end <coio/detail/syscall.hpp>
+
+#include <sys/socket.h>
+
+namespace coio::detail {
+
+/// Aborts the TCP connection on `fd` (connect(2) to AF_UNSPEC: the kernel's
+/// tcp_disconnect): the data still queued to send is dropped, the peer gets
+/// a reset, and the fd stays open, unconnected. 0 or -errno.
+inline long resetConnection(int fd) noexcept {
+  sockaddr unspecified{};
+  unspecified.sa_family = AF_UNSPEC;
+  return retryOnEintr([&] { return ::connect(fd, &unspecified, sizeof unspecified); });
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+// end <coio/detail/reset_connection.hpp>
 // begin <coio/reactor/reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
@@ -3882,6 +3999,27 @@ struct WriteResult {
   }
 };
 
+// Whether zeroCopySendOn(reactor, ...) avoids the copy.
+template <typename R>
+bool sendsZeroCopy(const R& reactor) noexcept {
+  if constexpr (requires { reactor.zeroCopySend(); }) {
+    return reactor.zeroCopySend();
+  } else {
+    return false;
+  }
+}
+
+// The reactor's zero-copy send where it has one, else its gather write
+// (which copies: the kernel is done with the memory when it resumes).
+template <typename R>
+auto zeroCopySendOn(R& reactor, int fd, std::span<const iovec> parts, std::stop_token stop) noexcept {
+  if constexpr (requires { reactor.sendZeroCopy(fd, parts, stop); }) {
+    return reactor.sendZeroCopy(fd, parts, std::move(stop));
+  } else {
+    return reactor.sendv(fd, parts, std::move(stop));
+  }
+}
+
 inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
   sockaddr_storage storage{};
   socklen_t length = sizeof storage;
@@ -3905,6 +4043,9 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 ///   writes), a cancelled operation std::errc::operation_canceled.
 /// - The socket is closed (and forgotten by the reactor) on destruction or
 ///   `close()`; no operation may be pending then.
+/// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
+///   with the buffers, on the loop thread: without a copy where the reactor
+///   can (UringReactor::sendZeroCopy), else after a copying write.
 template <Reactor R>
 class TcpStream {
  public:
@@ -3915,6 +4056,9 @@ class TcpStream {
                                detail::WriteResult>;
   using WritevAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
+                               detail::WriteResult>;
+  using ZeroCopyWriteAwaiter =
+      detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
 
   /// Adopts a connected non-blocking socket.
@@ -3960,6 +4104,28 @@ class TcpStream {
     return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
+  /// Writes some of `parts` (at most IOV_MAX) without copying them into the
+  /// socket where the reactor can (writesZeroCopy()), else as write(parts)
+  /// does: the byte count written, possibly short (a zero-copy send is
+  /// short only after an error or a stop).
+  ///
+  /// Resumes once the kernel is done with the buffers, on the loop thread:
+  /// the memory may be reused or freed as soon as the co_await returns, and
+  /// must stay untouched until then. Without a copy that is when the peer
+  /// has acknowledged the data, not when the socket took it: a peer that
+  /// stopped reading holds the write, even a cancelled one, until the
+  /// connection is reset (abort()). A reactor that copies (EpollReactor;
+  /// UringReactor without zero-copy sends) keeps the guarantee trivially:
+  /// the kernel holds a copy once the write resumes.
+  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+                                detail::WriteResult{}};
+  }
+
+  /// Whether writeZeroCopy avoids the copy on this stream's reactor
+  /// (UringReactor::zeroCopySend()).
+  bool writesZeroCopy() const noexcept { return detail::sendsZeroCopy(*reactor_); }
+
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
   /// bytes read so far are then in the buffer but not counted). Where the
   /// reactor can (UringReactor::recvAll), one receive asks for all of it.
@@ -3993,6 +4159,28 @@ class TcpStream {
       parts = detail::advance(parts, *n);
     }
     co_return Result<void>{};
+  }
+
+  /// writeAll(parts) through writeZeroCopy: resumes once all of `parts` went
+  /// (or an error came first) and the kernel is done with every byte. Uses
+  /// `parts` as scratch, as writeAll does.
+  Task<Result<void>> writeAllZeroCopy(std::span<iovec> parts, std::stop_token stop = {}) {
+    while (!parts.empty()) {
+      Result<std::size_t> n =
+          co_await writeZeroCopy(parts.first(std::min<std::size_t>(parts.size(), IOV_MAX)), stop);
+      if (!n) co_return n.error();
+      parts = detail::advance(parts, *n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Resets the connection now (RFC 793's ABORT: the peer gets a reset):
+  /// the kernel drops the data it still queues to send, so zero-copy writes
+  /// that wait for a peer that stopped reading resume. The socket stays
+  /// open, unconnected, until close(); operations on it fail from now on.
+  Result<void> abort() noexcept {
+    if (const long r = detail::resetConnection(fd()); r < 0) return systemError(static_cast<int>(-r));
+    return {};
   }
 
   /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
@@ -4160,63 +4348,6 @@ class TcpListener {
 // without resuming anything) and `leaveLoop()` (on the loop thread, as
 // run() / runUntil() return: undo what that run of the loop tied to its
 // thread).
-// begin <coio/detail/syscall.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-// Conventions for system calls inside coio: a raw result is a `long`, >= 0
-// on success and -errno on failure (the io_uring CQE convention), so that
-// both reactors map results to `Result<T>` the same way.
-
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <string>
-#include <system_error>
-
-namespace coio::detail {
-
-/// Calls `f` (a system call returning -1 and setting errno on failure)
-/// until it is not interrupted by a signal; returns the result or -errno.
-template <typename F>
-long retryOnEintr(F&& f) noexcept {
-  for (;;) {
-    const long r = static_cast<long>(f());
-    if (r >= 0) return r;
-    if (errno != EINTR) return -errno;
-  }
-}
-
-/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
-/// integral types keep it.
-template <typename T>
-Result<T> toResult(long raw) {
-  if (raw < 0) return systemError(static_cast<int>(-raw));
-  if constexpr (std::is_void_v<T>) {
-    return {};
-  } else {
-    return static_cast<T>(raw);
-  }
-}
-
-/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
-/// a timespec-shaped struct (timespec, __kernel_timespec).
-template <typename Timespec>
-Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
-  Timespec ts{};
-  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
-  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
-  return ts;
-}
-
-/// For failures that leave an object unusable at construction (no epoll fd,
-/// no ring): the caller cannot get a Result out of a constructor.
-[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
-  throw std::system_error(systemError(err), what);
-}
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-// end <coio/detail/syscall.hpp>
 // begin <coio/detail/timer_queue.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP

@@ -108,9 +108,12 @@ namespace coio::detail {
 //
 // Disabled under AddressSanitizer (recycling would hide use-after-free of
 // frames) and with COIO_DISABLE_FRAME_POOL.
+// begin <coio/core/detail/sanitizers.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_SANITIZERS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_SANITIZERS_HPP
+// What coio does differently under AddressSanitizer: COIO_DETAIL_ASAN is
+// defined in such a build, and memory can be marked off-limits.
 #include <cstddef>
-#include <cstdint>
-#include <new>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define COIO_DETAIL_ASAN 1
@@ -119,6 +122,41 @@ namespace coio::detail {
 #define COIO_DETAIL_ASAN 1
 #endif
 #endif
+
+#if defined(COIO_DETAIL_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace coio::detail {
+
+/// Under AddressSanitizer, any access to [data, data + size) is reported
+/// until unpoisonMemory(); without it, nothing.
+inline void poisonMemory(const void* data, std::size_t size) noexcept {
+#if defined(COIO_DETAIL_ASAN)
+  __asan_poison_memory_region(data, size);
+#else
+  (void)data;
+  (void)size;
+#endif
+}
+
+/// Undoes poisonMemory() on [data, data + size).
+inline void unpoisonMemory(const void* data, std::size_t size) noexcept {
+#if defined(COIO_DETAIL_ASAN)
+  __asan_unpoison_memory_region(data, size);
+#else
+  (void)data;
+  (void)size;
+#endif
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_SANITIZERS_HPP
+// end <coio/core/detail/sanitizers.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
 
 #if !defined(COIO_DISABLE_FRAME_POOL) && !defined(COIO_DETAIL_ASAN)
 #define COIO_FRAME_POOL 1
@@ -3764,6 +3802,85 @@ inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept 
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
 // end <coio/detail/iovec.hpp>
+// begin <coio/detail/reset_connection.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+// resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
+// and UringReactor's shutdown of zero-copy sends.
+// begin <coio/detail/syscall.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// Conventions for system calls inside coio: a raw result is a `long`, >= 0
+// on success and -errno on failure (the io_uring CQE convention), so that
+// both reactors map results to `Result<T>` the same way.
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <system_error>
+
+namespace coio::detail {
+
+/// Calls `f` (a system call returning -1 and setting errno on failure)
+/// until it is not interrupted by a signal; returns the result or -errno.
+template <typename F>
+long retryOnEintr(F&& f) noexcept {
+  for (;;) {
+    const long r = static_cast<long>(f());
+    if (r >= 0) return r;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
+/// integral types keep it.
+template <typename T>
+Result<T> toResult(long raw) {
+  if (raw < 0) return systemError(static_cast<int>(-raw));
+  if constexpr (std::is_void_v<T>) {
+    return {};
+  } else {
+    return static_cast<T>(raw);
+  }
+}
+
+/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
+/// a timespec-shaped struct (timespec, __kernel_timespec).
+template <typename Timespec>
+Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
+  Timespec ts{};
+  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
+  return ts;
+}
+
+/// For failures that leave an object unusable at construction (no epoll fd,
+/// no ring): the caller cannot get a Result out of a constructor.
+[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
+  throw std::system_error(systemError(err), what);
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// end <coio/detail/syscall.hpp>
+
+#include <sys/socket.h>
+
+namespace coio::detail {
+
+/// Aborts the TCP connection on `fd` (connect(2) to AF_UNSPEC: the kernel's
+/// tcp_disconnect): the data still queued to send is dropped, the peer gets
+/// a reset, and the fd stays open, unconnected. 0 or -errno.
+inline long resetConnection(int fd) noexcept {
+  sockaddr unspecified{};
+  unspecified.sa_family = AF_UNSPEC;
+  return retryOnEintr([&] { return ::connect(fd, &unspecified, sizeof unspecified); });
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+// end <coio/detail/reset_connection.hpp>
 // begin <coio/reactor/reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
@@ -3887,6 +4004,27 @@ struct WriteResult {
   }
 };
 
+// Whether zeroCopySendOn(reactor, ...) avoids the copy.
+template <typename R>
+bool sendsZeroCopy(const R& reactor) noexcept {
+  if constexpr (requires { reactor.zeroCopySend(); }) {
+    return reactor.zeroCopySend();
+  } else {
+    return false;
+  }
+}
+
+// The reactor's zero-copy send where it has one, else its gather write
+// (which copies: the kernel is done with the memory when it resumes).
+template <typename R>
+auto zeroCopySendOn(R& reactor, int fd, std::span<const iovec> parts, std::stop_token stop) noexcept {
+  if constexpr (requires { reactor.sendZeroCopy(fd, parts, stop); }) {
+    return reactor.sendZeroCopy(fd, parts, std::move(stop));
+  } else {
+    return reactor.sendv(fd, parts, std::move(stop));
+  }
+}
+
 inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
   sockaddr_storage storage{};
   socklen_t length = sizeof storage;
@@ -3910,6 +4048,9 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 ///   writes), a cancelled operation std::errc::operation_canceled.
 /// - The socket is closed (and forgotten by the reactor) on destruction or
 ///   `close()`; no operation may be pending then.
+/// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
+///   with the buffers, on the loop thread: without a copy where the reactor
+///   can (UringReactor::sendZeroCopy), else after a copying write.
 template <Reactor R>
 class TcpStream {
  public:
@@ -3920,6 +4061,9 @@ class TcpStream {
                                detail::WriteResult>;
   using WritevAwaiter =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
+                               detail::WriteResult>;
+  using ZeroCopyWriteAwaiter =
+      detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
 
   /// Adopts a connected non-blocking socket.
@@ -3965,6 +4109,28 @@ class TcpStream {
     return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
+  /// Writes some of `parts` (at most IOV_MAX) without copying them into the
+  /// socket where the reactor can (writesZeroCopy()), else as write(parts)
+  /// does: the byte count written, possibly short (a zero-copy send is
+  /// short only after an error or a stop).
+  ///
+  /// Resumes once the kernel is done with the buffers, on the loop thread:
+  /// the memory may be reused or freed as soon as the co_await returns, and
+  /// must stay untouched until then. Without a copy that is when the peer
+  /// has acknowledged the data, not when the socket took it: a peer that
+  /// stopped reading holds the write, even a cancelled one, until the
+  /// connection is reset (abort()). A reactor that copies (EpollReactor;
+  /// UringReactor without zero-copy sends) keeps the guarantee trivially:
+  /// the kernel holds a copy once the write resumes.
+  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+                                detail::WriteResult{}};
+  }
+
+  /// Whether writeZeroCopy avoids the copy on this stream's reactor
+  /// (UringReactor::zeroCopySend()).
+  bool writesZeroCopy() const noexcept { return detail::sendsZeroCopy(*reactor_); }
+
   /// Fills `buffer` completely; Errc::eof if the stream ends first (the
   /// bytes read so far are then in the buffer but not counted). Where the
   /// reactor can (UringReactor::recvAll), one receive asks for all of it.
@@ -3998,6 +4164,28 @@ class TcpStream {
       parts = detail::advance(parts, *n);
     }
     co_return Result<void>{};
+  }
+
+  /// writeAll(parts) through writeZeroCopy: resumes once all of `parts` went
+  /// (or an error came first) and the kernel is done with every byte. Uses
+  /// `parts` as scratch, as writeAll does.
+  Task<Result<void>> writeAllZeroCopy(std::span<iovec> parts, std::stop_token stop = {}) {
+    while (!parts.empty()) {
+      Result<std::size_t> n =
+          co_await writeZeroCopy(parts.first(std::min<std::size_t>(parts.size(), IOV_MAX)), stop);
+      if (!n) co_return n.error();
+      parts = detail::advance(parts, *n);
+    }
+    co_return Result<void>{};
+  }
+
+  /// Resets the connection now (RFC 793's ABORT: the peer gets a reset):
+  /// the kernel drops the data it still queues to send, so zero-copy writes
+  /// that wait for a peer that stopped reading resume. The socket stays
+  /// open, unconnected, until close(); operations on it fail from now on.
+  Result<void> abort() noexcept {
+    if (const long r = detail::resetConnection(fd()); r < 0) return systemError(static_cast<int>(-r));
+    return {};
   }
 
   /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
@@ -4165,63 +4353,6 @@ class TcpListener {
 // without resuming anything) and `leaveLoop()` (on the loop thread, as
 // run() / runUntil() return: undo what that run of the loop tied to its
 // thread).
-// begin <coio/detail/syscall.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-// Conventions for system calls inside coio: a raw result is a `long`, >= 0
-// on success and -errno on failure (the io_uring CQE convention), so that
-// both reactors map results to `Result<T>` the same way.
-
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <string>
-#include <system_error>
-
-namespace coio::detail {
-
-/// Calls `f` (a system call returning -1 and setting errno on failure)
-/// until it is not interrupted by a signal; returns the result or -errno.
-template <typename F>
-long retryOnEintr(F&& f) noexcept {
-  for (;;) {
-    const long r = static_cast<long>(f());
-    if (r >= 0) return r;
-    if (errno != EINTR) return -errno;
-  }
-}
-
-/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
-/// integral types keep it.
-template <typename T>
-Result<T> toResult(long raw) {
-  if (raw < 0) return systemError(static_cast<int>(-raw));
-  if constexpr (std::is_void_v<T>) {
-    return {};
-  } else {
-    return static_cast<T>(raw);
-  }
-}
-
-/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
-/// a timespec-shaped struct (timespec, __kernel_timespec).
-template <typename Timespec>
-Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
-  Timespec ts{};
-  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
-  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
-  return ts;
-}
-
-/// For failures that leave an object unusable at construction (no epoll fd,
-/// no ring): the caller cannot get a Result out of a constructor.
-[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
-  throw std::system_error(systemError(err), what);
-}
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-// end <coio/detail/syscall.hpp>
 // begin <coio/detail/timer_queue.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
@@ -5907,6 +6038,9 @@ class Buffer {
 ///   that it outlives the coroutine frames (holding Buffers) the reactor
 ///   destroys. When it is destroyed every Buffer must be back and it must
 ///   be unregistered, e.g. its Disk gone (both asserted).
+/// - With Options::poisonOnRelease (a debugging aid) a buffer out of the
+///   pool holds kPoisonByte everywhere and, under AddressSanitizer, may not
+///   be touched (see there).
 class BufferPool {
  public:
   /// How a BufferPool maps its memory.
@@ -5918,11 +6052,24 @@ class BufferPool {
     /// Ask for transparent huge pages (MADV_HUGEPAGE). Physically contiguous
     /// buffers make large O_DIRECT reads need far fewer device segments.
     bool transparentHugePages = true;
+    /// A debugging aid for buffer lifetimes: a buffer given back to the
+    /// pool (and every buffer at first) is filled with kPoisonByte and,
+    /// under AddressSanitizer, poisoned until tryAcquire() hands it out
+    /// again. A use after release by the program is then an ASan report
+    /// (or, without ASan, reads the pattern); one by the kernel, which ASan
+    /// does not see (a zero-copy send or a write still reading the buffer,
+    /// a read still writing it), shows as the pattern in what went out, or
+    /// as bytes over it. Costs a fill of the buffer per release.
+    bool poisonOnRelease = false;
   };
+
+  /// What Options::poisonOnRelease fills released buffers with.
+  static constexpr std::byte kPoisonByte{0xDB};
 
   /// Maps the memory (populated); throws std::system_error if that fails or
   /// the options are invalid.
-  explicit BufferPool(Options options) : bufferSize_(options.bufferSize), count_(options.count) {
+  explicit BufferPool(Options options)
+      : bufferSize_(options.bufferSize), count_(options.count), poison_(options.poisonOnRelease) {
     if (bufferSize_ == 0 || bufferSize_ % kAlignment != 0 || bufferSize_ > kMaxRegion || count_ == 0 ||
         count_ > UINT32_MAX) {
       throw std::system_error(make_error_code(Errc::invalidArgument),
@@ -5932,12 +6079,15 @@ class BufferPool {
     map(options);
     freeList_.reserve(count_);
     for (std::size_t i = count_; i-- > 0;) freeList_.push_back(static_cast<std::uint32_t>(i));
+    if (poison_) poison(base_, size());
   }
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
   ~BufferPool() {
     COIO_ASSERT(freeList_.size() == count_, "BufferPool destroyed while buffers are out");
     COIO_ASSERT(!registered(), "BufferPool destroyed while registered: destroy its Disk first (or unregisterBuffers)");
+    // ASan keeps its marks past munmap: memory mapped here later would be off-limits.
+    if (poison_) detail::unpoisonMemory(base_, size());
     ::munmap(mapping_, mappingSize_);
   }
 
@@ -5975,6 +6125,7 @@ class BufferPool {
     if (freeList_.empty()) return std::nullopt;
     const std::uint32_t index = freeList_.back();
     freeList_.pop_back();
+    if (poison_) detail::unpoisonMemory(bufferData(index), bufferSize_);
     return Buffer{this, index};
   }
 
@@ -5983,6 +6134,17 @@ class BufferPool {
   static constexpr std::size_t kAlignment = 4096;
   static constexpr std::size_t kHugePage = 2 * 1024 * 1024;
   static constexpr std::size_t kMaxRegion = std::size_t{1} << 30;  // io_uring's limit per fixed buffer
+
+  std::byte* bufferData(std::uint32_t index) const noexcept { return base_ + std::size_t{index} * bufferSize_; }
+  // Buffer::reset: back to the free list, poisoned first if asked.
+  void giveBack(std::uint32_t index) noexcept {
+    if (poison_) poison(bufferData(index), bufferSize_);
+    freeList_.push_back(index);
+  }
+  static void poison(std::byte* data, std::size_t size) noexcept {
+    std::memset(data, static_cast<int>(kPoisonByte), size);
+    detail::poisonMemory(data, size);
+  }
 
   void map(const Options& options) {
     const std::size_t bytes = (size() + kHugePage - 1) / kHugePage * kHugePage;
@@ -6012,20 +6174,21 @@ class BufferPool {
 
   std::size_t bufferSize_;
   std::size_t count_;
+  bool poison_;
   void* mapping_ = nullptr;
   std::size_t mappingSize_ = 0;
   std::byte* base_ = nullptr;
   std::vector<std::uint32_t> freeList_;
 };
 
-inline std::byte* Buffer::data() const noexcept { return pool_->base_ + std::size_t{index_} * pool_->bufferSize_; }
+inline std::byte* Buffer::data() const noexcept { return pool_->bufferData(index_); }
 inline std::size_t Buffer::size() const noexcept { return pool_->bufferSize_; }
 inline BufferSlice Buffer::slice() const noexcept {
   const int fixed = pool_->registered() ? static_cast<int>(index_ / pool_->buffersPerRegion()) : -1;
   return {data(), size(), fixed};
 }
 inline void Buffer::reset() noexcept {
-  if (pool_) std::exchange(pool_, nullptr)->freeList_.push_back(index_);
+  if (pool_) std::exchange(pool_, nullptr)->giveBack(index_);
 }
 
 }  // namespace coio
@@ -6438,6 +6601,11 @@ class UringIoOperation;
 class UringReceiver;
 class MultishotRead;
 class UringRecv;
+class UringZeroCopySend;
+
+// The ring's table of supported operations (null if the kernel will not tell).
+using RingProbe = std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)>;
+inline RingProbe probeRing(io_uring& ring) noexcept { return {io_uring_get_probe_ring(&ring), &io_uring_free_probe}; }
 
 // Why io_uring cannot be used, in words, for an errno from the set-up.
 inline std::string describeUringSetupError(int err) {
@@ -6468,6 +6636,9 @@ inline std::string describeUringSetupError(int err) {
 ///   `sendv` (sendmsg) likewise.
 ///   `recv` may read from one multishot recv kept armed per socket instead
 ///   (RecvMode: by default, on sockets whose traffic is request/response).
+///   `sendZeroCopy` sends from the caller's memory without copying it
+///   (IORING_OP_SEND_ZC / SENDMSG_ZC, where zeroCopySend()) and resumes
+///   only after the kernel's notification that it let go of that memory.
 ///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
 ///   batched per loop iteration by default.
 /// - Cancellation: a stop requested (on the loop thread) while an operation
@@ -6530,6 +6701,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     RecvMode recvMode = RecvMode::adaptive;
     unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishot recvs)
     unsigned recvBufferSize = 4096;  ///< bytes each (multishot recvs)
+    /// Whether sendZeroCopy may use the kernel's zero-copy sends (where it
+    /// has them, Linux 6.1: see zeroCopySend()); false makes it copy.
+    bool zeroCopySend = true;
   };
 
   /// What one socket's multishot recv keeps for its reader before it stops
@@ -6583,6 +6757,30 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// co_await returns.
   Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
                                                   std::stop_token stop = {}) noexcept;
+  /// Sends `parts` (at most IOV_MAX) from their memory, without copying it
+  /// into the socket, where zeroCopySend() (one IORING_OP_SEND_ZC, or
+  /// SENDMSG_ZC for several parts); else with a copying sendmsg SQE. All of
+  /// it unless an error or a stop comes first (MSG_WAITALL): bytes sent.
+  ///
+  /// Resumes once, on the loop thread, after the operation's last
+  /// completion: with zero copy, the kernel's notification that it no longer
+  /// references the memory (it comes when the peer has acknowledged the
+  /// data, or the connection dropped it), so `parts` and the bytes they
+  /// point to may be reused or freed as soon as the co_await returns, and
+  /// must stay untouched until then. A stop cancels the send if the kernel
+  /// has not taken all the data yet (then yielding what it took, or
+  /// operation_canceled); the coroutine still resumes only after the
+  /// notification, which a peer that stopped reading holds back: resetting
+  /// the connection (TcpStream::abort) makes the kernel drop the data.
+  /// stop() and destruction reset the connections of the zero-copy sends
+  /// still in flight, for the same reason. TCP (and UDP) sockets only:
+  /// others yield EOPNOTSUPP from the kernel.
+  detail::UringZeroCopySend sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+
+  /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
+  /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
+  /// Options::zeroCopySend is set.
+  bool zeroCopySend() const noexcept { return zeroCopySend_; }
 
   /// Drops the socket's receiver, if it has one, with what it holds (an
   /// armed recv is cancelled; the receiver is freed when its last completion
@@ -6710,6 +6908,9 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   // forgotten while its recv was still armed.
   friend class detail::UringReceiver;
   friend class detail::MultishotRead;
+  friend class detail::UringZeroCopySend;
+  void submitZeroCopy(detail::UringZeroCopySend& op);  // and into zeroCopySends_
+  void forgetZeroCopy(detail::UringZeroCopySend& op) noexcept;  // out of it, at its last completion
   detail::UringReceiver* receiverFor(int fd) noexcept;  // null: no memory
   detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
   void destroyReceiver(detail::UringReceiver* receiver) noexcept;
@@ -6841,6 +7042,10 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   std::optional<detail::ProvidedBufferRing> recvBuffers_;  // set up iff multishot recvs may be used
   std::vector<detail::UringReceiver*> receiverByFd_;
   detail::UringReceiver* receivers_ = nullptr;  // every receiver, a list through UringReceiver::next
+  bool zeroCopySend_ = false;  // sendZeroCopy uses SEND_ZC / SENDMSG_ZC
+  // Zero-copy sends between their SQE and their last completion, a list
+  // through UringZeroCopySend::next_: quiesce() resets their connections.
+  detail::UringZeroCopySend* zeroCopySends_ = nullptr;
 };
 
 namespace detail {
@@ -6911,6 +7116,93 @@ class [[nodiscard]] UringIoOperation : UringOperation {
   std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
+/// What UringReactor::sendZeroCopy returns: `co_await` yields the bytes
+/// sent (or the error), on the loop thread, once the kernel is done with the
+/// memory (see sendZeroCopy).
+///
+/// A zero-copy send completes twice: its own CQE (the result, with
+/// IORING_CQE_F_MORE when a notification follows: always once the kernel
+/// took data) and the notification (IORING_CQE_F_NOTIF, no F_MORE). The
+/// result is kept from the first, the coroutine resumes at the last, and
+/// until then the operation is in its reactor's list of zero-copy sends.
+/// Without zero copy (the fallback) there is one CQE.
+class [[nodiscard]] UringZeroCopySend : UringOperation {
+ public:
+  UringZeroCopySend(UringReactor& reactor, int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+      : UringOperation{&UringZeroCopySend::onComplete}, reactor_(reactor), fd_(fd), message_(messageOf(parts)),
+        stop_(std::move(stop)) {}
+  UringZeroCopySend(const UringZeroCopySend&) = delete;
+  UringZeroCopySend& operator=(const UringZeroCopySend&) = delete;
+
+  // Never done without an SQE, but for a stop already requested. Given no
+  // token, that check waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, stopped()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, stopped())) return false;
+    handle_ = h;
+    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
+    reactor_.submitZeroCopy(*this);
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
+  }
+  Result<std::size_t> await_resume() {
+    onStop_.reset();
+    return toResult<std::size_t>(result_);
+  }
+
+ private:
+  friend class coio::UringReactor;
+  struct OnStop {
+    UringZeroCopySend* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
+      if (!self->sent_) self->reactor_.cancel(*self);  // after the send's CQE only its notification is due
+    }
+  };
+
+  bool stopped() noexcept {
+    if (!stop_.stop_requested()) return false;
+    result_ = -ECANCELED;
+    return true;
+  }
+
+  void prepare(io_uring_sqe* sqe, bool zeroCopy) const noexcept {
+    if (!zeroCopy) {
+      io_uring_prep_sendmsg(sqe, fd_, &message_, kSendSqeFlags);
+    } else if (message_.msg_iovlen == 1) {  // no msghdr for the kernel to import
+      const iovec& part = message_.msg_iov[0];
+      // The SQE's length is 32 bits: clamped to what one send takes anyway (MAX_RW_COUNT).
+      const auto length = static_cast<unsigned>(std::min<std::size_t>(part.iov_len, 0x7ffff000));
+      io_uring_prep_send_zc(sqe, fd_, part.iov_base, length, kSendSqeFlags, 0);
+    } else {
+      io_uring_prep_sendmsg_zc(sqe, fd_, &message_, kSendSqeFlags);
+    }
+  }
+
+  static void onComplete(UringOperation* op, int result, unsigned flags) noexcept {
+    auto* self = static_cast<UringZeroCopySend*>(op);
+    if (!(flags & IORING_CQE_F_NOTIF)) self->result_ = result;  // the send's own CQE
+    if (flags & IORING_CQE_F_MORE) {
+      self->sent_ = true;  // the kernel still references the memory: wait for its notification
+      return;
+    }
+    self->reactor_.forgetZeroCopy(*self);
+    self->handle_.resume();
+  }
+
+  UringReactor& reactor_;
+  int fd_;
+  msghdr message_;  // lives in the operation until the kernel has read it
+  std::stop_token stop_;
+  int result_ = 0;
+  bool sent_ = false;  // the send's own CQE came
+  InlineCompletion inline_;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
+  UringZeroCopySend* prev_ = nullptr;  // the reactor's list of zero-copy sends in flight
+  UringZeroCopySend* next_ = nullptr;
+};
 
 /// One socket's receiver (unless RecvMode::plain), owned by the reactor.
 /// In multishot mode its recv, armed by the first read that finds nothing
@@ -7290,8 +7582,7 @@ inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, TaskR
   if (!(params.features & IORING_FEAT_NODROP)) missing = "IORING_FEAT_NODROP";
   if (!(params.features & IORING_FEAT_EXT_ARG)) missing = "IORING_FEAT_EXT_ARG";
   if (!missing) {
-    std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)> probe(io_uring_get_probe_ring(&ring),
-                                                                      &io_uring_free_probe);
+    const RingProbe probe = probeRing(ring);
     if (!probe) {
       missing = "IORING_REGISTER_PROBE";
     } else {
@@ -7330,6 +7621,11 @@ inline UringReactor::UringReactor(Options options)
     detail::throwSystemError(err, why);
   }
   disabled_ = (ring_.flags & IORING_SETUP_R_DISABLED) != 0;
+  if (options.zeroCopySend) {
+    const detail::RingProbe probe = detail::probeRing(ring_);
+    zeroCopySend_ = probe && io_uring_opcode_supported(probe.get(), IORING_OP_SEND_ZC) &&
+                    io_uring_opcode_supported(probe.get(), IORING_OP_SENDMSG_ZC);
+  }
   int err = 0;
   const char* what = nullptr;
   // Registered before the ring is enabled: a TaskRun::deferred ring takes
@@ -7438,6 +7734,26 @@ inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_
   return {*this, detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
 
+inline detail::UringZeroCopySend UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts,
+                                                           std::stop_token stop) noexcept {
+  return {*this, fd, parts, std::move(stop)};
+}
+
+inline void UringReactor::submitZeroCopy(detail::UringZeroCopySend& op) {
+  submit(op, [&](io_uring_sqe* sqe) { op.prepare(sqe, zeroCopySend_); });
+  if (!zeroCopySend_) return;  // a copying send: cancelled like any other
+  op.next_ = zeroCopySends_;
+  if (zeroCopySends_) zeroCopySends_->prev_ = &op;
+  zeroCopySends_ = &op;
+}
+
+inline void UringReactor::forgetZeroCopy(detail::UringZeroCopySend& op) noexcept {
+  if (!zeroCopySend_) return;
+  (op.prev_ ? op.prev_->next_ : zeroCopySends_) = op.next_;
+  if (op.next_) op.next_->prev_ = op.prev_;
+  op.prev_ = op.next_ = nullptr;
+}
+
 inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
   UringReactor* self = static_cast<WakeOperation*>(op)->reactor;
   self->wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
@@ -7535,6 +7851,10 @@ inline void UringReactor::quiesce() noexcept {
   enableRing();  // never run: what was prepared was never submitted, but the wait below needs the ring
   quiescing_ = true;
   deferredCancels_.clear();  // the cancel below covers them
+  // A zero-copy send's notification waits for the peer to acknowledge the
+  // data, which a peer that stopped reading never does, so the wait below
+  // could last for ever: with the connection reset, the kernel drops it.
+  for (detail::UringZeroCopySend* op = zeroCopySends_; op; op = op->next_) (void)detail::resetConnection(op->fd_);
   // Without a cancel the kernel may keep writing into operations that are
   // about to be freed: as below, better to stop here.
   if (!trySubmitUntracked([](io_uring_sqe* sqe) { io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY); })) {
@@ -7553,6 +7873,7 @@ inline void UringReactor::quiesce() noexcept {
     if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) std::terminate();
   }
   quiescing_ = false;
+  zeroCopySends_ = nullptr;  // all completed (unseen by their operations)
   deadlineArmed_ = false;  // cancelled too: its completion came while quiescing
   for (detail::UringReceiver* r = receivers_; r; r = r->next) r->disarm();
 }
