@@ -33,6 +33,7 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --rdma-device NAME         (default: the first device with an ACTIVE port)
   --dir D                    learn the dataset's shape from D/index, or give
   --chunks N --chunk-size S  it explicitly
+  --target ID                the server's target to read (default 0: what serve --dir serves)
   --io-size 64K              bytes per IO (at most the chunk size); offsets are random, unaligned
   --batch 16                 IOs per batchRead
   --depth 8                  batchReads in flight
@@ -50,6 +51,7 @@ struct Settings {
   coio::SocketAddress server;
   storage::ChunkStoreLayout layout;
   std::uint32_t ioSize = 64 * 1024;
+  std::uint32_t target = 0;
   std::size_t batch = 16, depth = 8, connections = 4, maxTransmissions = 64;
   double duration = 10;
   std::chrono::milliseconds timeout{30000};
@@ -85,6 +87,7 @@ coio::Task<void> worker(storage::StorageClient<R>& client, const Settings& setti
       ios[i].offset = static_cast<std::uint32_t>(random() % (settings.layout.chunkSize - settings.ioSize + 1));
       ios[i].length = settings.ioSize;
       ios[i].into = std::span(memory).subspan(i * settings.ioSize, settings.ioSize);
+      ios[i].targetId = settings.target;
     }
     const Clock::time_point start = Clock::now();
     coio::Result<std::vector<storage::ReadOutcome>> outcomes = co_await client.batchRead(ios);
@@ -288,6 +291,9 @@ int main(int argc, char** argv) {
       rdmaDevice = value;
     } else if (name == "--dir") {
       dir = value;
+    } else if (name == "--target") {
+      ok = count && *count <= UINT32_MAX;
+      settings.target = static_cast<std::uint32_t>(count.value_or(0));
     } else if (name == "--chunks") {
       ok = count && *count > 0;
       settings.layout.chunks = count.value_or(0);

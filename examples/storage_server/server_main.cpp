@@ -23,11 +23,11 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -37,14 +37,16 @@ constexpr const char* kUsage = R"(usage:
       Creates a dataset in D (created if missing): N chunks of S bytes (a multiple
       of 4K; suffixes K, M, G), K per data file (default 64), deterministic
       content, and D/index with each chunk's CRC32C.
-  coio-storage-server serve --dir D [--listen 127.0.0.1:9000] [--transport tcp|rdma]
+  coio-storage-server serve (--dir D | --target ID=DIR...) [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
       [--tcp-congestion NAME]
       [--rdma-device NAME] [--rdma-writes 256]
-      Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
-      finish). --pool is the read-buffer pool per reactor, in buffers of
+      Serves D (as target 0), or each --target ID=DIR (repeat it: one dataset
+      per target, typically one per disk, several per disk allowed; a request
+      names the target of each IO), until SIGINT/SIGTERM (requests in flight
+      get up to 5 s to finish). --pool is the read-buffer pool per reactor, in buffers of
       --piece-size (a multiple of 4K): a larger read is read and sent in
       pieces of that size, each as soon as it is read; --buffered reads
       through the page cache instead of O_DIRECT; --max-requests bounds the
@@ -56,7 +58,8 @@ constexpr const char* kUsage = R"(usage:
       default is 10000, or half of what the fd limit (raised to the hard
       limit at start) leaves, if less. --tcp-congestion sets the congestion
       control of the served connections (default: the system's; e.g. cubic:
-      bbr reorders segments over loopback). RDMA: clients connect over TCP to
+      bbr reorders segments over loopback). Every target shares each reactor's
+      ring and pool. RDMA: clients connect over TCP to
       --listen and bring up a queue pair on it; --rdma-device picks the
       device (default: the first with an ACTIVE port), --rdma-writes bounds
       the RDMA WRITEs in flight on it (split between the reactors).
@@ -68,16 +71,18 @@ int usage(const char* problem = nullptr) {
   return problem ? 2 : 0;
 }
 
-// --name value pairs after the subcommand; nullopt on a malformed line.
-std::optional<std::map<std::string, std::string>> parseOptions(int argc, char** argv, std::vector<std::string> flags) {
-  std::map<std::string, std::string> options;
+// --name value pairs after the subcommand, in order (an option may repeat:
+// --target); nullopt on a malformed line.
+using Options = std::vector<std::pair<std::string, std::string>>;
+std::optional<Options> parseOptions(int argc, char** argv, std::vector<std::string> flags) {
+  Options options;
   for (int i = 2; i < argc; ++i) {
     const std::string name = argv[i];
     if (name.rfind("--", 0) != 0) return std::nullopt;
     if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
-      options[name] = "1";
+      options.emplace_back(name, "1");
     } else if (i + 1 < argc) {
-      options[name] = argv[++i];
+      options.emplace_back(name, argv[++i]);
     } else {
       return std::nullopt;
     }
@@ -85,7 +90,7 @@ std::optional<std::map<std::string, std::string>> parseOptions(int argc, char** 
   return options;
 }
 
-int init(const std::map<std::string, std::string>& options) {
+int init(const Options& options) {
   storage::ChunkStoreLayout layout;
   layout.chunksPerFile = 64;
   std::string dir;
@@ -124,7 +129,7 @@ int init(const std::map<std::string, std::string>& options) {
 }
 
 struct ServeSettings {
-  std::string dir;
+  std::vector<storage::TargetSpec> targets;
   coio::SocketAddress listen;
   std::size_t reactors = 1;
   coio::ReactorKind kind = coio::ReactorKind::uring;
@@ -162,13 +167,36 @@ std::string describeOpenError(const std::string& dir, std::error_code error) {
   return "cannot open the data files in " + dir + ": " + error.message();
 }
 
+// Checks every target's directory and index before any shard opens them
+// (so that a problem names its target); returns the data files in all, or
+// prints the problem and returns nullopt.
+std::optional<std::uint64_t> checkTargets(const ServeSettings& settings) {
+  std::uint64_t files = 0;
+  for (const storage::TargetSpec& target : settings.targets) {
+    if (!std::filesystem::is_directory(target.dir)) {
+      std::fprintf(stderr, "coio-storage-server: target %u: no such directory: %s (create a dataset with: "
+                   "coio-storage-server init --dir %s --chunks N --chunk-size S)\n", target.id, target.dir.c_str(),
+                   target.dir.c_str());
+      return std::nullopt;
+    }
+    coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(target.dir);
+    if (!index) {
+      std::fprintf(stderr, "coio-storage-server: target %u: %s\n", target.id,
+                   describeOpenError(target.dir, index.error()).c_str());
+      return std::nullopt;
+    }
+    files += index->layout.files();
+  }
+  return files;
+}
+
 // Opens a shard on its own loop thread (its Disk belongs to that thread),
 // with its transport.
 template <coio::Reactor R>
 coio::Task<void> openShard(R& reactor, const ServeSettings& settings,
                            coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out, std::string& problem) {
-  out = storage::StorageServer<R>::open(reactor, settings.dir, settings.server);
-  if (!out) problem = describeOpenError(settings.dir, out.error());
+  out = storage::StorageServer<R>::open(reactor, settings.targets, settings.server);
+  if (!out) problem = "cannot open the targets' data files: " + out.error().message();
 #if COIO_STORAGE_RDMA
   if (out && settings.device) {
     const std::size_t writes = (settings.rdmaWrites + settings.reactors - 1) / settings.reactors;
@@ -199,11 +227,9 @@ coio::Task<void> startAccepting(R& reactor, const ServeSettings& settings, std::
 
 // Raises the fd limit and sets the connection limit: the default from it,
 // a warning if the one given may not fit. Splits it between the reactors.
-void limitConnections(ServeSettings& settings) {
+void limitConnections(ServeSettings& settings, std::uint64_t files) {
   settings.fdLimit = storage::cli::raiseFdLimit();
-  coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(settings.dir);
-  const std::uint64_t files = index ? index->layout.files() : 0;  // else opening the shards reports it
-  // Each reactor opens every data file, and has its ring (or epoll) and wake-up fds.
+  // Each reactor opens every target's data files, and has its ring (or epoll) and wake-up fds.
   const std::uint64_t reserved = settings.reactors * (files + 8) + 64;
   const std::uint64_t perConnection = storage::cli::fdsPerConnection(settings.transport == "rdma");
   if (!settings.maxConnections) {
@@ -247,10 +273,13 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     }
   }
   if (status == 0) {
-    const storage::ChunkStoreLayout& layout = shards.front()->layout();
-    std::printf("coio-storage-server: %llu chunks of %u bytes from %s, %s, %zu %s reactor(s)\n",
-                static_cast<unsigned long long>(layout.chunks), layout.chunkSize, settings.dir.c_str(),
+    std::printf("coio-storage-server: %zu target(s), %s, %zu %s reactor(s)\n", settings.targets.size(),
                 settings.transport.c_str(), pool.size(), std::string(coio::toString(settings.kind)).c_str());
+    for (const storage::TargetSpec& target : settings.targets) {
+      const storage::ChunkStoreLayout layout = storage::loadChunkStoreIndex(target.dir)->layout;  // checked
+      std::printf("  target %u: %llu chunks of %u bytes from %s\n", target.id,
+                  static_cast<unsigned long long>(layout.chunks), layout.chunkSize, target.dir.c_str());
+    }
     std::printf("  %s\n", shards.front()->note().c_str());
     std::printf("  at most %llu connections (fd limit %llu)\n",
                 static_cast<unsigned long long>(*settings.maxConnections),
@@ -287,13 +316,25 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
 
 constexpr std::uint64_t kDayMs = 24 * 3600 * 1000;  // the longest deadline taken: no clock arithmetic overflows
 
-int serve(const std::map<std::string, std::string>& options) {
+// --target ID=DIR: the target, or nullopt.
+std::optional<storage::TargetSpec> parseTarget(const std::string& value) {
+  const std::size_t equals = value.find('=');
+  if (equals == std::string::npos || equals + 1 == value.size()) return std::nullopt;
+  const std::optional<std::uint64_t> id = storage::cli::parseCount(std::string_view(value).substr(0, equals));
+  if (!id || *id > UINT32_MAX) return std::nullopt;
+  return storage::TargetSpec{static_cast<std::uint32_t>(*id), value.substr(equals + 1)};
+}
+
+int serve(const Options& options) {
   ServeSettings settings;
   std::string listen = "127.0.0.1:9000", transport = "tcp";
   for (const auto& [name, value] : options) {
     std::optional<std::uint64_t> number;
+    std::optional<storage::TargetSpec> target;
     if (name == "--dir") {
-      settings.dir = value;
+      settings.targets.push_back({0, value});
+    } else if (name == "--target" && (target = parseTarget(value))) {
+      settings.targets.push_back(*target);
     } else if (name == "--listen") {
       listen = value;
     } else if (name == "--transport") {
@@ -340,18 +381,22 @@ int serve(const std::map<std::string, std::string>& options) {
       return usage(("bad option for serve: " + name + (value == "1" ? "" : " " + value)).c_str());
     }
   }
-  if (settings.dir.empty()) return usage("serve needs --dir");
+  if (settings.targets.empty()) return usage("serve needs --dir D or --target ID=DIR");
+  for (std::size_t i = 0; i < settings.targets.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (settings.targets[i].id == settings.targets[j].id) {
+        return usage(("target " + std::to_string(settings.targets[i].id) + " given twice (--dir D is target 0)").c_str());
+      }
+    }
+  }
   if (settings.server.poolBytes < settings.server.pieceSize) return usage("--pool must hold one --piece-size buffer");
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
   coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(listen);
   if (!address) return usage("--listen takes host:port, e.g. 127.0.0.1:9000 or [::1]:9000");
   settings.listen = *address;
-  if (!std::filesystem::is_directory(settings.dir)) {
-    std::fprintf(stderr, "coio-storage-server: no such directory: %s (create a dataset with: coio-storage-server init "
-                 "--dir %s --chunks N --chunk-size S)\n", settings.dir.c_str(), settings.dir.c_str());
-    return 1;
-  }
+  const std::optional<std::uint64_t> files = checkTargets(settings);
+  if (!files) return 1;
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-server", settings.rdmaDevice, settings)) {
     return 1;
   }
@@ -367,7 +412,7 @@ int serve(const std::map<std::string, std::string>& options) {
       return 1;
     }
   }
-  limitConnections(settings);
+  limitConnections(settings, *files);
   std::string why;
   if (const coio::ReactorKind usable = coio::usableReactorKind(settings.kind, &why); usable != settings.kind) {
     std::fprintf(stderr, "coio-storage-server: %s; using epoll\n", why.c_str());

@@ -31,13 +31,15 @@
 
 namespace storage {
 
-/// One IO of a batchRead: `length` bytes at `offset` of chunk `chunkId`,
-/// delivered into `into` (at least `length` bytes, valid until batchRead returns).
+/// One IO of a batchRead: `length` bytes at `offset` of chunk `chunkId` on
+/// the server's target `targetId`, delivered into `into` (at least `length`
+/// bytes, valid until batchRead returns).
 struct ReadOp {
   std::uint64_t chunkId = 0;
   std::uint32_t offset = 0;
   std::uint32_t length = 0;
   std::span<std::byte> into;
+  std::uint32_t targetId = 0;
 };
 
 /// One IO's outcome: the server's status, byte count and checksum, and
@@ -140,7 +142,7 @@ class ClientConnection {
       if (op.into.size() < op.length) co_return coio::Errc::invalidArgument;
       coio::Result<proto::RemoteBuffer> remote = channel_->remoteBuffer(op.into.first(op.length));
       if (!remote) co_return remote.error();
-      request.ios.push_back({op.chunkId, op.offset, op.length, *remote});
+      request.ios.push_back({op.chunkId, op.offset, op.length, *remote, op.targetId});
     }
     const bool admitted = co_await requestSlots_.acquire(stop_.get_token());
     if (!admitted) co_return coio::Errc::closed;

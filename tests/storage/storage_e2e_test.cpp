@@ -85,10 +85,18 @@ struct TempDir {
 template <typename S>
 struct Fixture {
   using R = typename S::R;
+  // Serves `layout` as target 0, and each of `moreTargets` (an id and a
+  // layout) from a directory of its own.
   explicit Fixture(storage::ServerOptions options = small(), std::size_t maxTransmissions = 64,
-                   storage::ChunkStoreLayout layout = {kChunks, kChunkSize, 5})
+                   storage::ChunkStoreLayout layout = {kChunks, kChunkSize, 5},
+                   const std::vector<std::pair<std::uint32_t, storage::ChunkStoreLayout>>& moreTargets = {})
       : dir(layout), arena(8u << 20), limiter(maxTransmissions) {
-    auto opened = storage::StorageServer<R>::open(reactor, dir.path, options);
+    std::vector<storage::TargetSpec> targets = {{0, dir.path.string()}};
+    for (const auto& [id, shape] : moreTargets) {
+      moreDirs.push_back(std::make_unique<TempDir>(shape));
+      targets.push_back({id, moreDirs.back()->path.string()});
+    }
+    auto opened = storage::StorageServer<R>::open(reactor, targets, options);
     INFO(opened.error().message());
     REQUIRE(opened);
     server = std::move(*opened);
@@ -190,6 +198,7 @@ struct Fixture {
 #endif
 
   TempDir dir;
+  std::vector<std::unique_ptr<TempDir>> moreDirs;
   std::vector<std::byte> arena;  // before the reactor: registrations of it die with the channels
   std::size_t used = 0;
 #if COIO_E2E_RDMA
@@ -383,6 +392,33 @@ TEMPLATE_LIST_TEST_CASE("invalid IOs get their own status; the rest of the batch
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("a server serves several targets: each IO reads its own; an unknown target is that IO's error",
+                        "[storage][e2e]", Setups) {
+  const storage::ChunkStoreLayout seven{3, 8192, 2};  // a second dataset, another shape
+  Fixture<TestType> f(Fixture<TestType>::small(), 64, {kChunks, kChunkSize, 5}, {{7, seven}});
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    CHECK(fx.server->targetIds() == std::vector<std::uint32_t>{0, 7});
+    auto client = co_await fx.client();
+    const std::vector<ReadOp> ios = {
+        {1, 100, 5000, {}, 0},   // target 0
+        {2, 0, 8192, {}, 7},     // a whole chunk of target 7: its stored CRC
+        {5, 0, 100, {}, 7},      // target 7 has 3 chunks
+        {1, 0, 100, {}, 99},     // no such target
+        {9, 0, kChunkSize, {}, 0},
+        {2, 4000, 8192, {}, 7},  // past the end of target 7's 8 KiB chunks
+    };
+    const std::vector<ReadOutcome> outcomes = co_await readAndCheck(fx, *client, ios);
+    CHECK(outcomes[0].status == IoStatus::ok);
+    CHECK(outcomes[1].status == IoStatus::ok);
+    CHECK(outcomes[1].bytes == 8192);
+    CHECK(outcomes[2].status == IoStatus::chunkNotFound);
+    CHECK(outcomes[3].status == IoStatus::targetNotFound);
+    CHECK(outcomes[4].status == IoStatus::ok);
+    CHECK(outcomes[5].status == IoStatus::rangeOutsideChunk);
+    co_await client->close();
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other clients keep being served",
                         "[storage][e2e]", Setups) {
   using storage::proto::ProtocolErrc;
@@ -401,8 +437,8 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
       return h;
     };
     std::vector<std::byte> truncated = requestFrame(9, {{1, 0, 10, {}}, {1, 0, 10, {}}});
-    truncated[16] = std::byte{8 + 32};  // payloadLength says one IO; ioCount says two
-    truncated.resize(24 + 8 + 32);
+    truncated[16] = std::byte{8 + storage::proto::kIoSize};  // payloadLength says one IO; ioCount says two
+    truncated.resize(storage::proto::kHeaderSize + 8 + storage::proto::kIoSize);
     std::vector<std::byte> unexpectedGrant;
     storage::proto::encodeEmpty(unexpectedGrant, storage::proto::MessageType::transmitGrant, 77);
     const std::vector<std::pair<std::vector<std::byte>, ProtocolErrc>> cases = {
