@@ -83,7 +83,7 @@ coio::Task<void> worker(storage::StorageClient<R>& client, const Settings& setti
   std::vector<storage::ReadOp> ios(settings.batch);
   while (Clock::now() < end) {
     for (std::size_t i = 0; i < ios.size(); ++i) {
-      ios[i].chunkId = random() % settings.layout.chunks;
+      ios[i].chunkId = settings.layout.chunkAt(random() % settings.layout.chunks);
       ios[i].offset = static_cast<std::uint32_t>(random() % (settings.layout.chunkSize - settings.ioSize + 1));
       ios[i].length = settings.ioSize;
       ios[i].into = std::span(memory).subspan(i * settings.ioSize, settings.ioSize);

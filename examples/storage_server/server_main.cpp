@@ -1,5 +1,6 @@
 // coio-storage-server: creates a chunk dataset (init) and serves batched
 // reads of it (serve) over TCP or RDMA, one StorageServer per reactor thread.
+#include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
 #include "storage_server.hpp"
@@ -37,6 +38,9 @@ constexpr const char* kUsage = R"(usage:
       Creates a dataset in D (created if missing): N chunks of S bytes (a multiple
       of 4K; suffixes K, M, G), K per data file (default 64), deterministic
       content, and D/index with each chunk's CRC32C.
+  coio-storage-server init --chains FILE --target ID --dir D [--chunks-per-file K]
+      Creates target ID's dataset in D for the chain table FILE (CHAINS.md):
+      the chunks of its chain, the same bytes on every replica of the chain.
   coio-storage-server serve (--dir D | --target ID=DIR...) [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
@@ -90,13 +94,37 @@ std::optional<Options> parseOptions(int argc, char** argv, std::vector<std::stri
   return options;
 }
 
+// init --chains FILE --target ID: the target's share of the table's dataset
+// in `layout` (chunks per file kept), or prints why not and returns false.
+bool chainLayout(const std::string& chains, std::optional<std::uint32_t> target, storage::ChunkStoreLayout& layout) {
+  std::string why;
+  coio::Result<storage::ChainTable> table = storage::ChainTable::load(chains, &why);
+  if (!table) {
+    std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+    return false;
+  }
+  std::optional<storage::ChunkStoreLayout> shape = table->targetLayout(*target, layout.chunksPerFile);
+  if (!shape) {
+    std::fprintf(stderr, "coio-storage-server: target %u is in no chain of %s\n", *target, chains.c_str());
+    return false;
+  }
+  layout = *shape;
+  return true;
+}
+
 int init(const Options& options) {
   storage::ChunkStoreLayout layout;
   layout.chunksPerFile = 64;
-  std::string dir;
+  std::string dir, chains;
+  std::optional<std::uint32_t> target;
   for (const auto& [name, value] : options) {
+    std::optional<std::uint64_t> id;
     if (name == "--dir") {
       dir = value;
+    } else if (name == "--chains") {
+      chains = value;
+    } else if (name == "--target" && (id = storage::cli::parseCount(value)) && *id <= UINT32_MAX) {
+      target = static_cast<std::uint32_t>(*id);
     } else if (name == "--chunks") {
       layout.chunks = storage::cli::parseCount(value).value_or(0);
     } else if (name == "--chunk-size") {
@@ -107,10 +135,15 @@ int init(const Options& options) {
       return usage(("unknown option " + name + " for init").c_str());
     }
   }
-  if (dir.empty() || layout.chunks == 0 || layout.chunkSize == 0) return usage("init needs --dir, --chunks and --chunk-size");
-  if (layout.chunkSize % 4096 != 0 || layout.chunksPerFile == 0) {
-    return usage("--chunk-size must be a multiple of 4K (O_DIRECT), --chunks-per-file at least 1");
+  if (layout.chunksPerFile == 0) return usage("--chunks-per-file must be at least 1");
+  if (!chains.empty() || target) {
+    if (chains.empty() || !target || dir.empty() || layout.chunks != 0 || layout.chunkSize != 0) {
+      return usage("init --chains FILE takes --target ID and --dir D (the table gives the chunks and their size)");
+    }
+    if (!chainLayout(chains, target, layout)) return 1;
   }
+  if (dir.empty() || layout.chunks == 0 || layout.chunkSize == 0) return usage("init needs --dir, --chunks and --chunk-size");
+  if (layout.chunkSize % 4096 != 0) return usage("--chunk-size must be a multiple of 4K (O_DIRECT)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -123,8 +156,13 @@ int init(const Options& options) {
                  index.error().message().c_str());
     return 1;
   }
-  std::printf("created %s: %llu chunks of %u bytes in %u data file(s)\n", dir.c_str(),
+  std::printf("created %s: %llu chunks of %u bytes in %u data file(s)", dir.c_str(),
               static_cast<unsigned long long>(layout.chunks), layout.chunkSize, layout.files());
+  if (target) {
+    std::printf(", target %u: chunk ids %llu, %llu, ...", *target, static_cast<unsigned long long>(layout.chunkAt(0)),
+                static_cast<unsigned long long>(layout.chunkAt(1)));
+  }
+  std::printf("\n");
   return 0;
 }
 

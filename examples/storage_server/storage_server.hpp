@@ -596,7 +596,7 @@ class StorageServer {
       const Target* target = findTarget(io.targetId);
       if (target == nullptr) {
         results[i].status = proto::IoStatus::targetNotFound;
-      } else if (io.chunkId >= target->index.layout.chunks) {
+      } else if (!target->index.layout.holds(io.chunkId)) {
         results[i].status = proto::IoStatus::chunkNotFound;
       } else if (std::uint64_t{io.offset} + io.length > target->index.layout.chunkSize) {
         results[i].status = proto::IoStatus::rangeOutsideChunk;
@@ -811,7 +811,8 @@ class StorageServer {
   // corrupted on disk shows as a mismatch), else nothing: the CRC of the
   // bytes read is the checksum.
   static std::optional<std::uint32_t> storedCrc(const proto::ReadIo& io, const Target& target) noexcept {
-    if (io.offset == 0 && io.length == target.index.layout.chunkSize) return target.index.crcs[io.chunkId];
+    const ChunkStoreLayout& layout = target.index.layout;
+    if (io.offset == 0 && io.length == layout.chunkSize) return target.index.crcs[layout.slotOf(io.chunkId)];
     return std::nullopt;
   }
 
