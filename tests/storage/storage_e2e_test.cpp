@@ -3,6 +3,7 @@
 // transmission control, limits, corruption, shutdown. Built twice: over
 // loopback TCP (host suite) and, with COIO_E2E_RDMA, over RDMA (label
 // `rdma`: runs where a device exists, e.g. the Soft-RoCE guest).
+#include "e2e_support.hpp"
 #include "storage_client.hpp"
 #include "storage_server.hpp"
 #if COIO_E2E_RDMA
@@ -49,35 +50,12 @@ using storage::proto::IoStatus;
 
 namespace {
 
-// A reactor kind and a transport.
-template <typename Reactor, bool Rdma>
-struct Setup {
-  using R = Reactor;
-  static constexpr bool rdma = Rdma;
-};
-#if COIO_E2E_RDMA
-using Setups = std::tuple<Setup<coio::EpollReactor, true>, Setup<coio::UringReactor, true>>;
-#else
-using Setups = std::tuple<Setup<coio::EpollReactor, false>, Setup<coio::UringReactor, false>>;
-#endif
+using storage::testing::Setups;
+using storage::testing::TempDir;
 
 constexpr std::uint32_t kChunkSize = 64 * 1024;
 constexpr std::uint64_t kChunks = 12;
 constexpr std::size_t kTransmissionLimit = 3;
-
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(storage::ChunkStoreLayout layout) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "coio-storage-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-    REQUIRE(storage::createChunkStore(path, layout));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
 
 // A server on 127.0.0.1 (any port) over a fresh dataset, serving over the
 // setup's transport. Clients' IOs land in `arena` (registered by every
