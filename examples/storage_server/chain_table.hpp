@@ -133,7 +133,8 @@ class ChainTable {
             return true;
           });
         } else if (words[0] == "chunk-size") {
-          ok = setOnce(line, words, chunkSizeLine_, "\"chunk-size S\", a multiple of 4K up to 2G (suffixes K, M, G)", [&](std::string_view v) {
+          const char* expected = "\"chunk-size S\", a multiple of 4K up to 2G (suffixes K, M, G)";
+          ok = setOnce(line, words, chunkSizeLine_, expected, [&](std::string_view v) {
             const std::optional<std::uint64_t> n = cli::parseSize(v);
             if (!n || *n == 0 || *n % 4096 != 0 || *n > (std::uint64_t{1} << 31)) return false;
             chunkSize_ = static_cast<std::uint32_t>(*n);
@@ -146,7 +147,9 @@ class ChainTable {
         }
         if (!ok) return coio::Errc::invalidArgument;
       }
-      if (!header) return failed(std::max<std::size_t>(line, 1), "empty table: expected the header line \"coio-chains 1\"");
+      if (!header) {
+        return failed(std::max<std::size_t>(line, 1), "empty table: expected the header line \"coio-chains 1\"");
+      }
       if (chunksLine_ == 0) return failed(line, "no \"chunks N\" line: how many chunks the dataset has");
       if (chunkSizeLine_ == 0) return failed(line, "no \"chunk-size S\" line: how large a chunk is");
       if (chains_.empty()) return failed(line, "no chain: at least one \"chain ID HOST:PORT/TARGET...\" line");
