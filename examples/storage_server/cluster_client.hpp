@@ -145,6 +145,9 @@ struct ClusterStats {
 ///   noticed by a whole-chunk read only.
 /// - Transmission control per server connection: at most
 ///   maxTransmissionsPerServer requests granted at once on each.
+/// - batchRead always suspends: one that could send nothing (every replica
+///   down) yields to the loop once, so that a caller retrying in a loop
+///   does not starve the client's probes (or anything else on the loop).
 /// - A batchRead whose awaiting task is stopped (coio::currentStopToken)
 ///   cancels its requests and starts no new round: the IOs not delivered
 ///   fail (`unavailable`, error operation_canceled).
@@ -203,6 +206,7 @@ class ClusterClient {
       if (batch.tried[i] != 0) batch.outcomes[i] = {proto::IoStatus::ok, 0, 0, true, {}, SIZE_MAX, 0};
     }
     const std::stop_token caller = co_await coio::currentStopToken();
+    bool sent = false;
     while (!pending.empty()) {
       if (caller.stop_requested()) {  // no more rounds: what is not delivered fails
         for (std::size_t io : pending) {
@@ -219,11 +223,15 @@ class ClusterClient {
         requests.push_back(serve(batch, std::move(sub)));
       }
       if (requests.empty()) break;
+      sent = true;
       co_await coio::collectAllRange(std::move(requests));
       pending = std::exchange(batch.retry, {});
       std::sort(pending.begin(), pending.end());
     }
     for (const ClusterOutcome& o : batch.outcomes) stats_.failedIos += !o.ok();
+    // Nothing sent (every replica down): still let the loop run the rest
+    // (the probes among them) before the caller's next try.
+    if (!sent) co_await reactor_.schedule();
     co_return std::move(batch.outcomes);
   }
 
