@@ -44,29 +44,33 @@ constexpr const char* kUsage = R"(usage:
   coio-storage-server serve (--dir D | --target ID=DIR...) [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
-      [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
-      [--tcp-congestion NAME]
+      [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--send-timeout-ms 10000]
+      [--max-connections N] [--tcp-congestion NAME]
       [--rdma-device NAME] [--rdma-writes 256]
       Serves D (as target 0), or each --target ID=DIR (repeat it: one dataset
       per target, typically one per disk, several per disk allowed; a request
-      names the target of each IO), until SIGINT/SIGTERM (requests in flight
-      get up to 5 s to finish). --pool is the read-buffer pool per reactor, in buffers of
-      --piece-size (a multiple of 4K): a larger read is read and sent in
-      pieces of that size, each as soon as it is read; --buffered reads
-      through the page cache instead of O_DIRECT; --max-requests bounds the
-      requests in flight per connection. A frame must arrive whole within
-      --frame-timeout-ms of its first byte (an RDMA handshake within it of the
-      accept), and a connection with nothing in flight is closed after
-      --idle-timeout-ms. --max-connections bounds the connections (split
-      between the reactors; more are accepted and closed at once); the
-      default is 10000, or half of what the fd limit (raised to the hard
-      limit at start) leaves, if less. --tcp-congestion sets the congestion
-      control of the served connections (default: the system's; e.g. cubic:
-      bbr reorders segments over loopback). Every target shares each reactor's
-      ring and pool. RDMA: clients connect over TCP to
-      --listen and bring up a queue pair on it; --rdma-device picks the
-      device (default: the first with an ACTIVE port), --rdma-writes bounds
-      the RDMA WRITEs in flight on it (split between the reactors).
+      names the target of each IO; all targets share each reactor's ring and
+      pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to
+      finish). SIGUSR1 prints a line of figures: "stats: requests=N
+      connections=N buffers_in_use=N buffers=N send_timeouts=N".
+      --pool is the read-buffer pool per reactor, in buffers of --piece-size
+      (a multiple of 4K): a larger read is read and sent in pieces of that
+      size, each as soon as it is read; --buffered reads through the page
+      cache instead of O_DIRECT; --max-requests bounds the requests in flight
+      per connection. A frame must arrive whole within --frame-timeout-ms of
+      its first byte (an RDMA handshake within it of the accept), a
+      connection with nothing in flight is closed after --idle-timeout-ms,
+      and one whose sends make no progress (the client stopped reading) is
+      dropped within 1.25 x --send-timeout-ms. --max-connections bounds the
+      connections (split between the reactors; more are accepted and closed
+      at once); the default is 10000, or half of what the fd limit (raised
+      to the hard limit at start) leaves, if less. --tcp-congestion sets the
+      congestion control of the served connections (default: the system's;
+      e.g. cubic: bbr reorders segments over loopback). RDMA: clients connect
+      over TCP to --listen and bring up a queue pair on it; --rdma-device
+      picks the device (default: the first with an ACTIVE port),
+      --rdma-writes bounds the RDMA WRITEs in flight on it (split between the
+      reactors).
 )";
 
 int usage(const char* problem = nullptr) {
@@ -282,6 +286,31 @@ void limitConnections(ServeSettings& settings, std::uint64_t files) {
   settings.server.maxConnections = (*settings.maxConnections + settings.reactors - 1) / settings.reactors;
 }
 
+// SIGUSR1: one line of figures, summed over the shards (each read on its
+// own loop thread): requests served, connections open, read buffers in use
+// out of the pool's, connections dropped because the client stopped reading.
+template <coio::Reactor R>
+void printStats(coio::ReactorPool<R>& pool, const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards) {
+  storage::ServerStats total;
+  std::size_t inUse = 0, buffers = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    runOn(pool.reactor(i), [](const storage::StorageServer<R>& shard, storage::ServerStats& sum, std::size_t& used,
+                              std::size_t& all) -> coio::Task<void> {
+      const storage::ServerStats& stats = shard.stats();
+      sum.requests += stats.requests;
+      sum.connections += stats.connections;
+      sum.sendTimeouts += stats.sendTimeouts;
+      used += shard.buffersInUse();
+      all += shard.options().poolBytes / shard.options().pieceSize;
+      co_return;
+    }(*shards[i], total, inUse, buffers));
+  }
+  std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu\n",
+              static_cast<unsigned long long>(total.requests), total.connections, inUse, buffers,
+              static_cast<unsigned long long>(total.sendTimeouts));
+  std::fflush(stdout);
+}
+
 template <coio::Reactor R>
 int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   coio::ReactorPool<R> pool(settings.reactors);
@@ -325,7 +354,7 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
     std::fflush(stdout);
     int signal = 0;
-    sigwait(&signals, &signal);
+    while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) printStats(pool, shards);
     std::printf("%s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
   }
   // The accepting shard first, so that no connection is handed to a stopped one.
@@ -399,6 +428,9 @@ int serve(const Options& options) {
     } else if (name == "--frame-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= kDayMs) {
       settings.server.frameTimeout = std::chrono::milliseconds(*number);
+    } else if (name == "--send-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= kDayMs) {
+      settings.server.sendTimeout = std::chrono::milliseconds(*number);
     } else if (name == "--idle-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= kDayMs) {
       settings.server.idleTimeout = std::chrono::milliseconds(*number);
@@ -461,6 +493,7 @@ int serve(const Options& options) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (settings.kind == coio::ReactorKind::uring) return serveWith<coio::UringReactor>(settings, signals);
   return serveWith<coio::EpollReactor>(settings, signals);
