@@ -1,8 +1,11 @@
 // coio-storage-bench: a load generator for coio-storage-server. Keeps
-// --depth batchReads in flight over --connections connections for
-// --duration seconds, then reports IOPS, throughput and batch latency.
+// --depth batchReads in flight over --connections connections (or, with
+// --cluster, over a whole cluster through ClusterClient) for --duration
+// seconds, then reports IOPS, throughput and batch latency.
+#include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
+#include "cluster_client.hpp"
 #include "storage_client.hpp"
 #if COIO_STORAGE_RDMA
 #include "rdma_channel.hpp"
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -33,6 +37,7 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --rdma-device NAME         (default: the first device with an ACTIVE port)
   --dir D                    learn the dataset's shape from D/index, or give
   --chunks N --chunk-size S  it explicitly
+  --target ID                the server's target to read (default 0: what serve --dir serves)
   --io-size 64K              bytes per IO (at most the chunk size); offsets are random, unaligned
   --batch 16                 IOs per batchRead
   --depth 8                  batchReads in flight
@@ -44,18 +49,33 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --reactor uring|epoll
   --verify                   ask for CRC32C and check it, and check every byte's content
   --json                     print the report as one JSON object
+  --latency-log FILE         write one line per batch: "UNIX-TIME-MS LATENCY-MS" (its end)
+  --cluster FILE             read a whole cluster (a chain table, CHAINS.md) through
+                             ClusterClient: one connection per server, each IO from a
+                             replica of its chunk's chain, failing over between them;
+                             the table gives the dataset (--address, --dir, --chunks,
+                             --chunk-size, --target, --connections do not apply), and
+                             --max-transmissions is per server
+  --request-timeout-ms 2000  cluster: a request's deadline (finds a hung server)
+  --hedge-ms 0               cluster: also ask other replicas for a request unanswered
+                             this long (0: off)
 )";
 
 struct Settings {
   coio::SocketAddress server;
   storage::ChunkStoreLayout layout;
   std::uint32_t ioSize = 64 * 1024;
+  std::uint32_t target = 0;
   std::size_t batch = 16, depth = 8, connections = 4, maxTransmissions = 64;
   double duration = 10;
   std::chrono::milliseconds timeout{30000};
   coio::ReactorKind kind = coio::ReactorKind::uring;
   bool verify = false, json = false;
   std::string transport = "tcp";
+  std::string latencyLog;
+  std::string clusterFile;                   // --cluster: read through ClusterClient
+  std::optional<storage::ChainTable> table;  // ... loaded from it
+  std::chrono::milliseconds requestTimeout{2000}, hedge{0};
 #if COIO_STORAGE_RDMA
   std::unique_ptr<coio::rdma::Device> device;  // opened for --transport rdma
 #endif
@@ -64,49 +84,114 @@ struct Settings {
 struct Tally {
   std::uint64_t ios = 0, bytes = 0;
   std::uint64_t badStatus = 0, checksumMismatches = 0, contentMismatches = 0, timedOutRequests = 0, failedRequests = 0;
+  std::uint64_t wrongBytes = 0;   // --verify: bytes that differ from the chunk's content
   std::vector<double> latencies;  // seconds per batchRead
+  std::vector<double> endedAt;    // --latency-log: when each batch ended, Unix time in ms
   std::uint64_t errors() const {
     return badStatus + checksumMismatches + contentMismatches + timedOutRequests + failedRequests;
   }
+  // A batch that ended now, after starting at `start`.
+  void batchDone(Clock::time_point start, bool logging) {
+    latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    if (logging) {
+      endedAt.push_back(std::chrono::duration<double, std::milli>(
+                            std::chrono::system_clock::now().time_since_epoch()).count());
+    }
+  }
+  // One IO's outcome; under --verify its bytes are checked.
+  void io(const Settings& settings, const storage::ReadOp& op, bool ok, std::uint32_t got, bool mismatch) {
+    if (!ok) {
+      ++badStatus;
+      return;
+    }
+    ++ios;
+    bytes += got;
+    if (mismatch) ++checksumMismatches;
+    if (!settings.verify) return;
+    std::uint64_t wrong = 0;
+    const std::span<const std::byte> data = op.into.first(got);
+    storage::forEachChunkByte(op.chunkId, op.offset, got, [&](std::size_t i, std::byte b) {
+      wrong += data[i] != b;
+      return true;
+    });
+    contentMismatches += wrong != 0;
+    wrongBytes += wrong;
+  }
 };
 
-bool contentMatches(const storage::ReadOp& op, std::uint32_t bytes) {
-  return storage::matchesChunkBytes(op.chunkId, op.offset, op.into.first(bytes));
+// A new batch of random IOs, landing in `memory`.
+void randomBatch(std::mt19937_64& random, const Settings& settings, std::span<std::byte> memory,
+                 std::vector<storage::ReadOp>& ios) {
+  for (std::size_t i = 0; i < ios.size(); ++i) {
+    ios[i].chunkId = settings.layout.chunkAt(random() % settings.layout.chunks);
+    ios[i].offset = static_cast<std::uint32_t>(random() % (settings.layout.chunkSize - settings.ioSize + 1));
+    ios[i].length = settings.ioSize;
+    ios[i].into = std::span(memory).subspan(i * settings.ioSize, settings.ioSize);
+    ios[i].targetId = settings.target;
+  }
 }
 
+// One IO's outcome, as the worker counts it.
+struct IoDone {
+  bool ok;
+  std::uint32_t bytes;
+  bool checksumMismatch;
+};
+
+// One batch on one server into `done`; a request that fails as a whole is
+// counted and leaves `done` empty. False once the connection is gone.
 template <coio::Reactor R>
-coio::Task<void> worker(storage::StorageClient<R>& client, const Settings& settings, Clock::time_point end,
-                        std::uint64_t seed, std::span<std::byte> memory, Tally& tally) {
+coio::Task<bool> readBatch(storage::StorageClient<R>& client, std::span<const storage::ReadOp> ios, Tally& tally,
+                           std::vector<IoDone>& done) {
+  coio::Result<std::vector<storage::ReadOutcome>> outcomes = co_await client.batchRead(ios);
+  if (!outcomes) {
+    ++(outcomes.error() == std::errc::timed_out ? tally.timedOutRequests : tally.failedRequests);
+    co_return !client.failure();
+  }
+  for (const storage::ReadOutcome& o : *outcomes) {
+    done.push_back({o.status == storage::proto::IoStatus::ok, o.bytes, o.checksumMismatch});
+  }
+  co_return true;
+}
+
+// One batch on a cluster: it never fails as a whole, each IO has its outcome.
+template <coio::Reactor R>
+coio::Task<bool> readBatch(storage::ClusterClient<R>& client, std::span<const storage::ReadOp> ios, Tally&,
+                           std::vector<IoDone>& done) {
+  const std::vector<storage::ClusterOutcome> outcomes = co_await client.batchRead(ios);
+  for (const storage::ClusterOutcome& o : outcomes) {
+    done.push_back({o.status == storage::proto::IoStatus::ok, o.bytes, o.checksumMismatch});
+  }
+  co_return true;
+}
+
+// Keeps one batch in flight on `client` (a StorageClient or a ClusterClient) until `end`.
+template <typename Client>
+coio::Task<void> worker(Client& client, const Settings& settings, Clock::time_point end, std::uint64_t seed,
+                        std::span<std::byte> memory, Tally& tally) {
   std::mt19937_64 random(seed);
   std::vector<storage::ReadOp> ios(settings.batch);
+  std::vector<IoDone> done;
   while (Clock::now() < end) {
-    for (std::size_t i = 0; i < ios.size(); ++i) {
-      ios[i].chunkId = random() % settings.layout.chunks;
-      ios[i].offset = static_cast<std::uint32_t>(random() % (settings.layout.chunkSize - settings.ioSize + 1));
-      ios[i].length = settings.ioSize;
-      ios[i].into = std::span(memory).subspan(i * settings.ioSize, settings.ioSize);
-    }
+    randomBatch(random, settings, memory, ios);
     const Clock::time_point start = Clock::now();
-    coio::Result<std::vector<storage::ReadOutcome>> outcomes = co_await client.batchRead(ios);
-    if (!outcomes) {
-      ++(outcomes.error() == std::errc::timed_out ? tally.timedOutRequests : tally.failedRequests);
-      if (client.failure()) co_return;  // the connection is gone: this worker is done
-      continue;
-    }
-    tally.latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    done.clear();
+    const bool usable = co_await readBatch(client, ios, tally, done);
+    if (!usable) co_return;  // the connection is gone: this worker is done
+    if (done.empty()) continue;
+    tally.batchDone(start, !settings.latencyLog.empty());
     for (std::size_t i = 0; i < ios.size(); ++i) {
-      const storage::ReadOutcome& o = (*outcomes)[i];
-      if (o.status != storage::proto::IoStatus::ok) {
-        ++tally.badStatus;
-        continue;
-      }
-      ++tally.ios;
-      tally.bytes += o.bytes;
-      if (o.checksumMismatch) ++tally.checksumMismatches;
-      if (settings.verify && !contentMatches(ios[i], o.bytes)) ++tally.contentMismatches;
+      tally.io(settings, ios[i], done[i].ok, done[i].bytes, done[i].checksumMismatch);
     }
   }
 }
+
+// What a cluster run reports beyond a single server's figures.
+struct ClusterFigures {
+  std::size_t chains = 0;
+  storage::ClusterStats stats;
+  std::vector<std::pair<std::string, storage::ClusterServerStats>> servers;  // address, figures
+};
 
 // The live line, on a terminal only.
 template <coio::Reactor R>
@@ -135,7 +220,52 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(at, sorted.size() - 1)];
 }
 
-void report(const Settings& settings, Tally& tally, double elapsed) {
+// --latency-log: one line per batch, "UNIX-TIME-MS LATENCY-MS".
+bool writeLatencyLog(const Settings& settings, const Tally& tally) {
+  std::ofstream out(settings.latencyLog, std::ios::trunc);
+  char line[64];
+  for (std::size_t i = 0; i < tally.latencies.size() && i < tally.endedAt.size(); ++i) {
+    std::snprintf(line, sizeof line, "%.3f %.3f\n", tally.endedAt[i], tally.latencies[i] * 1e3);
+    out << line;
+  }
+  out.close();
+  if (!out) std::fprintf(stderr, "coio-storage-bench: cannot write %s\n", settings.latencyLog.c_str());
+  return static_cast<bool>(out);
+}
+
+void reportCluster(const Settings& settings, const ClusterFigures& cluster, double elapsed) {
+  const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  const storage::ClusterStats& c = cluster.stats;
+  if (settings.json) {
+    std::printf(",\"cluster\":{\"file\":\"%s\",\"servers\":%zu,\"chains\":%zu,\"retries\":%llu,\"failovers\":%llu,"
+                "\"hedges\":%llu,\"hedge_wins\":%llu,\"corrupt_replicas\":%llu,\"failed_ios\":%llu},\"servers\":[",
+                settings.clusterFile.c_str(), cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers),
+                u(c.hedges), u(c.hedgeWins), u(c.corruptReplicas), u(c.failedIos));
+    for (std::size_t i = 0; i < cluster.servers.size(); ++i) {
+      const auto& [address, s] = cluster.servers[i];
+      std::printf("%s{\"address\":\"%s\",\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,\"gib_per_s\":%.4f,"
+                  "\"requests\":%llu,\"failed_requests\":%llu,\"timeouts\":%llu,\"downs\":%llu,\"ups\":%llu}",
+                  i == 0 ? "" : ",", address.c_str(), u(s.ios), u(s.bytes), static_cast<double>(s.ios) / elapsed,
+                  static_cast<double>(s.bytes) / elapsed / (1u << 30), u(s.requests), u(s.failedRequests),
+                  u(s.timeouts), u(s.downs), u(s.ups));
+    }
+    std::printf("]");
+    return;
+  }
+  std::printf("  cluster         %zu servers, %zu chains: retries %llu, failovers %llu, hedges %llu (won %llu), "
+              "corrupt replicas %llu, failed IOs %llu\n",
+              cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers), u(c.hedges), u(c.hedgeWins),
+              u(c.corruptReplicas), u(c.failedIos));
+  for (const auto& [address, s] : cluster.servers) {
+    std::printf("  %-22s %10.0f IOPS  %8.3f GiB/s  requests %llu (failed %llu, timed out %llu), down %llux, "
+                "back %llux\n",
+                address.c_str(), static_cast<double>(s.ios) / elapsed,
+                static_cast<double>(s.bytes) / elapsed / (1u << 30), u(s.requests), u(s.failedRequests),
+                u(s.timeouts), u(s.downs), u(s.ups));
+  }
+}
+
+void report(const Settings& settings, Tally& tally, double elapsed, const ClusterFigures* cluster) {
   std::sort(tally.latencies.begin(), tally.latencies.end());
   const double iops = static_cast<double>(tally.ios) / elapsed;
   const double gib = static_cast<double>(tally.bytes) / elapsed / (1u << 30);
@@ -146,28 +276,60 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
     std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
                 "\"io_size\":%u,\"verify\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
-                "\"errors\":{\"total\":%llu,\"io_status\":%llu,\"checksum\":%llu,\"content\":%llu,\"timed_out\":%llu,"
-                "\"request\":%llu}}\n",
-                settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(), settings.connections,
-                settings.depth, settings.batch, settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios),
-                u(tally.bytes), iops, gib, p50, p99, p999, u(tally.errors()), u(tally.badStatus),
-                u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.timedOutRequests),
-                u(tally.failedRequests));
+                "\"errors\":{\"total\":%llu,\"io_status\":%llu,\"checksum\":%llu,\"content\":%llu,\"wrong_bytes\":%llu,"
+                "\"timed_out\":%llu,\"request\":%llu}",
+                settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(),
+                cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
+                settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios), u(tally.bytes), iops, gib,
+                p50, p99, p999, u(tally.errors()), u(tally.badStatus), u(tally.checksumMismatches),
+                u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests), u(tally.failedRequests));
+    if (cluster) reportCluster(settings, *cluster, elapsed);
+    std::printf("}\n");
     return;
   }
+  const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + settings.clusterFile + ")"
+                                 : settings.server.toString();
   std::printf("coio-storage-bench: %s to %s, %s reactor, %zu connection(s), depth %zu, batch %zu x %u bytes, "
               "verify %s\n",
-              settings.transport.c_str(), settings.server.toString().c_str(), std::string(coio::toString(settings.kind)).c_str(),
-              settings.connections, settings.depth, settings.batch, settings.ioSize, settings.verify ? "on" : "off");
+              settings.transport.c_str(), to.c_str(), std::string(coio::toString(settings.kind)).c_str(),
+              cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
+              settings.ioSize, settings.verify ? "on" : "off");
   std::printf("  duration        %.2f s\n", elapsed);
   std::printf("  IOPS            %.0f\n", iops);
   std::printf("  throughput      %.3f GiB/s\n", gib);
   std::printf("  batch latency   p50 %.3f ms   p99 %.3f ms   p999 %.3f ms   (%zu batches)\n", p50, p99, p999,
               tally.latencies.size());
-  std::printf("  errors          %llu (IO status %llu, checksum %llu, content %llu, timed out %llu, "
+  std::printf("  errors          %llu (IO status %llu, checksum %llu, content %llu (%llu bytes wrong), timed out %llu, "
               "failed requests %llu)\n",
               u(tally.errors()), u(tally.badStatus), u(tally.checksumMismatches), u(tally.contentMismatches),
-              u(tally.timedOutRequests), u(tally.failedRequests));
+              u(tally.wrongBytes), u(tally.timedOutRequests), u(tally.failedRequests));
+  if (cluster) reportCluster(settings, *cluster, elapsed);
+}
+
+// The workers' tallies added up.
+Tally total(std::vector<Tally>& tallies) {
+  Tally all;
+  for (Tally& t : tallies) {
+    all.ios += t.ios;
+    all.bytes += t.bytes;
+    all.badStatus += t.badStatus;
+    all.checksumMismatches += t.checksumMismatches;
+    all.contentMismatches += t.contentMismatches;
+    all.wrongBytes += t.wrongBytes;
+    all.timedOutRequests += t.timedOutRequests;
+    all.failedRequests += t.failedRequests;
+    all.latencies.insert(all.latencies.end(), t.latencies.begin(), t.latencies.end());
+    all.endedAt.insert(all.endedAt.end(), t.endedAt.begin(), t.endedAt.end());
+  }
+  return all;
+}
+
+// The report, the latency log; the exit code.
+int finish(const Settings& settings, std::vector<Tally>& tallies, double elapsed, const ClusterFigures* cluster) {
+  Tally all = total(tallies);
+  const bool logged = settings.latencyLog.empty() || writeLatencyLog(settings, all);
+  report(settings, all, elapsed, cluster);
+  return all.errors() == 0 && all.ios > 0 && logged ? 0 : 1;
 }
 
 #if COIO_STORAGE_RDMA
@@ -175,13 +337,33 @@ void report(const Settings& settings, Tally& tally, double elapsed) {
 // connects, and reconnects after an idle close.
 template <coio::Reactor R>
 coio::Task<coio::Result<std::unique_ptr<storage::Channel<R>>>> connectRdma(R& reactor, const Settings& settings,
+                                                                           coio::SocketAddress server,
                                                                            std::stop_token stop) {
-  coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, settings.server, stop);
+  coio::Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, server, stop);
   if (!stream) co_return stream.error();
   co_return co_await storage::RdmaChannel<R>::connect(reactor, *settings.device, std::move(*stream), std::move(stop),
                                                       std::chrono::seconds(10));
 }
 #endif
+
+// Runs --depth workers for --duration, worker w on clients[w % clients]
+// with its slice of `memory`, and the live line; the seconds it took.
+template <coio::Reactor R, typename Client>
+coio::Task<double> runWorkers(R& reactor, const Settings& settings, std::vector<Client*> clients,
+                              std::span<std::byte> memory, std::vector<Tally>& tallies) {
+  const Clock::time_point begin = Clock::now();
+  const Clock::time_point end =
+      begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.duration));
+  std::vector<coio::Task<void>> tasks;
+  for (std::size_t w = 0; w < settings.depth; ++w) {
+    const std::size_t slice = settings.batch * settings.ioSize;
+    tasks.push_back(worker(*clients[w % clients.size()], settings, end, 1000 + w,
+                           memory.subspan(w * slice, slice), tallies[w]));
+  }
+  tasks.push_back(progress(reactor, begin, end, tallies));
+  co_await coio::collectAllRange(std::move(tasks));
+  co_return std::chrono::duration<double>(Clock::now() - begin).count();
+}
 
 // One client over the chosen transport; `memory` is where its IOs land.
 template <coio::Reactor R>
@@ -192,7 +374,9 @@ coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& 
 #if COIO_STORAGE_RDMA
   if (settings.device) {
     coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(
-        [&reactor, &settings](std::stop_token stop) { return connectRdma(reactor, settings, std::move(stop)); },
+        [&reactor, &settings](std::stop_token stop) {
+          return connectRdma(reactor, settings, settings.server, std::move(stop));
+        },
         limiter, options);
     if (!client) co_return client.error();
     if (coio::Result<void> registered = (*client)->registerMemory(memory); !registered) {
@@ -223,34 +407,49 @@ coio::Task<int> run(R& reactor, const Settings& settings) {
     }
     clients.push_back(std::move(*client));
   }
-  const Clock::time_point begin = Clock::now();
-  const Clock::time_point end =
-      begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.duration));
+  std::vector<storage::StorageClient<R>*> all;
+  for (auto& client : clients) all.push_back(client.get());
   std::vector<Tally> tallies(settings.depth);
-  std::vector<coio::Task<void>> tasks;
-  for (std::size_t w = 0; w < settings.depth; ++w) {
-    const std::size_t slice = settings.batch * settings.ioSize;
-    tasks.push_back(worker(*clients[w % clients.size()], settings, end, 1000 + w,
-                           std::span(memory).subspan(w * slice, slice), tallies[w]));
-  }
-  tasks.push_back(progress(reactor, begin, end, tallies));
-  co_await coio::collectAllRange(std::move(tasks));
-  const double elapsed = std::chrono::duration<double>(Clock::now() - begin).count();
+  const double elapsed = co_await runWorkers(reactor, settings, all, memory, tallies);
   for (auto& client : clients) co_await client->close();
+  co_return finish(settings, tallies, elapsed, nullptr);
+}
 
-  Tally all;
-  for (Tally& t : tallies) {
-    all.ios += t.ios;
-    all.bytes += t.bytes;
-    all.badStatus += t.badStatus;
-    all.checksumMismatches += t.checksumMismatches;
-    all.contentMismatches += t.contentMismatches;
-    all.timedOutRequests += t.timedOutRequests;
-    all.failedRequests += t.failedRequests;
-    all.latencies.insert(all.latencies.end(), t.latencies.begin(), t.latencies.end());
+// --cluster: every server of the table through one ClusterClient.
+template <coio::Reactor R>
+coio::Task<int> runCluster(R& reactor, const Settings& settings) {
+  storage::ClusterOptions options;
+  options.connection.timeout = settings.timeout;
+  options.requestTimeout = settings.requestTimeout;
+  options.hedgeAfter = settings.hedge;
+  options.maxTransmissionsPerServer = settings.maxTransmissions;
+  typename storage::ClusterClient<R>::ConnectorFactory factory;
+#if COIO_STORAGE_RDMA
+  if (settings.device) {
+    factory = [&reactor, &settings](const coio::SocketAddress& server) -> storage::ChannelConnector<R> {
+      return [&reactor, &settings, server](std::stop_token stop) {
+        return connectRdma(reactor, settings, server, std::move(stop));
+      };
+    };
   }
-  report(settings, all, elapsed);
-  co_return all.errors() == 0 && all.ios > 0 ? 0 : 1;
+#endif
+  std::unique_ptr<storage::ClusterClient<R>> client =
+      co_await storage::ClusterClient<R>::connect(reactor, *settings.table, options, std::move(factory));
+  std::vector<std::byte> memory(settings.depth * settings.batch * settings.ioSize);
+  if (coio::Result<void> registered = client->registerMemory(memory); !registered) {
+    std::fprintf(stderr, "coio-storage-bench: cannot register memory: %s\n", registered.error().message().c_str());
+    co_await client->close();
+    co_return 1;
+  }
+  std::vector<Tally> tallies(settings.depth);
+  std::vector<storage::ClusterClient<R>*> one(1, client.get());
+  const double elapsed = co_await runWorkers(reactor, settings, std::move(one), memory, tallies);
+  ClusterFigures figures{settings.table->chains().size(), client->stats(), {}};
+  for (std::size_t s = 0; s < settings.table->servers().size(); ++s) {
+    figures.servers.emplace_back(settings.table->servers()[s].toString(), client->serverStats(s));
+  }
+  co_await client->close();
+  co_return finish(settings, tallies, elapsed, &figures);
 }
 
 int usage(const char* problem = nullptr) {
@@ -275,6 +474,11 @@ int main(int argc, char** argv) {
       settings.json = true;
       continue;
     }
+    if (name == "--latency-log" || name == "--cluster") {
+      if (i + 1 >= argc) return usage(("missing value for " + std::string(name)).c_str());
+      (name == "--cluster" ? settings.clusterFile : settings.latencyLog) = argv[++i];
+      continue;
+    }
     if (i + 1 >= argc) return usage(("missing value for " + std::string(name)).c_str());
     const std::string_view value = argv[++i];
     const std::optional<std::uint64_t> count = storage::cli::parseCount(value);
@@ -288,6 +492,9 @@ int main(int argc, char** argv) {
       rdmaDevice = value;
     } else if (name == "--dir") {
       dir = value;
+    } else if (name == "--target") {
+      ok = count && *count <= UINT32_MAX;
+      settings.target = static_cast<std::uint32_t>(count.value_or(0));
     } else if (name == "--chunks") {
       ok = count && *count > 0;
       settings.layout.chunks = count.value_or(0);
@@ -315,6 +522,12 @@ int main(int argc, char** argv) {
     } else if (name == "--timeout-ms") {
       ok = count && *count > 0 && *count <= 24 * 3600 * 1000;
       settings.timeout = std::chrono::milliseconds(count.value_or(0));
+    } else if (name == "--request-timeout-ms") {
+      ok = count && *count > 0 && *count <= 24 * 3600 * 1000;
+      settings.requestTimeout = std::chrono::milliseconds(count.value_or(0));
+    } else if (name == "--hedge-ms") {
+      ok = count && *count <= 24 * 3600 * 1000;
+      settings.hedge = std::chrono::milliseconds(count.value_or(0));
     } else if (name == "--reactor") {
       ok = coio::parseReactorKind(value).hasValue();
       if (ok) settings.kind = *coio::parseReactorKind(value);
@@ -326,7 +539,16 @@ int main(int argc, char** argv) {
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-bench", rdmaDevice, settings)) return 1;
-  if (!dir.empty()) {
+  if (!settings.clusterFile.empty()) {
+    std::string why;
+    coio::Result<storage::ChainTable> table = storage::ChainTable::load(settings.clusterFile, &why);
+    if (!table) {
+      std::fprintf(stderr, "coio-storage-bench: %s\n", why.c_str());
+      return 1;
+    }
+    settings.layout = {table->chunks(), table->chunkSize(), 1};
+    settings.table = std::move(*table);
+  } else if (!dir.empty()) {
     coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(dir);
     if (!index) {
       std::fprintf(stderr, "coio-storage-bench: cannot read %s/index: %s\n", dir.c_str(), index.error().message().c_str());
@@ -346,5 +568,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "coio-storage-bench: %s; using epoll\n", why.c_str());
     settings.kind = usable;
   }
-  return coio::withReactor(settings.kind, [&](auto& reactor) { return reactor.runUntil(run(reactor, settings)); });
+  return coio::withReactor(settings.kind, [&](auto& reactor) {
+    return reactor.runUntil(settings.table ? runCluster(reactor, settings) : run(reactor, settings));
+  });
 }

@@ -3,9 +3,14 @@
 // data files (as 3FS keeps chunks in large files), plus a text index with
 // each chunk's CRC32C.
 //
-//   D/index            "coio-chunk-store 1 <chunks> <chunk size> <chunks per file>"
+//   D/index            "coio-chunk-store 1 <chunks> <chunk size> <chunks per file>", or
+//                      "coio-chunk-store 2 <chunks> <chunk size> <chunks per file> <first> <stride>"
 //                      then one line per chunk: its CRC32C in hex
-//   D/data-<n>         chunks [n*K, (n+1)*K) back to back, K = chunks per file
+//   D/data-<n>         slots [n*K, (n+1)*K) back to back, K = chunks per file
+//
+// Slot k holds chunk id first + k * stride: version 1 is first 0, stride 1
+// (a whole dataset); version 2 a chain's share of a chain table's dataset
+// (CHAINS.md: the target of chain j of C holds ids j, j + C, ...).
 //
 // Content is deterministic (a function of chunk id and offset), so a client
 // can check bytes without the index, and a corrupted byte is detectable.
@@ -33,14 +38,30 @@ struct ChunkLocation {
   std::uint64_t offset;
 };
 
+/// The shape of a chunk store: `chunks` slots of `chunkSize` bytes,
+/// `chunksPerFile` per data file; slot k holds chunk id
+/// `firstChunk + k * chunkStride`.
 struct ChunkStoreLayout {
   std::uint64_t chunks = 0;
   std::uint32_t chunkSize = 0;
   std::uint32_t chunksPerFile = 0;
+  std::uint64_t firstChunk = 0;
+  std::uint64_t chunkStride = 1;
 
   std::uint32_t files() const { return static_cast<std::uint32_t>((chunks + chunksPerFile - 1) / chunksPerFile); }
+  /// Whether the store holds chunk `chunkId`.
+  bool holds(std::uint64_t chunkId) const {
+    return chunkId >= firstChunk && (chunkId - firstChunk) % chunkStride == 0 &&
+           (chunkId - firstChunk) / chunkStride < chunks;
+  }
+  /// The slot of a chunk it holds.
+  std::uint64_t slotOf(std::uint64_t chunkId) const { return (chunkId - firstChunk) / chunkStride; }
+  /// The chunk id in slot `slot`.
+  std::uint64_t chunkAt(std::uint64_t slot) const { return firstChunk + slot * chunkStride; }
+  /// Where a chunk it holds lives.
   ChunkLocation locate(std::uint64_t chunkId) const {
-    return {static_cast<std::uint32_t>(chunkId / chunksPerFile), (chunkId % chunksPerFile) * std::uint64_t{chunkSize}};
+    const std::uint64_t slot = slotOf(chunkId);
+    return {static_cast<std::uint32_t>(slot / chunksPerFile), (slot % chunksPerFile) * std::uint64_t{chunkSize}};
   }
   static std::string dataFileName(const std::string& dir, std::uint32_t file) { return dir + "/data-" + std::to_string(file); }
   static std::string indexFileName(const std::string& dir) { return dir + "/index"; }
@@ -90,12 +111,13 @@ inline bool matchesChunkBytes(std::uint64_t chunkId, std::uint64_t offset, std::
 
 struct ChunkStoreIndex {
   ChunkStoreLayout layout;
-  std::vector<std::uint32_t> crcs;  // whole-chunk CRC32C, by chunk id
+  std::vector<std::uint32_t> crcs;  // whole-chunk CRC32C, by slot
 };
 
 /// Writes a dataset into `dir` (which must exist). Returns the index.
 inline coio::Result<ChunkStoreIndex> createChunkStore(const std::string& dir, ChunkStoreLayout layout) {
-  if (layout.chunks == 0 || layout.chunkSize == 0 || layout.chunkSize % 4096 != 0 || layout.chunksPerFile == 0) {
+  if (layout.chunks == 0 || layout.chunkSize == 0 || layout.chunkSize % 4096 != 0 || layout.chunksPerFile == 0 ||
+      layout.chunkStride == 0) {
     return coio::Errc::invalidArgument;
   }
   ChunkStoreIndex index{layout, std::vector<std::uint32_t>(layout.chunks)};
@@ -104,9 +126,10 @@ inline coio::Result<ChunkStoreIndex> createChunkStore(const std::string& dir, Ch
     const int fd = ::open(ChunkStoreLayout::dataFileName(dir, f).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return coio::systemError(errno);
     const std::uint64_t first = std::uint64_t{f} * layout.chunksPerFile;
-    for (std::uint64_t id = first; id < layout.chunks && id < first + layout.chunksPerFile; ++id) {
+    for (std::uint64_t slot = first; slot < layout.chunks && slot < first + layout.chunksPerFile; ++slot) {
+      const std::uint64_t id = layout.chunkAt(slot);
       fillChunkBytes(id, 0, chunk);
-      index.crcs[id] = crc32c(chunk);
+      index.crcs[slot] = crc32c(chunk);
       const auto where = layout.locate(id);
       std::size_t done = 0;
       while (done < chunk.size()) {
@@ -123,7 +146,11 @@ inline coio::Result<ChunkStoreIndex> createChunkStore(const std::string& dir, Ch
     if (::fsync(fd) != 0 || ::close(fd) != 0) return coio::systemError(errno);
   }
   std::ofstream out(ChunkStoreLayout::indexFileName(dir), std::ios::trunc);
-  out << "coio-chunk-store 1 " << layout.chunks << ' ' << layout.chunkSize << ' ' << layout.chunksPerFile << '\n';
+  const bool whole = layout.firstChunk == 0 && layout.chunkStride == 1;
+  out << "coio-chunk-store " << (whole ? 1 : 2) << ' ' << layout.chunks << ' ' << layout.chunkSize << ' '
+      << layout.chunksPerFile;
+  if (!whole) out << ' ' << layout.firstChunk << ' ' << layout.chunkStride;
+  out << '\n';
   char hex[16];
   for (std::uint32_t crc : index.crcs) {
     std::snprintf(hex, sizeof hex, "%08x\n", crc);
@@ -144,8 +171,12 @@ inline coio::Result<ChunkStoreIndex> loadChunkStoreIndex(const std::string& dir)
   if (!std::getline(in, line)) return coio::Errc::invalidArgument;
   std::istringstream header(line);
   header >> magic >> version >> index.layout.chunks >> index.layout.chunkSize >> index.layout.chunksPerFile;
-  if (!header || magic != "coio-chunk-store" || version != 1 || index.layout.chunks == 0 ||
-      index.layout.chunkSize == 0 || index.layout.chunksPerFile == 0 || index.layout.chunks > (1ull << 32)) {
+  if (version == 2) header >> index.layout.firstChunk >> index.layout.chunkStride;
+  std::string rest;
+  const ChunkStoreLayout& l = index.layout;
+  if (!header || (header >> rest) || magic != "coio-chunk-store" || (version != 1 && version != 2) || l.chunks == 0 ||
+      l.chunkSize == 0 || l.chunksPerFile == 0 || l.chunks > (1ull << 32) || l.chunkStride == 0 ||
+      l.chunkStride > (1ull << 32) || l.firstChunk > (1ull << 40)) {
     return coio::Errc::invalidArgument;
   }
   index.crcs.reserve(index.layout.chunks);

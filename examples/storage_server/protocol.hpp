@@ -16,10 +16,10 @@
 namespace storage::proto {
 
 inline constexpr std::uint32_t kMagic = 0x4F494F43;  // the bytes "COIO"
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::uint32_t kMaxPayload = 1u << 20;  // control payloads; data travels outside frames
-inline constexpr std::size_t kIoSize = 32;              // one ReadIo on the wire
+inline constexpr std::size_t kIoSize = 40;              // one ReadIo on the wire
 inline constexpr std::size_t kResultSize = 16;          // one IoResult on the wire
 inline constexpr std::uint32_t kIoDataPayload = 16;     // an IoData frame's payload (its data follows it)
 inline constexpr std::size_t kMaxErrorMessage = 1024;
@@ -48,6 +48,7 @@ enum class IoStatus : std::int32_t {
   timedOut = 6,           // the client never granted transmission
   internalError = 7,
   unavailable = 8,        // the server is shutting down: nothing was read, ask another replica
+  targetNotFound = 9,     // the server serves no target of that id
 };
 
 /// Why a frame was rejected; carried in Error frames.
@@ -86,6 +87,7 @@ struct ReadIo {
   std::uint32_t offset = 0;
   std::uint32_t length = 0;
   RemoteBuffer remote;  // RDMA only; zero over TCP
+  std::uint32_t targetId = 0;  // which of the server's targets holds the chunk (first on the wire)
   friend bool operator==(const ReadIo&, const ReadIo&) = default;
 };
 
@@ -235,6 +237,8 @@ inline void encode(std::vector<std::byte>& out, std::uint64_t requestId, const B
   w.put(std::uint16_t{0});
   w.put(static_cast<std::uint32_t>(req.ios.size()));
   for (const ReadIo& io : req.ios) {
+    w.put(io.targetId);
+    w.put(std::uint32_t{0});
     w.put(io.chunkId);
     w.put(io.offset);
     w.put(io.length);
@@ -319,6 +323,8 @@ inline coio::Result<BatchReadRequest> decodeBatchReadRequest(std::span<const std
   if (auto ok = detail::expectSize(r.remaining(), std::size_t{count} * kIoSize); !ok) return ok.error();
   req.ios.resize(count);
   for (ReadIo& io : req.ios) {
+    io.targetId = r.get<std::uint32_t>();
+    if (r.get<std::uint32_t>() != 0) return ProtocolErrc::reservedNotZero;
     io.chunkId = r.get<std::uint64_t>();
     io.offset = r.get<std::uint32_t>();
     io.length = r.get<std::uint32_t>();
@@ -340,7 +346,7 @@ inline coio::Result<BatchReadResponse> decodeBatchReadResponse(std::span<const s
   resp.results.resize(count);
   for (IoResult& res : resp.results) {
     const auto status = r.get<std::int32_t>();
-    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::unavailable)) return ProtocolErrc::badStatus;
+    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::targetNotFound)) return ProtocolErrc::badStatus;
     res.status = static_cast<IoStatus>(status);
     res.bytes = r.get<std::uint32_t>();
     res.checksum = r.get<std::uint32_t>();

@@ -27,7 +27,7 @@ namespace storage {
 
 /// The queue-pair settings both ends use (the handshake insists that the
 /// message layer matches): 16 KiB messages hold a BatchReadRequest of up
-/// to 511 IOs.
+/// to 408 IOs.
 inline coio::rdma::QueuePairConfig rdmaQueuePairConfig() { return {}; }
 
 /// A shard's budget of RDMA WRITE work requests in flight (the issue's

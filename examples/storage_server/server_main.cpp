@@ -1,5 +1,6 @@
 // coio-storage-server: creates a chunk dataset (init) and serves batched
 // reads of it (serve) over TCP or RDMA, one StorageServer per reactor thread.
+#include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
 #include "storage_server.hpp"
@@ -23,11 +24,11 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -37,35 +38,45 @@ constexpr const char* kUsage = R"(usage:
       Creates a dataset in D (created if missing): N chunks of S bytes (a multiple
       of 4K; suffixes K, M, G), K per data file (default 64), deterministic
       content, and D/index with each chunk's CRC32C.
-  coio-storage-server serve --dir D [--listen 127.0.0.1:9000] [--transport tcp|rdma]
+  coio-storage-server init --chains FILE --target ID --dir D [--chunks-per-file K]
+      Creates target ID's dataset in D for the chain table FILE (CHAINS.md):
+      the chunks of its chain, the same bytes on every replica of the chain.
+  coio-storage-server serve (--dir D | --target ID=DIR...) [--listen 127.0.0.1:9000] [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
-      [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--max-connections N]
-      [--tcp-congestion NAME] [--zero-copy-send] [--poison-buffers]
+      [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--send-timeout-ms 10000]
+      [--max-connections N] [--tcp-congestion NAME] [--zero-copy-send] [--poison-buffers]
       [--rdma-device NAME] [--rdma-writes 256]
-      Serves D until SIGINT/SIGTERM (requests in flight get up to 5 s to
-      finish). --pool is the read-buffer pool per reactor, in buffers of
-      --piece-size (a multiple of 4K): a larger read is read and sent in
-      pieces of that size, each as soon as it is read; --buffered reads
-      through the page cache instead of O_DIRECT; --max-requests bounds the
-      requests in flight per connection. A frame must arrive whole within
-      --frame-timeout-ms of its first byte (an RDMA handshake within it of the
-      accept), and a connection with nothing in flight is closed after
-      --idle-timeout-ms. --max-connections bounds the connections (split
-      between the reactors; more are accepted and closed at once); the
-      default is 10000, or half of what the fd limit (raised to the hard
-      limit at start) leaves, if less. --tcp-congestion sets the congestion
-      control of the served connections (default: the system's; e.g. cubic:
-      bbr reorders segments over loopback). --zero-copy-send sends the data
-      over TCP straight from the read buffers (io_uring zero-copy sends, Linux
-      6.1+, --reactor uring; else it copies, as the banner says); a buffer
-      goes back to the pool once the client has acknowledged its data. No
-      gain over loopback, where the kernel copies to deliver anyway.
-      --poison-buffers (debugging) fills and, under ASan, poisons every
-      buffer given back to the pool. RDMA: clients connect over TCP to
-      --listen and bring up a queue pair on it; --rdma-device picks the
-      device (default: the first with an ACTIVE port), --rdma-writes bounds
-      the RDMA WRITEs in flight on it (split between the reactors).
+      Serves D (as target 0), or each --target ID=DIR (repeat it: one dataset
+      per target, typically one per disk, several per disk allowed; a request
+      names the target of each IO; all targets share each reactor's ring and
+      pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to
+      finish). SIGUSR1 prints a line of figures: "stats: requests=N
+      connections=N buffers_in_use=N buffers=N send_timeouts=N".
+      --pool is the read-buffer pool per reactor, in buffers of --piece-size
+      (a multiple of 4K): a larger read is read and sent in pieces of that
+      size, each as soon as it is read; --buffered reads through the page
+      cache instead of O_DIRECT; --max-requests bounds the requests in flight
+      per connection. A frame must arrive whole within --frame-timeout-ms of
+      its first byte (an RDMA handshake within it of the accept), a
+      connection with nothing in flight is closed after --idle-timeout-ms,
+      and one whose sends make no progress (the client stopped reading) is
+      dropped within 1.25 x --send-timeout-ms. --max-connections bounds the
+      connections (split between the reactors; more are accepted and closed
+      at once); the default is 10000, or half of what the fd limit (raised
+      to the hard limit at start) leaves, if less. --tcp-congestion sets the
+      congestion control of the served connections (default: the system's;
+      e.g. cubic: bbr reorders segments over loopback). --zero-copy-send
+      sends the data over TCP straight from the read buffers (io_uring
+      zero-copy sends, Linux 6.1+, --reactor uring; else it copies, as the
+      banner says); a buffer goes back to the pool once the client has
+      acknowledged its data. No gain over loopback, where the kernel copies
+      to deliver anyway. --poison-buffers (debugging) fills and, under ASan,
+      poisons every buffer given back to the pool. RDMA: clients connect
+      over TCP to --listen and bring up a queue pair on it; --rdma-device
+      picks the device (default: the first with an ACTIVE port),
+      --rdma-writes bounds the RDMA WRITEs in flight on it (split between
+      the reactors).
 )";
 
 int usage(const char* problem = nullptr) {
@@ -74,16 +85,18 @@ int usage(const char* problem = nullptr) {
   return problem ? 2 : 0;
 }
 
-// --name value pairs after the subcommand; nullopt on a malformed line.
-std::optional<std::map<std::string, std::string>> parseOptions(int argc, char** argv, std::vector<std::string> flags) {
-  std::map<std::string, std::string> options;
+// --name value pairs after the subcommand, in order (an option may repeat:
+// --target); nullopt on a malformed line.
+using Options = std::vector<std::pair<std::string, std::string>>;
+std::optional<Options> parseOptions(int argc, char** argv, std::vector<std::string> flags) {
+  Options options;
   for (int i = 2; i < argc; ++i) {
     const std::string name = argv[i];
     if (name.rfind("--", 0) != 0) return std::nullopt;
     if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
-      options[name] = "1";
+      options.emplace_back(name, "1");
     } else if (i + 1 < argc) {
-      options[name] = argv[++i];
+      options.emplace_back(name, argv[++i]);
     } else {
       return std::nullopt;
     }
@@ -91,13 +104,37 @@ std::optional<std::map<std::string, std::string>> parseOptions(int argc, char** 
   return options;
 }
 
-int init(const std::map<std::string, std::string>& options) {
+// init --chains FILE --target ID: the target's share of the table's dataset
+// in `layout` (chunks per file kept), or prints why not and returns false.
+bool chainLayout(const std::string& chains, std::optional<std::uint32_t> target, storage::ChunkStoreLayout& layout) {
+  std::string why;
+  coio::Result<storage::ChainTable> table = storage::ChainTable::load(chains, &why);
+  if (!table) {
+    std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+    return false;
+  }
+  std::optional<storage::ChunkStoreLayout> shape = table->targetLayout(*target, layout.chunksPerFile);
+  if (!shape) {
+    std::fprintf(stderr, "coio-storage-server: target %u is in no chain of %s\n", *target, chains.c_str());
+    return false;
+  }
+  layout = *shape;
+  return true;
+}
+
+int init(const Options& options) {
   storage::ChunkStoreLayout layout;
   layout.chunksPerFile = 64;
-  std::string dir;
+  std::string dir, chains;
+  std::optional<std::uint32_t> target;
   for (const auto& [name, value] : options) {
+    std::optional<std::uint64_t> id;
     if (name == "--dir") {
       dir = value;
+    } else if (name == "--chains") {
+      chains = value;
+    } else if (name == "--target" && (id = storage::cli::parseCount(value)) && *id <= UINT32_MAX) {
+      target = static_cast<std::uint32_t>(*id);
     } else if (name == "--chunks") {
       layout.chunks = storage::cli::parseCount(value).value_or(0);
     } else if (name == "--chunk-size") {
@@ -108,10 +145,15 @@ int init(const std::map<std::string, std::string>& options) {
       return usage(("unknown option " + name + " for init").c_str());
     }
   }
-  if (dir.empty() || layout.chunks == 0 || layout.chunkSize == 0) return usage("init needs --dir, --chunks and --chunk-size");
-  if (layout.chunkSize % 4096 != 0 || layout.chunksPerFile == 0) {
-    return usage("--chunk-size must be a multiple of 4K (O_DIRECT), --chunks-per-file at least 1");
+  if (layout.chunksPerFile == 0) return usage("--chunks-per-file must be at least 1");
+  if (!chains.empty() || target) {
+    if (chains.empty() || !target || dir.empty() || layout.chunks != 0 || layout.chunkSize != 0) {
+      return usage("init --chains FILE takes --target ID and --dir D (the table gives the chunks and their size)");
+    }
+    if (!chainLayout(chains, target, layout)) return 1;
   }
+  if (dir.empty() || layout.chunks == 0 || layout.chunkSize == 0) return usage("init needs --dir, --chunks and --chunk-size");
+  if (layout.chunkSize % 4096 != 0) return usage("--chunk-size must be a multiple of 4K (O_DIRECT)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -124,13 +166,18 @@ int init(const std::map<std::string, std::string>& options) {
                  index.error().message().c_str());
     return 1;
   }
-  std::printf("created %s: %llu chunks of %u bytes in %u data file(s)\n", dir.c_str(),
+  std::printf("created %s: %llu chunks of %u bytes in %u data file(s)", dir.c_str(),
               static_cast<unsigned long long>(layout.chunks), layout.chunkSize, layout.files());
+  if (target) {
+    std::printf(", target %u: chunk ids %llu, %llu, ...", *target, static_cast<unsigned long long>(layout.chunkAt(0)),
+                static_cast<unsigned long long>(layout.chunkAt(1)));
+  }
+  std::printf("\n");
   return 0;
 }
 
 struct ServeSettings {
-  std::string dir;
+  std::vector<storage::TargetSpec> targets;
   coio::SocketAddress listen;
   std::size_t reactors = 1;
   coio::ReactorKind kind = coio::ReactorKind::uring;
@@ -168,13 +215,36 @@ std::string describeOpenError(const std::string& dir, std::error_code error) {
   return "cannot open the data files in " + dir + ": " + error.message();
 }
 
+// Checks every target's directory and index before any shard opens them
+// (so that a problem names its target); returns the data files in all, or
+// prints the problem and returns nullopt.
+std::optional<std::uint64_t> checkTargets(const ServeSettings& settings) {
+  std::uint64_t files = 0;
+  for (const storage::TargetSpec& target : settings.targets) {
+    if (!std::filesystem::is_directory(target.dir)) {
+      std::fprintf(stderr, "coio-storage-server: target %u: no such directory: %s (create a dataset with: "
+                   "coio-storage-server init --dir %s --chunks N --chunk-size S)\n", target.id, target.dir.c_str(),
+                   target.dir.c_str());
+      return std::nullopt;
+    }
+    coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(target.dir);
+    if (!index) {
+      std::fprintf(stderr, "coio-storage-server: target %u: %s\n", target.id,
+                   describeOpenError(target.dir, index.error()).c_str());
+      return std::nullopt;
+    }
+    files += index->layout.files();
+  }
+  return files;
+}
+
 // Opens a shard on its own loop thread (its Disk belongs to that thread),
 // with its transport.
 template <coio::Reactor R>
 coio::Task<void> openShard(R& reactor, const ServeSettings& settings,
                            coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out, std::string& problem) {
-  out = storage::StorageServer<R>::open(reactor, settings.dir, settings.server);
-  if (!out) problem = describeOpenError(settings.dir, out.error());
+  out = storage::StorageServer<R>::open(reactor, settings.targets, settings.server);
+  if (!out) problem = "cannot open the targets' data files: " + out.error().message();
 #if COIO_STORAGE_RDMA
   if (out && settings.device) {
     const std::size_t writes = (settings.rdmaWrites + settings.reactors - 1) / settings.reactors;
@@ -205,11 +275,9 @@ coio::Task<void> startAccepting(R& reactor, const ServeSettings& settings, std::
 
 // Raises the fd limit and sets the connection limit: the default from it,
 // a warning if the one given may not fit. Splits it between the reactors.
-void limitConnections(ServeSettings& settings) {
+void limitConnections(ServeSettings& settings, std::uint64_t files) {
   settings.fdLimit = storage::cli::raiseFdLimit();
-  coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(settings.dir);
-  const std::uint64_t files = index ? index->layout.files() : 0;  // else opening the shards reports it
-  // Each reactor opens every data file, and has its ring (or epoll) and wake-up fds.
+  // Each reactor opens every target's data files, and has its ring (or epoll) and wake-up fds.
   const std::uint64_t reserved = settings.reactors * (files + 8) + 64;
   const std::uint64_t perConnection = storage::cli::fdsPerConnection(settings.transport == "rdma");
   if (!settings.maxConnections) {
@@ -222,6 +290,31 @@ void limitConnections(ServeSettings& settings) {
                  static_cast<unsigned long long>(settings.fdLimit));
   }
   settings.server.maxConnections = (*settings.maxConnections + settings.reactors - 1) / settings.reactors;
+}
+
+// SIGUSR1: one line of figures, summed over the shards (each read on its
+// own loop thread): requests served, connections open, read buffers in use
+// out of the pool's, connections dropped because the client stopped reading.
+template <coio::Reactor R>
+void printStats(coio::ReactorPool<R>& pool, const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards) {
+  storage::ServerStats total;
+  std::size_t inUse = 0, buffers = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    runOn(pool.reactor(i), [](const storage::StorageServer<R>& shard, storage::ServerStats& sum, std::size_t& used,
+                              std::size_t& all) -> coio::Task<void> {
+      const storage::ServerStats& stats = shard.stats();
+      sum.requests += stats.requests;
+      sum.connections += stats.connections;
+      sum.sendTimeouts += stats.sendTimeouts;
+      used += shard.buffersInUse();
+      all += shard.options().poolBytes / shard.options().pieceSize;
+      co_return;
+    }(*shards[i], total, inUse, buffers));
+  }
+  std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu\n",
+              static_cast<unsigned long long>(total.requests), total.connections, inUse, buffers,
+              static_cast<unsigned long long>(total.sendTimeouts));
+  std::fflush(stdout);
 }
 
 template <coio::Reactor R>
@@ -253,10 +346,13 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     }
   }
   if (status == 0) {
-    const storage::ChunkStoreLayout& layout = shards.front()->layout();
-    std::printf("coio-storage-server: %llu chunks of %u bytes from %s, %s, %zu %s reactor(s)\n",
-                static_cast<unsigned long long>(layout.chunks), layout.chunkSize, settings.dir.c_str(),
+    std::printf("coio-storage-server: %zu target(s), %s, %zu %s reactor(s)\n", settings.targets.size(),
                 settings.transport.c_str(), pool.size(), std::string(coio::toString(settings.kind)).c_str());
+    for (const storage::TargetSpec& target : settings.targets) {
+      const storage::ChunkStoreLayout layout = storage::loadChunkStoreIndex(target.dir)->layout;  // checked
+      std::printf("  target %u: %llu chunks of %u bytes from %s\n", target.id,
+                  static_cast<unsigned long long>(layout.chunks), layout.chunkSize, target.dir.c_str());
+    }
     std::printf("  %s\n", shards.front()->note().c_str());
     std::printf("  at most %llu connections (fd limit %llu)\n",
                 static_cast<unsigned long long>(*settings.maxConnections),
@@ -264,7 +360,7 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
     std::fflush(stdout);
     int signal = 0;
-    sigwait(&signals, &signal);
+    while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) printStats(pool, shards);
     std::printf("%s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
   }
   // The accepting shard first, so that no connection is handed to a stopped one.
@@ -293,13 +389,25 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
 
 constexpr std::uint64_t kDayMs = 24 * 3600 * 1000;  // the longest deadline taken: no clock arithmetic overflows
 
-int serve(const std::map<std::string, std::string>& options) {
+// --target ID=DIR: the target, or nullopt.
+std::optional<storage::TargetSpec> parseTarget(const std::string& value) {
+  const std::size_t equals = value.find('=');
+  if (equals == std::string::npos || equals + 1 == value.size()) return std::nullopt;
+  const std::optional<std::uint64_t> id = storage::cli::parseCount(std::string_view(value).substr(0, equals));
+  if (!id || *id > UINT32_MAX) return std::nullopt;
+  return storage::TargetSpec{static_cast<std::uint32_t>(*id), value.substr(equals + 1)};
+}
+
+int serve(const Options& options) {
   ServeSettings settings;
   std::string listen = "127.0.0.1:9000", transport = "tcp";
   for (const auto& [name, value] : options) {
     std::optional<std::uint64_t> number;
+    std::optional<storage::TargetSpec> target;
     if (name == "--dir") {
-      settings.dir = value;
+      settings.targets.push_back({0, value});
+    } else if (name == "--target" && (target = parseTarget(value))) {
+      settings.targets.push_back(*target);
     } else if (name == "--listen") {
       listen = value;
     } else if (name == "--transport") {
@@ -326,6 +434,9 @@ int serve(const std::map<std::string, std::string>& options) {
     } else if (name == "--frame-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= kDayMs) {
       settings.server.frameTimeout = std::chrono::milliseconds(*number);
+    } else if (name == "--send-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= kDayMs) {
+      settings.server.sendTimeout = std::chrono::milliseconds(*number);
     } else if (name == "--idle-timeout-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= kDayMs) {
       settings.server.idleTimeout = std::chrono::milliseconds(*number);
@@ -350,18 +461,22 @@ int serve(const std::map<std::string, std::string>& options) {
       return usage(("bad option for serve: " + name + (value == "1" ? "" : " " + value)).c_str());
     }
   }
-  if (settings.dir.empty()) return usage("serve needs --dir");
+  if (settings.targets.empty()) return usage("serve needs --dir D or --target ID=DIR");
+  for (std::size_t i = 0; i < settings.targets.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (settings.targets[i].id == settings.targets[j].id) {
+        return usage(("target " + std::to_string(settings.targets[i].id) + " given twice (--dir D is target 0)").c_str());
+      }
+    }
+  }
   if (settings.server.poolBytes < settings.server.pieceSize) return usage("--pool must hold one --piece-size buffer");
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
   coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(listen);
   if (!address) return usage("--listen takes host:port, e.g. 127.0.0.1:9000 or [::1]:9000");
   settings.listen = *address;
-  if (!std::filesystem::is_directory(settings.dir)) {
-    std::fprintf(stderr, "coio-storage-server: no such directory: %s (create a dataset with: coio-storage-server init "
-                 "--dir %s --chunks N --chunk-size S)\n", settings.dir.c_str(), settings.dir.c_str());
-    return 1;
-  }
+  const std::optional<std::uint64_t> files = checkTargets(settings);
+  if (!files) return 1;
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-server", settings.rdmaDevice, settings)) {
     return 1;
   }
@@ -377,7 +492,7 @@ int serve(const std::map<std::string, std::string>& options) {
       return 1;
     }
   }
-  limitConnections(settings);
+  limitConnections(settings, *files);
   std::string why;
   if (const coio::ReactorKind usable = coio::usableReactorKind(settings.kind, &why); usable != settings.kind) {
     std::fprintf(stderr, "coio-storage-server: %s; using epoll\n", why.c_str());
@@ -388,6 +503,7 @@ int serve(const std::map<std::string, std::string>& options) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (settings.kind == coio::ReactorKind::uring) return serveWith<coio::UringReactor>(settings, signals);
   return serveWith<coio::EpollReactor>(settings, signals);

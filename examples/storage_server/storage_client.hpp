@@ -8,6 +8,7 @@
 #include "tcp_channel.hpp"
 
 #include <coio/core/async_scope.hpp>
+#include <coio/core/cancellation.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
@@ -31,13 +32,15 @@
 
 namespace storage {
 
-/// One IO of a batchRead: `length` bytes at `offset` of chunk `chunkId`,
-/// delivered into `into` (at least `length` bytes, valid until batchRead returns).
+/// One IO of a batchRead: `length` bytes at `offset` of chunk `chunkId` on
+/// the server's target `targetId`, delivered into `into` (at least `length`
+/// bytes, valid until batchRead returns).
 struct ReadOp {
   std::uint64_t chunkId = 0;
   std::uint32_t offset = 0;
   std::uint32_t length = 0;
   std::span<std::byte> into;
+  std::uint32_t targetId = 0;
 };
 
 /// One IO's outcome: the server's status, byte count and checksum, and
@@ -99,6 +102,13 @@ struct ClientOptions {
 /// - batchRead returns within `timeout` of the call (plus the time to
 ///   cancel a read) whatever the server does, also when the request could
 ///   not be sent (over TCP a frame cut by the timeout ends the connection).
+/// - A batchRead whose awaiting task is stopped (its token, see
+///   coio::currentStopToken: a collectAny it lost, a withTimeout deadline,
+///   AsyncScope::requestStop) ends at once the way a timeout would (below),
+///   with std::errc::operation_canceled: before it was sent it sends
+///   nothing; waiting for its response, it is abandoned and the connection
+///   stays; cut while its data was arriving, or granted over RDMA, it ends
+///   the connection as a timeout does there.
 /// - When batchRead returns, nothing writes into its destinations any more:
 ///   - a request that times out before its data arrives is abandoned: the
 ///     connection stays, a late response's data is read into scratch;
@@ -140,10 +150,18 @@ class ClientConnection {
       if (op.into.size() < op.length) co_return coio::Errc::invalidArgument;
       coio::Result<proto::RemoteBuffer> remote = channel_->remoteBuffer(op.into.first(op.length));
       if (!remote) co_return remote.error();
-      request.ios.push_back({op.chunkId, op.offset, op.length, *remote});
+      request.ios.push_back({op.chunkId, op.offset, op.length, *remote, op.targetId});
     }
-    const bool admitted = co_await requestSlots_.acquire(stop_.get_token());
-    if (!admitted) co_return coio::Errc::closed;
+    // The caller's stop (the token its task runs under: a collectAny it
+    // lost, a withTimeout deadline) ends the call as its own timeout does.
+    const std::stop_token caller = co_await coio::currentStopToken();
+    std::stop_source giveUp;  // close(), or the caller's stop
+    const auto forward = [&giveUp] { giveUp.request_stop(); };
+    const std::stop_callback onClose(stop_.get_token(), forward);
+    const std::stop_callback onCaller(caller, forward);
+    const bool admitted = co_await requestSlots_.acquire(giveUp.get_token());
+    if (!admitted) co_return stop_.stop_requested() ? coio::Result<std::vector<ReadOutcome>>(coio::Errc::closed)
+                                                    : std::make_error_code(std::errc::operation_canceled);
     const RequestSlot slot{requestSlots_};
     if (failure_) co_return failure_;
     const std::uint64_t id = nextId_++;
@@ -176,8 +194,13 @@ class ClientConnection {
     }
     const auto left = std::max(options_.timeout - (std::chrono::steady_clock::now() - started),
                                std::chrono::steady_clock::duration::zero());
-    const bool due = co_await reactor_.sleepFor(left, call.done.get_token());
-    if (due && call.receiving) {
+    std::stop_source wake;  // the response, or the caller's stop
+    const auto wakeUp = [&wake] { wake.request_stop(); };
+    const std::stop_callback onDone(call.done.get_token(), wakeUp);
+    const std::stop_callback onStop(caller, wakeUp);
+    const bool due = co_await reactor_.sleepFor(left, wake.get_token());
+    const bool stopped = !due && !call.done.stop_requested();  // the caller gave up
+    if ((due || stopped) && call.receiving) {
       // Its data is being read into the caller's buffers and the rest is
       // late: only cancelling the read gets them back now. The stream's
       // place is then lost, so the reader fails every call (this one with
@@ -186,7 +209,7 @@ class ClientConnection {
       // A cancelled read resumes the reader once the kernel has let go of
       // the buffers; returning before that would let them be freed under it.
       while (!call.done.stop_requested()) (void)co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
-    } else if (due) {
+    } else if (due || stopped) {
       // The response may still come: the reader then drains its data.
       call.abandoned = true;
       const bool mayBeWriting = call.granted && channel_->writesRemote();
@@ -195,7 +218,7 @@ class ClientConnection {
       // right now. Only a dead queue pair guarantees it stops; the reader
       // then fails every call (and may free this one: do not touch it).
       if (mayBeWriting) channel_->abort();
-      co_return std::errc::timed_out;
+      co_return std::make_error_code(due ? std::errc::timed_out : std::errc::operation_canceled);
     }
     coio::Result<std::vector<ReadOutcome>> result = std::move(call.result);
     releaseSlot(call);  // normally done by complete(); never leak a slot

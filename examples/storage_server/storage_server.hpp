@@ -1,6 +1,6 @@
 #pragma once
 // The storage server of one reactor: serves BatchReadRequests (PROTOCOL.md)
-// from a chunk store over TCP or RDMA (a Transport). A multi-reactor server
+// from its targets (chunk stores) over TCP or RDMA (a Transport). A multi-reactor server
 // runs one per reactor and lets one of them accept for all (serve()).
 #include "channel.hpp"
 #include "chunk_store.hpp"
@@ -40,6 +40,13 @@
 #include <vector>
 
 namespace storage {
+
+/// A target to serve: a chunk store's directory (typically one per disk,
+/// several per disk allowed) and its id, unique across the cluster.
+struct TargetSpec {
+  std::uint32_t id = 0;
+  std::string dir;
+};
 
 struct ServerOptions {
   std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
@@ -109,8 +116,11 @@ struct ServerStats {
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
 };
 
-/// One reactor's share of the server: the dataset's files opened on the
-/// reactor's Disk, a registered BufferPool, and the connections it serves.
+/// One reactor's share of the server: every target's files opened on the
+/// reactor's one Disk, one registered BufferPool shared by all targets, and
+/// the connections it serves. One pool per reactor, not per target: the
+/// reactor's ring has one fixed-buffer table, and a busy target may then
+/// use buffers an idle one does not need.
 ///
 /// Guarantees:
 /// - Everything runs on the reactor's loop thread: create it there (or
@@ -120,7 +130,7 @@ struct ServerStats {
 ///   pool buffers (ranges widened to the O_DIRECT alignment, split into
 ///   pieces of pieceSize), and each piece is checksummed and sent as soon
 ///   as it and the pieces before it in its IO are read, while the other
-///   reads go on (PROTOCOL.md, version 2). Nothing is read or sent before
+///   reads go on (PROTOCOL.md, version 3). Nothing is read or sent before
 ///   the client granted transmission (with the request, or by
 ///   TransmitGrant; without it, after transmitTimeout, the request is
 ///   answered timedOut), so buffers are only held by requests that can
@@ -150,32 +160,24 @@ struct ServerStats {
 template <coio::Reactor R>
 class StorageServer {
  public:
-  /// Loads `dir`'s index and opens its data files. Errors: the index's
+  /// Serves the targets (each id at most once): loads each one's index and
+  /// opens its data files, all on this reactor's Disk. Errors: an index's
   /// (ENOENT: no index; Errc::invalidArgument: malformed), a data file's
-  /// open error, Errc::invalidArgument for unusable options.
-  static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::string& dir, ServerOptions options) {
-    coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(dir);
-    if (!index) return index.error();
-    if (options.pieceSize == 0 || options.pieceSize % 4096 != 0 || options.poolBytes < options.pieceSize ||
-        index->layout.chunkSize % 4096 != 0 || options.frameTimeout <= std::chrono::steady_clock::duration::zero() ||
+  /// open error, Errc::invalidArgument for unusable options, no target or a
+  /// repeated id.
+  static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::vector<TargetSpec>& targets,
+                                                          ServerOptions options) {
+    if (targets.empty() || options.pieceSize == 0 || options.pieceSize % 4096 != 0 ||
+        options.poolBytes < options.pieceSize || options.frameTimeout <= std::chrono::steady_clock::duration::zero() ||
         options.idleTimeout <= std::chrono::steady_clock::duration::zero() || options.maxConnections == 0) {
       return coio::Errc::invalidArgument;
     }
-    auto server = std::unique_ptr<StorageServer>(new StorageServer(reactor, std::move(*index), options));
-    for (std::uint32_t f = 0; f < server->index_.layout.files(); ++f) {
-      const std::string path = ChunkStoreLayout::dataFileName(dir, f);
-      coio::Result<coio::File> file = coio::File::open(server->disk_, path.c_str(), {.direct = options.directIo});
-      if (!file && options.directIo && file.error() == std::errc::invalid_argument) {
-        // The file system has no O_DIRECT (tmpfs): read through the page cache.
-        server->note_ = "O_DIRECT unsupported here; buffered reads. ";
-        server->options_.directIo = options.directIo = false;
-        file = coio::File::open(server->disk_, path.c_str());
-      }
-      if (!file) return file.error();
-      // The widened range of a read must stay inside its chunk.
-      if (server->index_.layout.chunkSize % file->alignment() != 0) return coio::Errc::invalidArgument;
-      (void)file->registerWithRing();  // a plain fd works too, just with a lookup per read
-      server->files_.push_back(std::move(*file));
+    auto server = std::unique_ptr<StorageServer>(new StorageServer(reactor, options));
+    for (const TargetSpec& spec : targets) {
+      if (server->findTarget(spec.id) != nullptr) return coio::Errc::invalidArgument;
+      coio::Result<Target> target = server->openTarget(spec);
+      if (!target) return target.error();
+      server->targets_.push_back(std::move(*target));
     }
     (void)server->disk_.registerBuffers(server->pool_);
     server->note_ += server->pool_.registrationNote();
@@ -187,12 +189,24 @@ class StorageServer {
     return server;
   }
 
+  /// Serves `dir` as the only target, id 0 (`serve --dir`).
+  static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::string& dir, ServerOptions options) {
+    return open(reactor, std::vector<TargetSpec>{{0, dir}}, options);
+  }
+
   StorageServer(const StorageServer&) = delete;
   StorageServer& operator=(const StorageServer&) = delete;
   ~StorageServer() { COIO_ASSERT(scopeJoined_, "StorageServer destroyed before co_await shutdown() completed"); }
 
   R& reactor() const noexcept { return reactor_; }
-  const ChunkStoreLayout& layout() const noexcept { return index_.layout; }
+  /// The first target's dataset shape.
+  const ChunkStoreLayout& layout() const noexcept { return targets_.front().index.layout; }
+  /// The target ids served, in the order given to open().
+  std::vector<std::uint32_t> targetIds() const {
+    std::vector<std::uint32_t> ids;
+    for (const Target& t : targets_) ids.push_back(t.id);
+    return ids;
+  }
   const ServerOptions& options() const noexcept { return options_; }
   const ServerStats& stats() const noexcept { return stats_; }
   /// Connections between accept and close right now (counted against
@@ -241,9 +255,44 @@ class StorageServer {
   }
 
  private:
+  // A dataset this server serves, with its files open on disk_.
+  struct Target {
+    std::uint32_t id;
+    ChunkStoreIndex index;
+    std::vector<coio::File> files;
+  };
+
+  const Target* findTarget(std::uint32_t id) const noexcept {
+    const auto found = std::find_if(targets_.begin(), targets_.end(), [id](const Target& t) { return t.id == id; });
+    return found == targets_.end() ? nullptr : &*found;
+  }
+
+  coio::Result<Target> openTarget(const TargetSpec& spec) {
+    coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(spec.dir);
+    if (!index) return index.error();
+    if (index->layout.chunkSize % 4096 != 0) return coio::Errc::invalidArgument;
+    Target target{spec.id, std::move(*index), {}};
+    for (std::uint32_t f = 0; f < target.index.layout.files(); ++f) {
+      const std::string path = ChunkStoreLayout::dataFileName(spec.dir, f);
+      coio::Result<coio::File> file = coio::File::open(disk_, path.c_str(), {.direct = options_.directIo});
+      if (!file && options_.directIo && file.error() == std::errc::invalid_argument) {
+        // The file system has no O_DIRECT (tmpfs): read through the page cache.
+        note_ = "O_DIRECT unsupported here; buffered reads. ";
+        options_.directIo = false;
+        file = coio::File::open(disk_, path.c_str());
+      }
+      if (!file) return file.error();
+      // The widened range of a read must stay inside its chunk.
+      if (target.index.layout.chunkSize % file->alignment() != 0) return coio::Errc::invalidArgument;
+      (void)file->registerWithRing();  // a plain fd works too, just with a lookup per read
+      target.files.push_back(std::move(*file));
+    }
+    return target;
+  }
+
   // One piece of a widened read: at most pieceSize bytes into one buffer.
   struct Piece {
-    std::uint32_t file;
+    const coio::File* file;
     std::uint64_t fileOffset;
     std::size_t length;
     std::size_t head;  // where the asked bytes start in the buffer
@@ -252,6 +301,7 @@ class StorageServer {
   struct IoPlan {
     std::size_t firstPiece = 0;
     std::size_t pieces = 0;
+    const Target* target = nullptr;  // where the IO reads, once validated
   };
 
   struct Connection;
@@ -329,9 +379,8 @@ class StorageServer {
     }
   };
 
-  StorageServer(R& reactor, ChunkStoreIndex index, const ServerOptions& options)
+  StorageServer(R& reactor, const ServerOptions& options)
       : reactor_(reactor),
-        index_(std::move(index)),
         options_(options),
         pool_({.bufferSize = options.pieceSize,
                .count = options.poolBytes / options.pieceSize,
@@ -551,8 +600,10 @@ class StorageServer {
     }
   }
 
-  // Validates every IO: ok, or the IO's own error status.
-  std::vector<proto::IoResult> validate(const proto::BatchReadRequest& request, const Channel<R>& channel) const {
+  // Validates every IO: ok, or the IO's own error status. Records each
+  // valid IO's target in `plans`.
+  std::vector<proto::IoResult> validate(const proto::BatchReadRequest& request, const Channel<R>& channel,
+                                        std::vector<IoPlan>& plans) const {
     std::vector<proto::IoResult> results(request.ios.size());
     if (stopping_) {
       for (proto::IoResult& r : results) r.status = proto::IoStatus::unavailable;
@@ -561,13 +612,17 @@ class StorageServer {
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < request.ios.size(); ++i) {
       const proto::ReadIo& io = request.ios[i];
-      if (io.chunkId >= index_.layout.chunks) {
+      const Target* target = findTarget(io.targetId);
+      if (target == nullptr) {
+        results[i].status = proto::IoStatus::targetNotFound;
+      } else if (!target->index.layout.holds(io.chunkId)) {
         results[i].status = proto::IoStatus::chunkNotFound;
-      } else if (std::uint64_t{io.offset} + io.length > index_.layout.chunkSize) {
+      } else if (std::uint64_t{io.offset} + io.length > target->index.layout.chunkSize) {
         results[i].status = proto::IoStatus::rangeOutsideChunk;
       } else if (channel.writesRemote() && io.remote.length < io.length) {
         results[i].status = proto::IoStatus::bufferTooSmall;
       } else {
+        plans[i].target = target;
         total += io.length;
       }
     }
@@ -580,16 +635,17 @@ class StorageServer {
   // Splits each valid IO's widened range into pieces of at most pieceSize.
   void plan(const proto::BatchReadRequest& request, const std::vector<proto::IoResult>& results,
             std::vector<IoPlan>& plans, std::vector<Piece>& pieces) const {
-    const std::size_t alignment = files_.empty() ? 1 : files_.front().alignment();
     for (std::size_t i = 0; i < request.ios.size(); ++i) {
       const proto::ReadIo& io = request.ios[i];
       plans[i].firstPiece = pieces.size();
       if (results[i].status != proto::IoStatus::ok || io.length == 0) continue;
-      const ChunkLocation where = index_.layout.locate(io.chunkId);
-      const coio::AlignedRange range = coio::alignRange(where.offset + io.offset, io.length, alignment);
+      const Target& target = *plans[i].target;
+      const ChunkLocation where = target.index.layout.locate(io.chunkId);
+      const coio::File& file = target.files[where.file];
+      const coio::AlignedRange range = coio::alignRange(where.offset + io.offset, io.length, file.alignment());
       std::size_t head = range.head, left = range.requested;
       for (std::size_t at = 0; at < range.length; at += options_.pieceSize) {
-        Piece p{where.file, range.offset + at, std::min(options_.pieceSize, range.length - at), 0, 0};
+        Piece p{&file, range.offset + at, std::min(options_.pieceSize, range.length - at), 0, 0};
         p.head = std::min(head, p.length);
         p.take = std::min(left, p.length - p.head);
         head -= p.head;
@@ -602,8 +658,8 @@ class StorageServer {
 
   coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request, bool counted) {
     const InFlightEntry entry{*this, conn, id, counted};
-    std::vector<proto::IoResult> results = validate(request, *conn.channel);
     std::vector<IoPlan> plans(request.ios.size());
+    std::vector<proto::IoResult> results = validate(request, *conn.channel, plans);
     std::vector<Piece> pieces;
     plan(request, results, plans, pieces);
     if (pieces.size() > pool_.count()) {  // more than the whole pool could ever hold
@@ -643,7 +699,7 @@ class StorageServer {
     batch.keepApart();
     batch.reserve(pieces.size());
     for (std::size_t p = 0; p < pieces.size(); ++p) {
-      batch.add(files_[pieces[p].file], pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
+      batch.add(*pieces[p].file, pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
     }
     batch.start();
     // Stream each run of pieces as soon as it and the pieces before it in
@@ -707,7 +763,7 @@ class StorageServer {
           results[io].status = proto::IoStatus::ioError;
           break;
         }
-        if (request.checksum == proto::ChecksumMode::crc32c && !server.storedCrc(request.ios[io])) {
+        if (request.checksum == proto::ChecksumMode::crc32c && !server.storedCrc(request.ios[io], *plans[io].target)) {
           crc[io] = crc32c(asked[p], crc[io]);
         }
         sent[io] += static_cast<std::uint32_t>(asked[p].size());
@@ -728,7 +784,9 @@ class StorageServer {
           continue;
         }
         r.bytes = request.ios[io].length;
-        if (request.checksum == proto::ChecksumMode::crc32c) r.checksum = server.storedCrc(request.ios[io]).value_or(crc[io]);
+        if (request.checksum == proto::ChecksumMode::crc32c) {
+          r.checksum = server.storedCrc(request.ios[io], *plans[io].target).value_or(crc[io]);
+        }
       }
     }
 
@@ -771,8 +829,9 @@ class StorageServer {
   // The stored whole-chunk CRC when `io` reads the whole chunk (so a byte
   // corrupted on disk shows as a mismatch), else nothing: the CRC of the
   // bytes read is the checksum.
-  std::optional<std::uint32_t> storedCrc(const proto::ReadIo& io) const noexcept {
-    if (io.offset == 0 && io.length == index_.layout.chunkSize) return index_.crcs[io.chunkId];
+  static std::optional<std::uint32_t> storedCrc(const proto::ReadIo& io, const Target& target) noexcept {
+    const ChunkStoreLayout& layout = target.index.layout;
+    if (io.offset == 0 && io.length == layout.chunkSize) return target.index.crcs[layout.slotOf(io.chunkId)];
     return std::nullopt;
   }
 
@@ -805,13 +864,14 @@ class StorageServer {
   }
 
   R& reactor_;
-  ChunkStoreIndex index_;
   ServerOptions options_;
   std::string note_;
   // Destroyed in reverse: files before the Disk, the Disk before the pool.
   coio::BufferPool pool_;
   coio::Disk disk_;
-  std::vector<coio::File> files_;
+  // Every target's files on the one Disk: io_uring has one fixed-buffer
+  // table per ring, so one registered pool serves them all.
+  std::vector<Target> targets_;
   coio::BatchSemaphore tokens_;  // one per free pool buffer: a request waits for all of its buffers at once
   ServerStats stats_;
   std::stop_source stop_;  // the accept loop's

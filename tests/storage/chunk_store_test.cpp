@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 namespace {
@@ -76,4 +77,45 @@ TEST_CASE("Word-wise chunk content equals the per-byte definition at any offset"
     filled[36] ^= std::byte{1};
     CHECK_FALSE(storage::matchesChunkBytes(5, offset, filled));
   }
+}
+
+TEST_CASE("A strided chunk store holds a chain's share: ids first, first + stride, ...", "[chunkStore]") {
+  TempDir dir;
+  const storage::ChunkStoreLayout layout{4, 4096, 3, 2, 5};  // chunks 2, 7, 12, 17
+  auto index = storage::createChunkStore(dir.path, layout);
+  REQUIRE(index);
+  CHECK(layout.holds(2));
+  CHECK(layout.holds(17));
+  CHECK_FALSE(layout.holds(0));
+  CHECK_FALSE(layout.holds(3));
+  CHECK_FALSE(layout.holds(22));  // the fifth: past the end
+  CHECK(layout.chunkAt(3) == 17);
+  std::ifstream header(storage::ChunkStoreLayout::indexFileName(dir.path));
+  std::string first;
+  std::getline(header, first);
+  CHECK(first == "coio-chunk-store 2 4 4096 3 2 5");
+  auto loaded = storage::loadChunkStoreIndex(dir.path);
+  REQUIRE(loaded);
+  CHECK(loaded->layout.firstChunk == 2);
+  CHECK(loaded->layout.chunkStride == 5);
+  CHECK(loaded->crcs == index->crcs);
+  // Chunk 17 is slot 3: data-1 (3 per file), first in it; its bytes are chunk 17's.
+  const auto where = layout.locate(17);
+  CHECK(where.file == 1);
+  CHECK(where.offset == 0);
+  std::vector<std::byte> chunk(4096), expected(4096);
+  const int fd = ::open(storage::ChunkStoreLayout::dataFileName(dir.path, 1).c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pread(fd, chunk.data(), chunk.size(), 0) == 4096);
+  ::close(fd);
+  storage::fillChunkBytes(17, 0, expected);
+  CHECK(chunk == expected);
+  CHECK(index->crcs[3] == storage::crc32c(expected));
+  // Version 1 with stride fields, or a stride of 0, is malformed.
+  std::ofstream(storage::ChunkStoreLayout::indexFileName(dir.path), std::ios::trunc)
+      << "coio-chunk-store 1 1 4096 3 2 5\n00000000\n";
+  CHECK(storage::loadChunkStoreIndex(dir.path).error() == coio::Errc::invalidArgument);
+  std::ofstream(storage::ChunkStoreLayout::indexFileName(dir.path), std::ios::trunc)
+      << "coio-chunk-store 2 1 4096 3 2 0\n00000000\n";
+  CHECK(storage::loadChunkStoreIndex(dir.path).error() == coio::Errc::invalidArgument);
 }

@@ -18,7 +18,8 @@ BatchReadRequest sampleRequest(std::size_t n) {
   req.checksum = ChecksumMode::crc32c;
   for (std::size_t i = 0; i < n; ++i) {
     req.ios.push_back({i * 7, static_cast<std::uint32_t>(i * 4096), 4096,
-                       {0x7f00'0000'0000 + i, 8192, static_cast<std::uint32_t>(0xABC0 + i)}});
+                       {0x7f00'0000'0000 + i, 8192, static_cast<std::uint32_t>(0xABC0 + i)},
+                       static_cast<std::uint32_t>(100 + i)});
   }
   return req;
 }
@@ -44,7 +45,7 @@ TEST_CASE("The header is little-endian with the documented layout", "[protocol]"
   std::vector<std::byte> frame;
   encodeEmpty(frame, MessageType::transmitGrant, 0x0102030405060708);
   REQUIRE(frame.size() == kHeaderSize);
-  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 2, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 3, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                                                0,   0,   0,   0,   0, 0, 0, 0};
   CHECK(std::memcmp(frame.data(), expected, kHeaderSize) == 0);
 }
@@ -90,7 +91,8 @@ TEST_CASE("Bad headers are rejected with a reason", "[protocol]") {
   };
   CHECK(corrupt(0, 'X') == ProtocolErrc::badMagic);
   CHECK(corrupt(4, 1) == ProtocolErrc::unsupportedVersion);  // a version 1 peer
-  CHECK(corrupt(4, 3) == ProtocolErrc::unsupportedVersion);
+  CHECK(corrupt(4, 2) == ProtocolErrc::unsupportedVersion);  // a version 2 peer: its IOs name no target
+  CHECK(corrupt(4, 4) == ProtocolErrc::unsupportedVersion);
   CHECK(corrupt(6, 0) == ProtocolErrc::unknownType);
   CHECK(corrupt(6, 77) == ProtocolErrc::unknownType);
   CHECK(corrupt(20, 1) == ProtocolErrc::reservedNotZero);
@@ -117,6 +119,48 @@ TEST_CASE("Request bodies: IO count limit, checksum mode and reserved bytes are 
   copy = frame;
   for (int i = 4; i < 8; ++i) copy[kHeaderSize + static_cast<std::size_t>(i)] = std::byte{0xFF};
   CHECK(decodeBatchReadRequest(payloadOf(copy), 0xFFFFFFFFu).error() == ProtocolErrc::truncated);
+}
+
+TEST_CASE("An IO is 40 bytes: target id, reserved, chunk id, offset, length, remote buffer", "[protocol]") {
+  BatchReadRequest req;
+  req.ios.push_back({0x1122334455667788, 0x01020304, 0x0A0B0C0D, {0x8877665544332211, 0x10203040, 0x50607080},
+                     0xDEADBEEF});
+  std::vector<std::byte> frame;
+  encode(frame, 1, req);
+  REQUIRE(frame.size() == kHeaderSize + 8 + 40);
+  const unsigned char io[40] = {0xEF, 0xBE, 0xAD, 0xDE, 0,    0,    0,    0,                    // target, reserved
+                                0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,                 // chunk id
+                                0x04, 0x03, 0x02, 0x01, 0x0D, 0x0C, 0x0B, 0x0A,                 // offset, length
+                                0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,                 // remote.addr
+                                0x40, 0x30, 0x20, 0x10, 0x80, 0x70, 0x60, 0x50};                // length, rkey
+  CHECK(std::memcmp(frame.data() + kHeaderSize + 8, io, sizeof io) == 0);
+  auto back = decodeBatchReadRequest(payloadOf(frame), 256);
+  REQUIRE(back);
+  CHECK(back->ios == req.ios);
+  for (std::size_t at = 4; at < 8; ++at) {  // the reserved word after the target id
+    auto copy = frame;
+    copy[kHeaderSize + 8 + at] = std::byte{1};
+    CHECK(decodeBatchReadRequest(payloadOf(copy), 256).error() == ProtocolErrc::reservedNotZero);
+  }
+  CHECK(kMaxIosPerFrame == (kMaxPayload - 8) / 40);
+}
+
+TEST_CASE("Statuses 0 to 9 decode; 10 is a protocol error", "[protocol]") {
+  for (std::int32_t status = 0; status <= 10; ++status) {
+    BatchReadResponse resp;
+    resp.results.push_back({IoStatus::ok, 0, 0});
+    std::vector<std::byte> frame;
+    encode(frame, 1, resp);
+    frame[kHeaderSize + 8] = static_cast<std::byte>(status);
+    auto back = decodeBatchReadResponse(payloadOf(frame), 1);
+    if (status <= 9) {
+      REQUIRE(back);
+      CHECK(back->results[0].status == static_cast<IoStatus>(status));
+    } else {
+      CHECK(back.error() == ProtocolErrc::badStatus);
+    }
+  }
+  CHECK(static_cast<int>(IoStatus::targetNotFound) == 9);
 }
 
 TEST_CASE("The granted flag is the request's second byte", "[protocol]") {

@@ -3,6 +3,7 @@
 // transmission control, limits, corruption, shutdown. Built twice: over
 // loopback TCP (host suite) and, with COIO_E2E_RDMA, over RDMA (label
 // `rdma`: runs where a device exists, e.g. the Soft-RoCE guest).
+#include "e2e_support.hpp"
 #include "storage_client.hpp"
 #include "storage_server.hpp"
 #if COIO_E2E_RDMA
@@ -49,35 +50,12 @@ using storage::proto::IoStatus;
 
 namespace {
 
-// A reactor kind and a transport.
-template <typename Reactor, bool Rdma>
-struct Setup {
-  using R = Reactor;
-  static constexpr bool rdma = Rdma;
-};
-#if COIO_E2E_RDMA
-using Setups = std::tuple<Setup<coio::EpollReactor, true>, Setup<coio::UringReactor, true>>;
-#else
-using Setups = std::tuple<Setup<coio::EpollReactor, false>, Setup<coio::UringReactor, false>>;
-#endif
+using storage::testing::Setups;
+using storage::testing::TempDir;
 
 constexpr std::uint32_t kChunkSize = 64 * 1024;
 constexpr std::uint64_t kChunks = 12;
 constexpr std::size_t kTransmissionLimit = 3;
-
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(storage::ChunkStoreLayout layout) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "coio-storage-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-    REQUIRE(storage::createChunkStore(path, layout));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
 
 // A server on 127.0.0.1 (any port) over a fresh dataset, serving over the
 // setup's transport. Clients' IOs land in `arena` (registered by every
@@ -85,10 +63,18 @@ struct TempDir {
 template <typename S>
 struct Fixture {
   using R = typename S::R;
+  // Serves `layout` as target 0, and each of `moreTargets` (an id and a
+  // layout) from a directory of its own.
   explicit Fixture(storage::ServerOptions options = small(), std::size_t maxTransmissions = 64,
-                   storage::ChunkStoreLayout layout = {kChunks, kChunkSize, 5})
+                   storage::ChunkStoreLayout layout = {kChunks, kChunkSize, 5},
+                   const std::vector<std::pair<std::uint32_t, storage::ChunkStoreLayout>>& moreTargets = {})
       : dir(layout), arena(8u << 20), limiter(maxTransmissions) {
-    auto opened = storage::StorageServer<R>::open(reactor, dir.path, options);
+    std::vector<storage::TargetSpec> targets = {{0, dir.path.string()}};
+    for (const auto& [id, shape] : moreTargets) {
+      moreDirs.push_back(std::make_unique<TempDir>(shape));
+      targets.push_back({id, moreDirs.back()->path.string()});
+    }
+    auto opened = storage::StorageServer<R>::open(reactor, targets, options);
     INFO(opened.error().message());
     REQUIRE(opened);
     server = std::move(*opened);
@@ -190,6 +176,7 @@ struct Fixture {
 #endif
 
   TempDir dir;
+  std::vector<std::unique_ptr<TempDir>> moreDirs;
   std::vector<std::byte> arena;  // before the reactor: registrations of it die with the channels
   std::size_t used = 0;
 #if COIO_E2E_RDMA
@@ -383,6 +370,33 @@ TEMPLATE_LIST_TEST_CASE("invalid IOs get their own status; the rest of the batch
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("a server serves several targets: each IO reads its own; an unknown target is that IO's error",
+                        "[storage][e2e]", Setups) {
+  const storage::ChunkStoreLayout seven{3, 8192, 2};  // a second dataset, another shape
+  Fixture<TestType> f(Fixture<TestType>::small(), 64, {kChunks, kChunkSize, 5}, {{7, seven}});
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    CHECK(fx.server->targetIds() == std::vector<std::uint32_t>{0, 7});
+    auto client = co_await fx.client();
+    const std::vector<ReadOp> ios = {
+        {1, 100, 5000, {}, 0},   // target 0
+        {2, 0, 8192, {}, 7},     // a whole chunk of target 7: its stored CRC
+        {5, 0, 100, {}, 7},      // target 7 has 3 chunks
+        {1, 0, 100, {}, 99},     // no such target
+        {9, 0, kChunkSize, {}, 0},
+        {2, 4000, 8192, {}, 7},  // past the end of target 7's 8 KiB chunks
+    };
+    const std::vector<ReadOutcome> outcomes = co_await readAndCheck(fx, *client, ios);
+    CHECK(outcomes[0].status == IoStatus::ok);
+    CHECK(outcomes[1].status == IoStatus::ok);
+    CHECK(outcomes[1].bytes == 8192);
+    CHECK(outcomes[2].status == IoStatus::chunkNotFound);
+    CHECK(outcomes[3].status == IoStatus::targetNotFound);
+    CHECK(outcomes[4].status == IoStatus::ok);
+    CHECK(outcomes[5].status == IoStatus::rangeOutsideChunk);
+    co_await client->close();
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other clients keep being served",
                         "[storage][e2e]", Setups) {
   using storage::proto::ProtocolErrc;
@@ -401,8 +415,8 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
       return h;
     };
     std::vector<std::byte> truncated = requestFrame(9, {{1, 0, 10, {}}, {1, 0, 10, {}}});
-    truncated[16] = std::byte{8 + 32};  // payloadLength says one IO; ioCount says two
-    truncated.resize(24 + 8 + 32);
+    truncated[16] = std::byte{8 + storage::proto::kIoSize};  // payloadLength says one IO; ioCount says two
+    truncated.resize(storage::proto::kHeaderSize + 8 + storage::proto::kIoSize);
     std::vector<std::byte> unexpectedGrant;
     storage::proto::encodeEmpty(unexpectedGrant, storage::proto::MessageType::transmitGrant, 77);
     const std::vector<std::pair<std::vector<std::byte>, ProtocolErrc>> cases = {

@@ -42,7 +42,7 @@
 # Mapping: the bench's --depth is the number of batchReads in flight in total (spread round robin
 # over the connections, not per connection), so outstanding IOs = depth x batch, and fio gets
 # iodepth = depth x batch with bs = the IO size. Batches of 8 at 4K amortise the request and
-# response frames of a batchRead (protocol version 2: the client grants transmission with the
+# response frames of a batchRead (protocol version 2 and later: the client grants transmission with the
 # request while it has a free slot; each IO's data follows an IoData frame); depth 16 keeps a slow IO from idling the
 # queue. At 4M one IO already becomes 32 reads of 128 KiB (the server's --piece-size), each its
 # own request to the device (ReadBatch::keepApart) and sent as soon as it is read, so batch 1.

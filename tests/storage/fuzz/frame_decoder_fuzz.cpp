@@ -2,7 +2,9 @@
 // through the same steps the server and client take (header, then the
 // payload decoder its type selects). The decoders must reject or accept
 // without crashing, reading out of bounds, or allocating beyond the limits;
-// whatever they accept must re-encode to the same bytes.
+// whatever they accept must re-encode to the same bytes (so every field,
+// an IO's target id and the reserved word after it included, round-trips)
+// and stay within the documented ranges.
 #include "protocol.hpp"
 
 #include <cstddef>
@@ -39,10 +41,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto frame = bytes.first(kHeaderSize + header->payloadLength);
   switch (header->type) {
     case MessageType::batchReadRequest:
-      if (auto req = decodeBatchReadRequest(payload, kMaxIosPerFrame)) checkRoundTrip(*header, *req, frame);
+      if (auto req = decodeBatchReadRequest(payload, kMaxIosPerFrame)) {
+        if (payload.size() != 8 + req->ios.size() * kIoSize) std::abort();
+        checkRoundTrip(*header, *req, frame);
+      }
       break;
     case MessageType::batchReadResponse:
-      if (auto resp = decodeBatchReadResponse(payload, kMaxIosPerFrame)) checkRoundTrip(*header, *resp, frame);
+      if (auto resp = decodeBatchReadResponse(payload, kMaxIosPerFrame)) {
+        for (const IoResult& r : resp->results) {
+          if (r.status < IoStatus::ok || r.status > IoStatus::targetNotFound) std::abort();
+        }
+        checkRoundTrip(*header, *resp, frame);
+      }
       break;
     case MessageType::error:
       if (auto err = decodeError(payload)) checkRoundTrip(*header, *err, frame);

@@ -1,0 +1,293 @@
+#pragma once
+// The chain table (CHAINS.md is the normative text): the servers of a
+// cluster, their targets grouped into chains of replicas, and which chain
+// holds a chunk. Loading it enforces 3FS's rules, each violation an error
+// that names its line.
+#include "chunk_store.hpp"
+#include "cli.hpp"
+
+#include <coio/core/result.hpp>
+#include <coio/net/socket_address.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace storage {
+
+/// One copy of a chain's chunks: a target on a server.
+struct Replica {
+  std::size_t server = 0;     ///< index into ChainTable::servers()
+  std::uint32_t targetId = 0;
+  friend bool operator==(const Replica&, const Replica&) = default;
+};
+
+/// An ordered list of replicas holding the same chunks, byte for byte.
+struct Chain {
+  std::uint32_t id = 0;
+  std::vector<Replica> replicas;  ///< at least one, each on a different server
+};
+
+/// A parsed, checked chain table: a plain value.
+///
+/// Guarantees (what load()/parse() enforce, 3FS's rules):
+/// - every chain has at least one target (at most kMaxReplicas), and its targets are on
+///   different servers (a server that fails takes at most one replica of
+///   a chain with it);
+/// - a target belongs to at most one chain (target ids are unique in the
+///   table); a server may hold many targets of different chains (several
+///   targets per disk spread a failed server's reads over many survivors);
+/// - chunk `c` is held by chain `chains()[c % chains().size()]`, and every
+///   chain holds at least one chunk.
+class ChainTable {
+ public:
+  /// At most this many targets in one chain.
+  static constexpr std::size_t kMaxReplicas = 32;
+
+  /// Parses the text of a chain table. Errors: Errc::invalidArgument, with
+  /// `why` (if given) set to "NAME:LINE: what is wrong" (`name`: the
+  /// file's, for the message).
+  static coio::Result<ChainTable> parse(std::string_view text, std::string_view name, std::string* why = nullptr) {
+    Parser parser(name);
+    coio::Result<ChainTable> table = parser.run(text);
+    if (!table && why != nullptr) *why = parser.message();
+    return table;
+  }
+
+  /// Reads and parses the file `path` (errors as parse(); a file that
+  /// cannot be read: its errno, `why` saying so).
+  static coio::Result<ChainTable> load(const std::string& path, std::string* why = nullptr) {
+    std::ifstream in(path);
+    if (!in) {
+      if (why != nullptr) *why = path + ": cannot read the chain table";
+      return std::make_error_code(std::errc::no_such_file_or_directory);
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse(text.str(), path, why);
+  }
+
+  /// How many chunks the dataset has (ids 0 .. chunks() - 1).
+  std::uint64_t chunks() const noexcept { return chunks_; }
+  /// Every chunk's size in bytes.
+  std::uint32_t chunkSize() const noexcept { return chunkSize_; }
+  /// The servers, in order of first mention.
+  const std::vector<coio::SocketAddress>& servers() const noexcept { return servers_; }
+  /// The chains, in the table's order.
+  const std::vector<Chain>& chains() const noexcept { return chains_; }
+  /// The position in chains() of the chain that holds chunk `chunkId`.
+  std::size_t chainIndexOf(std::uint64_t chunkId) const noexcept { return chunkId % chains_.size(); }
+  /// The position in chains() of the chain target `targetId` belongs to.
+  std::optional<std::size_t> chainIndexOfTarget(std::uint32_t targetId) const noexcept {
+    for (std::size_t c = 0; c < chains_.size(); ++c) {
+      for (const Replica& r : chains_[c].replicas) {
+        if (r.targetId == targetId) return c;
+      }
+    }
+    return std::nullopt;
+  }
+  /// The chunk store target `targetId` keeps (its chain's chunks, at
+  /// `chunksPerFile` per data file), for createChunkStore; nullopt if the
+  /// table has no such target.
+  std::optional<ChunkStoreLayout> targetLayout(std::uint32_t targetId, std::uint32_t chunksPerFile) const {
+    const std::optional<std::size_t> chain = chainIndexOfTarget(targetId);
+    if (!chain) return std::nullopt;
+    const std::uint64_t stride = chains_.size();
+    return ChunkStoreLayout{(chunks_ - *chain + stride - 1) / stride, chunkSize_, chunksPerFile, *chain, stride};
+  }
+
+ private:
+  // Reads the table line by line; the first error stops it (message()).
+  class Parser {
+   public:
+    explicit Parser(std::string_view name) : name_(name) {}
+
+    coio::Result<ChainTable> run(std::string_view text) {
+      std::size_t line = 0;
+      bool header = false;
+      while (!text.empty()) {
+        const std::size_t end = text.find('\n');
+        std::string_view content = text.substr(0, end);
+        text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+        ++line;
+        content = content.substr(0, content.find('#'));
+        const std::vector<std::string_view> words = split(content);
+        if (words.empty()) continue;
+        bool ok = false;
+        if (!header) {
+          ok = words.size() == 2 && words[0] == "coio-chains" && words[1] == "1";
+          if (!ok) fail(line, "expected the header line \"coio-chains 1\" first");
+          header = ok;
+        } else if (words[0] == "chunks") {
+          ok = setOnce(line, words, chunksLine_, "\"chunks N\", 1 <= N <= 2^40", [&](std::string_view v) {
+            const std::optional<std::uint64_t> n = cli::parseCount(v);
+            if (!n || *n == 0 || *n > (std::uint64_t{1} << 40)) return false;
+            chunks_ = *n;
+            return true;
+          });
+        } else if (words[0] == "chunk-size") {
+          const char* expected = "\"chunk-size S\", a multiple of 4K up to 2G (suffixes K, M, G)";
+          ok = setOnce(line, words, chunkSizeLine_, expected, [&](std::string_view v) {
+            const std::optional<std::uint64_t> n = cli::parseSize(v);
+            if (!n || *n == 0 || *n % 4096 != 0 || *n > (std::uint64_t{1} << 31)) return false;
+            chunkSize_ = static_cast<std::uint32_t>(*n);
+            return true;
+          });
+        } else if (words[0] == "chain") {
+          ok = addChain(line, words);
+        } else {
+          fail(line, "unknown keyword \"" + std::string(words[0]) + "\" (expected chunks, chunk-size or chain)");
+        }
+        if (!ok) return coio::Errc::invalidArgument;
+      }
+      if (!header) {
+        return failed(std::max<std::size_t>(line, 1), "empty table: expected the header line \"coio-chains 1\"");
+      }
+      if (chunksLine_ == 0) return failed(line, "no \"chunks N\" line: how many chunks the dataset has");
+      if (chunkSizeLine_ == 0) return failed(line, "no \"chunk-size S\" line: how large a chunk is");
+      if (chains_.empty()) return failed(line, "no chain: at least one \"chain ID HOST:PORT/TARGET...\" line");
+      if (chunks_ < chains_.size()) {
+        return failed(chunksLine_, "chunks " + std::to_string(chunks_) + " is fewer than the " +
+                                       std::to_string(chains_.size()) + " chains: a chain would hold no chunk");
+      }
+      ChainTable table;
+      table.chunks_ = chunks_;
+      table.chunkSize_ = chunkSize_;
+      table.servers_ = std::move(servers_);
+      table.chains_ = std::move(chains_);
+      return table;
+    }
+
+    const std::string& message() const noexcept { return message_; }
+
+   private:
+    static std::vector<std::string_view> split(std::string_view s) {
+      std::vector<std::string_view> words;
+      std::size_t at = 0;
+      while (at < s.size()) {
+        const std::size_t begin = s.find_first_not_of(" \t\r", at);
+        if (begin == std::string_view::npos) break;
+        const std::size_t end = std::min(s.find_first_of(" \t\r", begin), s.size());
+        words.push_back(s.substr(begin, end - begin));
+        at = end;
+      }
+      return words;
+    }
+
+    void fail(std::size_t line, const std::string& what) {
+      message_ = std::string(name_) + ':' + std::to_string(line) + ": " + what;
+    }
+    coio::Errc failed(std::size_t line, const std::string& what) {
+      fail(line, what);
+      return coio::Errc::invalidArgument;
+    }
+
+    // "KEY VALUE", once; `set` checks and stores the value, `expected`
+    // says what a good line looks like.
+    template <typename Set>
+    bool setOnce(std::size_t line, const std::vector<std::string_view>& words, std::size_t& seenAt,
+                 const std::string& expected, Set set) {
+      if (seenAt != 0) {
+        fail(line, std::string(words[0]) + " given twice (first on line " + std::to_string(seenAt) + ")");
+        return false;
+      }
+      if (words.size() != 2 || !set(words[1])) {
+        fail(line, "expected " + expected);
+        return false;
+      }
+      seenAt = line;
+      return true;
+    }
+
+    // "chain ID HOST:PORT/TARGET..."
+    bool addChain(std::size_t line, const std::vector<std::string_view>& words) {
+      const std::optional<std::uint64_t> id = words.size() >= 2 ? cli::parseCount(words[1]) : std::nullopt;
+      if (!id || *id > UINT32_MAX) {
+        fail(line, "expected \"chain ID HOST:PORT/TARGET...\" with a numeric chain id");
+        return false;
+      }
+      const auto chainId = static_cast<std::uint32_t>(*id);
+      if (const auto seen = chainLines_.find(chainId); seen != chainLines_.end()) {
+        fail(line, "chain " + std::to_string(chainId) + " defined twice (first on line " +
+                       std::to_string(seen->second) + ")");
+        return false;
+      }
+      if (words.size() == 2) {
+        fail(line, "chain " + std::to_string(chainId) + " has no target: a chain needs at least one");
+        return false;
+      }
+      if (words.size() - 2 > kMaxReplicas) {
+        fail(line, "chain " + std::to_string(chainId) + " has " + std::to_string(words.size() - 2) +
+                       " targets: at most " + std::to_string(kMaxReplicas));
+        return false;
+      }
+      Chain chain{chainId, {}};
+      for (std::size_t w = 2; w < words.size(); ++w) {
+        const std::optional<Replica> replica = parseReplica(line, words[w]);
+        if (!replica) return false;
+        if (const auto seen = targetLines_.find(replica->targetId); seen != targetLines_.end()) {
+          fail(line, "target " + std::to_string(replica->targetId) + " is already in chain " +
+                         std::to_string(seen->second.first) + " (line " + std::to_string(seen->second.second) +
+                         "): a target belongs to at most one chain");
+          return false;
+        }
+        for (const Replica& other : chain.replicas) {
+          if (other.server == replica->server) {
+            fail(line, "chain " + std::to_string(chainId) + " has targets " + std::to_string(other.targetId) +
+                           " and " + std::to_string(replica->targetId) + " on the same server " +
+                           servers_[other.server].toString() +
+                           ": a chain's targets must be on different servers");
+            return false;
+          }
+        }
+        targetLines_.emplace(replica->targetId, std::pair{chainId, line});
+        chain.replicas.push_back(*replica);
+      }
+      chainLines_.emplace(chainId, line);
+      chains_.push_back(std::move(chain));
+      return true;
+    }
+
+    // "HOST:PORT/TARGET", the server added to the table's list if new.
+    std::optional<Replica> parseReplica(std::size_t line, std::string_view word) {
+      const std::size_t slash = word.rfind('/');
+      const std::optional<std::uint64_t> target =
+          slash == std::string_view::npos ? std::nullopt : cli::parseCount(word.substr(slash + 1));
+      coio::Result<coio::SocketAddress> address = coio::Errc::invalidArgument;
+      if (target) address = coio::SocketAddress::parse(word.substr(0, slash));
+      if (!target || *target > UINT32_MAX || !address) {
+        fail(line, "\"" + std::string(word) + "\" is not HOST:PORT/TARGET (e.g. 127.0.0.1:9001/3 or [::1]:9001/3)");
+        return std::nullopt;
+      }
+      auto& servers = servers_;
+      const std::size_t server =
+          static_cast<std::size_t>(std::find(servers.begin(), servers.end(), *address) - servers.begin());
+      if (server == servers.size()) servers.push_back(*address);
+      return Replica{server, static_cast<std::uint32_t>(*target)};
+    }
+
+    std::string_view name_;
+    std::string message_;
+    std::uint64_t chunks_ = 0;
+    std::uint32_t chunkSize_ = 0;
+    std::vector<coio::SocketAddress> servers_;
+    std::vector<Chain> chains_;
+    std::size_t chunksLine_ = 0, chunkSizeLine_ = 0;
+    std::unordered_map<std::uint32_t, std::size_t> chainLines_;                          // chain id -> line
+    std::unordered_map<std::uint32_t, std::pair<std::uint32_t, std::size_t>> targetLines_;  // target -> chain, line
+  };
+
+  std::uint64_t chunks_ = 0;
+  std::uint32_t chunkSize_ = 0;
+  std::vector<coio::SocketAddress> servers_;
+  std::vector<Chain> chains_;
+};
+
+}  // namespace storage

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The storage cluster's chaos soak: 3 coio-storage-servers (2 targets each,
+# 3 chains of 2 replicas) on loopback under verified load from 3
+# coio-storage-bench --cluster clients, with a kill -9 and restart, a
+# SIGSTOP/SIGCONT, a corrupted replica, a client killed mid-request, a client
+# that stops reading and a SIGTERM drain on a schedule (chaos_soak.py says
+# which and why no IO may fail). Prints the figures; exits 1 if one is off.
+#
+#   tests/chaos/run_chaos_soak.sh [SECONDS, default 60] [BUILD_DIR, default build-chaos]
+#
+# Builds only the two programs (RelWithDebInfo) in BUILD_DIR. Environment:
+# REACTOR [uring] (or epoll), TMPDIR [/var/tmp] for the datasets (48 MiB),
+# KEEP=1 keeps the work directory (logs, latency samples).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${1:-60}
+build=${2:-build-chaos}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF \
+  -DCOIO_BUILD_EXAMPLES=ON >/dev/null
+cmake --build "$build" -j "$(nproc)" --target coio-storage-server coio-storage-bench >/dev/null
+exec python3 tests/chaos/chaos_soak.py --bin "$build/examples/storage_server" --duration "$seconds" \
+  --reactor "${REACTOR:-uring}" --tmpdir "${TMPDIR:-/var/tmp}" ${KEEP:+--keep}

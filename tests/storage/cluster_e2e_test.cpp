@@ -1,0 +1,456 @@
+// ClusterClient end to end: storage servers in child processes (3 over
+// loopback TCP, each reactor kind; 2 over RDMA with COIO_E2E_RDMA, label
+// `rdma`: the Soft-RoCE guest), a chain table of replication 2 over them,
+// and every fault the client must survive: a server killed mid-batch, all
+// replicas of a chain down, a server stopped (SIGSTOP), a corrupted replica.
+#include "cluster_client.hpp"
+#include "e2e_support.hpp"
+#include "storage_client.hpp"
+#if COIO_E2E_RDMA
+#include "rdma_channel.hpp"
+#endif
+
+#include <coio/core/collect_all.hpp>
+#include <coio/core/collect_any.hpp>
+#include <coio/reactor/with_timeout.hpp>
+
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <exception>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using coio::Result;
+using coio::Task;
+using storage::ClusterOutcome;
+using storage::ReadOp;
+using storage::proto::IoStatus;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+using storage::testing::Setups;
+
+constexpr std::uint32_t kChunkSize = 16 * 1024;
+constexpr auto kSlack = 2s;  // scheduling on a loaded machine (a TCG guest)
+
+// Servers 0..n-1 in a ring: chain k has target 10k+1 on server k and
+// target 10k'+2 on server k' = k+1 (mod n), so every server holds two
+// targets of two chains, and chunk c is on chain c mod n.
+template <typename S>
+struct Cluster {
+  using R = typename S::R;
+  using Client = storage::ClusterClient<R>;
+  static constexpr std::size_t kServers = S::rdma ? 2 : 3;
+  static constexpr std::uint64_t kChunks = 20 * kServers;
+
+  Cluster() : arena(8u << 20) {
+    std::vector<std::uint16_t> placeholders;
+    for (std::size_t s = 0; s < kServers; ++s) placeholders.push_back(static_cast<std::uint16_t>(1 + s));
+    // The chunks of a target depend on its chain, not on addresses.
+    const storage::ChainTable shape = *storage::ChainTable::parse(tableText(placeholders), "shape");
+    for (std::size_t s = 0; s < kServers; ++s) {
+      for (const storage::TargetSpec& t : targetsOf(s)) {
+        dirs.emplace(t.id, std::make_unique<storage::testing::TempDir>(*shape.targetLayout(t.id, 8)));
+      }
+    }
+    for (std::size_t s = 0; s < kServers; ++s) start(s, 0);
+    std::vector<std::uint16_t> ports;
+    for (const auto& server : servers) ports.push_back(server.port());
+    std::string why;
+    auto parsed = storage::ChainTable::parse(tableText(ports), "cluster", &why);
+    INFO(why);
+    REQUIRE(parsed);
+    table = std::move(*parsed);
+#if COIO_E2E_RDMA
+    std::string reason;
+    auto dev = coio::rdma::Device::open({.name = storage::testing::rdmaDeviceName()}, &reason);
+    INFO(reason);
+    REQUIRE(dev);  // no device is a failure here, never a skip
+    device = std::move(*dev);
+#endif
+  }
+
+  static std::uint32_t firstTarget(std::size_t s) { return static_cast<std::uint32_t>(10 * s + 1); }
+  static std::uint32_t secondTarget(std::size_t s) { return static_cast<std::uint32_t>(10 * s + 2); }
+
+  static std::string tableText(const std::vector<std::uint16_t>& ports) {
+    std::string text = "coio-chains 1\nchunks " + std::to_string(kChunks) + "\nchunk-size 16K\n";
+    for (std::size_t k = 0; k < kServers; ++k) {
+      const std::size_t next = (k + 1) % kServers;
+      text += "chain " + std::to_string(k + 1) + " 127.0.0.1:" + std::to_string(ports[k]) + "/" +
+              std::to_string(firstTarget(k)) + " 127.0.0.1:" + std::to_string(ports[next]) + "/" +
+              std::to_string(secondTarget(next)) + "\n";
+    }
+    return text;
+  }
+
+  std::vector<storage::TargetSpec> targetsOf(std::size_t s) const {
+    const auto dirOf = [this](std::uint32_t id) { return dirs.count(id) ? dirs.at(id)->path.string() : ""; };
+    return {{firstTarget(s), dirOf(firstTarget(s))}, {secondTarget(s), dirOf(secondTarget(s))}};
+  }
+
+  // Starts server `s` on `port` (0: any; a restart takes its old one).
+  void start(std::size_t s, std::uint16_t port) {
+    storage::ServerOptions o;
+    o.pieceSize = 16 * 1024;
+    o.poolBytes = 4u << 20;
+    servers[s].template start<R>(targetsOf(s), o, port, S::rdma);
+  }
+  void restart(std::size_t s) {
+    const std::uint16_t port = servers[s].port();
+    servers[s].kill();
+    start(s, port);
+  }
+
+  // Fast failure handling, and the log captured.
+  storage::ClusterOptions options() {
+    storage::ClusterOptions o;
+    o.requestTimeout = 2s;  // generous: a loaded machine must not look like a hung server
+    o.reconnectMin = 20ms;
+    o.reconnectMax = 200ms;
+    o.log = [this](const std::string& line) { log.push_back(line); };
+    return o;
+  }
+
+  Task<Result<std::unique_ptr<storage::Channel<R>>>> connectChannel(coio::SocketAddress to, std::stop_token stop) {
+    Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(reactor, to, stop);
+    if (!stream) co_return stream.error();
+#if COIO_E2E_RDMA
+    co_return co_await storage::RdmaChannel<R>::connect(reactor, *device, std::move(*stream), std::move(stop), 10s);
+#else
+    (void)stream->setNoDelay(true);
+    co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<storage::TcpChannel<R>>(std::move(*stream)));
+#endif
+  }
+
+  // Runs `body(client)` with a client of the cluster, closed afterwards
+  // even if the body fails an assertion.
+  template <typename Body>
+  void run(storage::ClusterOptions o, Body body) {
+    reactor.runUntil(withClient(std::move(o), std::move(body)));
+  }
+  template <typename Body>
+  Task<void> withClient(storage::ClusterOptions o, Body body) {
+    typename Client::ConnectorFactory factory = [this](const coio::SocketAddress& to) -> storage::ChannelConnector<R> {
+      return [this, to](std::stop_token stop) { return connectChannel(to, std::move(stop)); };
+    };
+    std::unique_ptr<Client> client = co_await Client::connect(reactor, table, std::move(o), std::move(factory));
+    std::exception_ptr failure;
+    try {
+      REQUIRE(client->registerMemory(arena));
+      co_await body(*client);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    co_await client->close();
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  // `n` bytes of the arena, 64-byte aligned, wrapping around.
+  std::span<std::byte> buffer(std::size_t n) {
+    std::size_t at = (used + 63) / 64 * 64;
+    if (at + n > arena.size()) at = 0;
+    used = at + n;
+    return std::span(arena).subspan(at, n);
+  }
+
+  // Reads `ios` (destinations from the arena); every IO must come back
+  // whole and right, in request order.
+  Task<std::vector<ClusterOutcome>> readAll(Client& client, std::vector<ReadOp> ios) {
+    for (ReadOp& op : ios) op.into = buffer(op.length);
+    std::vector<ClusterOutcome> outcomes = co_await client.batchRead(ios);
+    REQUIRE(outcomes.size() == ios.size());
+    for (std::size_t i = 0; i < ios.size(); ++i) {
+      INFO("IO " << i << ": chunk " << ios[i].chunkId << ", status " << static_cast<int>(outcomes[i].status) << ", "
+                 << outcomes[i].error.message() << ", " << outcomes[i].attempts << " attempt(s)");
+      REQUIRE(outcomes[i].ok());
+      CHECK(outcomes[i].bytes == ios[i].length);
+      CHECK(storage::matchesChunkBytes(ios[i].chunkId, ios[i].offset, ios[i].into.first(ios[i].length)));
+    }
+    co_return outcomes;
+  }
+
+  // Waits (polling the loop) until `done()` or 5 s pass.
+  template <typename Pred>
+  Task<bool> eventually(Pred done) {
+    for (int i = 0; i < 500 && !done(); ++i) co_await reactor.sleepFor(10ms);
+    co_return done();
+  }
+
+  std::map<std::uint32_t, std::unique_ptr<storage::testing::TempDir>> dirs;  // by target id
+  std::array<storage::testing::ServerProcess, kServers> servers;             // killed before the dirs go
+  storage::ChainTable table;
+  std::vector<std::byte> arena;  // before the reactor: registrations of it die with the channels
+#if COIO_E2E_RDMA
+  std::unique_ptr<coio::rdma::Device> device;
+#endif
+  R reactor;
+  std::size_t used = 0;
+  std::vector<std::string> log;
+};
+
+// `n` whole chunks, every chain's, from `first` on.
+std::vector<ReadOp> wholeChunks(std::uint64_t first, std::size_t n, std::uint64_t chunks) {
+  std::vector<ReadOp> ios;
+  for (std::size_t i = 0; i < n; ++i) ios.push_back({(first + i) % chunks, 0, kChunkSize, {}});
+  return ios;
+}
+
+}  // namespace
+
+#if !COIO_E2E_RDMA
+
+TEMPLATE_LIST_TEST_CASE("a cluster batchRead: every byte right, in request order, spread over all servers",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    std::mt19937_64 random(7);
+    std::vector<ReadOp> ios;
+    for (int i = 0; i < 90; ++i) {
+      const std::uint64_t chunk = random() % Cluster<TestType>::kChunks;
+      const bool whole = i % 3 == 0;
+      const auto offset = whole ? 0u : static_cast<std::uint32_t>(random() % (kChunkSize - 100));
+      const auto length = whole ? kChunkSize : static_cast<std::uint32_t>(1 + random() % (kChunkSize - offset));
+      ios.push_back({chunk, offset, length, {}, 9999});  // the target given is ignored: the table decides
+    }
+    const std::vector<ClusterOutcome> outcomes = co_await f.readAll(client, ios);
+    std::uint64_t served = 0;
+    for (std::size_t s = 0; s < Cluster<TestType>::kServers; ++s) {
+      CHECK(client.serverStats(s).ios > 0);
+      served += client.serverStats(s).ios;
+    }
+    CHECK(served == ios.size());
+    for (const ClusterOutcome& o : outcomes) CHECK(o.attempts == 1);
+    CHECK(client.stats().retries == 0);
+    CHECK(client.stats().failedIos == 0);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a cluster batchRead fails what the table says cannot exist, without sending it",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    std::vector<ReadOp> ios = {{Cluster<TestType>::kChunks, 0, 10, f.buffer(10)},  // past the dataset
+                               {1, kChunkSize - 5, 10, f.buffer(10)},              // past the chunk
+                               {2, 0, 100, f.buffer(10)},                          // a destination too small
+                               {3, 5, 10, f.buffer(10)}};
+    const std::vector<ClusterOutcome> outcomes = co_await client.batchRead(ios);
+    CHECK(outcomes[0].status == IoStatus::chunkNotFound);
+    CHECK(outcomes[1].status == IoStatus::rangeOutsideChunk);
+    CHECK(outcomes[2].status == IoStatus::bufferTooSmall);
+    CHECK(outcomes[3].ok());
+    for (std::size_t i = 0; i < 3; ++i) CHECK(outcomes[i].attempts == 0);
+    std::uint64_t requests = 0;
+    for (std::size_t s = 0; s < Cluster<TestType>::kServers; ++s) requests += client.serverStats(s).requests;
+    CHECK(requests == 1);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("all replicas of a chain down: its IOs fail at once with per-IO errors, no hang; a server "
+                        "that comes back is used again",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    (void)co_await f.readAll(client, wholeChunks(0, 9, Cluster<TestType>::kChunks));  // all up
+    // Chain 1 (chunks 0, 3, 6, ...) lives on servers 0 and 1 only.
+    f.servers[0].kill();
+    f.servers[1].kill();
+    std::vector<ReadOp> ios = wholeChunks(0, 9, Cluster<TestType>::kChunks);
+    for (ReadOp& op : ios) op.into = f.buffer(op.length);
+    const Clock::time_point start = Clock::now();
+    const std::vector<ClusterOutcome> outcomes = co_await client.batchRead(ios);
+    CHECK(Clock::now() - start < f.options().requestTimeout + kSlack);
+    for (std::size_t i = 0; i < ios.size(); ++i) {
+      INFO("chunk " << ios[i].chunkId);
+      if (ios[i].chunkId % 3 == 0) {
+        CHECK_FALSE(outcomes[i].ok());
+        CHECK(outcomes[i].status == IoStatus::unavailable);
+        CHECK(outcomes[i].error);
+      } else {
+        CHECK(outcomes[i].ok());  // chains 2 and 3 still have server 2
+        CHECK(outcomes[i].server == 2u);
+      }
+    }
+    CHECK(client.stats().failedIos == 3);
+    CHECK(client.isDown(0));
+    CHECK(client.isDown(1));
+    // Again: both marked down, nothing is sent to them, the IOs fail at once.
+    const std::vector<ClusterOutcome> again = co_await client.batchRead(std::span(ios).first(1));
+    CHECK(again[0].status == IoStatus::unavailable);
+    CHECK(again[0].attempts == 0);
+    // Server 0 comes back on its port: probed, marked up, read from again,
+    // while a caller keeps retrying: batchReads that fail at once must
+    // still let the probe run.
+    f.start(0, f.servers[0].port());
+    const Clock::time_point giveUp = Clock::now() + 5s;
+    while (client.isDown(0) && Clock::now() < giveUp) (void)co_await client.batchRead(std::span(ios).first(1));
+    REQUIRE_FALSE(client.isDown(0));
+    CHECK(client.serverStats(0).ups == 1);
+    const std::uint64_t before = client.serverStats(0).ios;
+    // Chain 1's chunks (server 1 is still down). Not a braced list in the
+    // co_await: g++ 12 would keep its array across the suspension.
+    std::vector<ReadOp> chainOne = {{0, 0, kChunkSize, {}}, {3, 0, kChunkSize, {}}, {6, 0, kChunkSize, {}}};
+    const std::vector<ClusterOutcome> read = co_await f.readAll(client, std::move(chainOne));
+    for (const ClusterOutcome& o : read) CHECK(o.server == 0u);
+    CHECK(client.serverStats(0).ios == before + 3);
+    CHECK(f.log.size() >= 3);  // two downs, one back
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a stopped server (SIGSTOP) is found by the request deadline: its IOs go to the other "
+                        "replicas; after SIGCONT it is used again",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  storage::ClusterOptions options = f.options();
+  options.requestTimeout = 500ms;
+  f.run(options, [&f, options](typename Cluster<TestType>::Client& client) -> Task<void> {
+    f.servers[1].signal(SIGSTOP);
+    for (int round = 0; round < 4; ++round) {
+      const Clock::time_point start = Clock::now();
+      const std::uint64_t first = static_cast<std::uint64_t>(round) * 9;
+      (void)co_await f.readAll(client, wholeChunks(first, 9, Cluster<TestType>::kChunks));
+      CHECK(Clock::now() - start < options.requestTimeout + kSlack);
+    }
+    CHECK(client.isDown(1));
+    CHECK(client.serverStats(1).timeouts >= 1);
+    CHECK(client.stats().retries >= 1);
+    f.servers[1].signal(SIGCONT);
+    const bool back = co_await f.eventually([&client] { return !client.isDown(1); });
+    CHECK(back);
+    const std::uint64_t before = client.serverStats(1).ios;
+    (void)co_await f.readAll(client, wholeChunks(0, 30, Cluster<TestType>::kChunks));
+    CHECK(client.serverStats(1).ios > before);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("hedged reads: a stopped server costs the hedge delay, not the deadline; three lost hedges "
+                        "mark it down",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  storage::ClusterOptions options = f.options();
+  options.requestTimeout = 20s;  // far beyond the test: only the hedge can end a read early
+  options.hedgeAfter = 30ms;
+  f.run(options, [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    (void)co_await f.readAll(client, wholeChunks(0, 9, Cluster<TestType>::kChunks));  // connected, no hedge needed
+    f.servers[0].signal(SIGSTOP);
+    for (int round = 0; round < 4; ++round) {
+      const Clock::time_point start = Clock::now();
+      const std::uint64_t first = static_cast<std::uint64_t>(round) * 6;
+      (void)co_await f.readAll(client, wholeChunks(first, 6, Cluster<TestType>::kChunks));
+      CHECK(Clock::now() - start < kSlack);
+    }
+    CHECK(client.stats().hedges >= 1);
+    CHECK(client.stats().hedgeWins >= 3);
+    CHECK(client.isDown(0));
+    CHECK(client.serverStats(0).timeouts == 0);  // no deadline passed: the hedges ended them
+    f.servers[0].signal(SIGCONT);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a corrupted replica: reported once, its bytes not returned, the other replica read instead",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  // Chunk 3 is on chain 1: target 1 on server 0 (position 0) and target 12
+  // on server 1 (position 1). With equal loads the router reads position
+  // 3 mod 2 = 1 first: corrupt that copy. It is the second chunk of its
+  // store (chunks 0, 3, 6, ...), in data-0.
+  {
+    const std::filesystem::path file = storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0);
+    const int fd = ::open(file.c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    std::byte b{};
+    REQUIRE(::pread(fd, &b, 1, kChunkSize + 777) == 1);
+    b ^= std::byte{0x10};
+    REQUIRE(::pwrite(fd, &b, 1, kChunkSize + 777) == 1);
+    ::close(fd);
+  }
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    const std::vector<ReadOp> chunk3 = {{3, 0, kChunkSize, {}}};  // a whole chunk: its stored CRC
+    const std::vector<ClusterOutcome> first = co_await f.readAll(client, chunk3);
+    CHECK(first[0].attempts == 2);
+    CHECK(first[0].server == 0u);
+    CHECK(client.stats().corruptReplicas == 1);
+    REQUIRE(f.log.size() == 1);
+    CHECK(f.log[0].find("chunk 3 of target 12") != std::string::npos);
+    // Known now: read from the good copy at once, reported no more.
+    const std::vector<ClusterOutcome> second = co_await f.readAll(client, chunk3);
+    CHECK(second[0].attempts == 1);
+    CHECK(second[0].server == 0u);
+    CHECK(client.stats().corruptReplicas == 1);
+    CHECK(f.log.size() == 1);
+    CHECK_FALSE(client.isDown(1));  // a bad copy is not a bad server
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("StorageClient: a batchRead whose task is stopped ends at once; the connection stays usable",
+                        "[storage][cluster]", Setups) {
+  // What ClusterClient's deadlines and hedges rely on. The only slot of the
+  // limiter is held, so the request waits for its grant until stopped.
+  using R = typename TestType::R;
+  Cluster<TestType> f;
+  f.reactor.runUntil([](Cluster<TestType>& fx) -> Task<void> {
+    storage::TransmissionLimiter limiter(1);
+    REQUIRE(limiter.tryAcquire());
+    const coio::SocketAddress server = fx.table.servers()[0];
+    Result<std::unique_ptr<storage::StorageClient<R>>> client =
+        co_await storage::StorageClient<R>::connect(fx.reactor, server, limiter, {.verifyChecksums = true});
+    REQUIRE(client);
+    const ReadOp op{0, 0, kChunkSize, fx.buffer(kChunkSize), Cluster<TestType>::firstTarget(0)};
+    const Clock::time_point start = Clock::now();
+    const Result<std::vector<storage::ReadOutcome>> late =
+        co_await coio::withTimeout(fx.reactor, (*client)->batchRead(std::span(&op, 1)), 100ms);
+    CHECK(late.error() == std::errc::timed_out);
+    auto nap = [&fx]() -> Task<void> { co_await fx.reactor.sleepFor(50ms); };
+    auto raced = co_await coio::collectAny((*client)->batchRead(std::span(&op, 1)), nap());
+    CHECK(raced.index() == 1);
+    CHECK(Clock::now() - start < 150ms + kSlack);  // not the client's 30 s timeout
+    CHECK_FALSE((*client)->failure());
+    limiter.release();
+    const Result<std::vector<storage::ReadOutcome>> served = co_await (*client)->batchRead(std::span(&op, 1));
+    REQUIRE(served);
+    CHECK((*served)[0].status == IoStatus::ok);
+    CHECK(storage::matchesChunkBytes(0, 0, op.into));
+    co_await (*client)->close();
+  }(f));
+}
+
+#endif  // !COIO_E2E_RDMA
+
+TEMPLATE_LIST_TEST_CASE("a server killed mid-batch: its IOs fail over to the other replicas, none is lost",
+                        "[storage][cluster]", Setups) {
+  // Over RDMA (two servers) the client learns of the death from the
+  // request deadline; over TCP from the connection's end.
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    // Requests on their way to server 0 when it dies: stopped first, they
+    // stay outstanding there until the kill.
+    f.servers[0].signal(SIGSTOP);
+    std::vector<ReadOp> ios = wholeChunks(0, 2 * kChunks, kChunks);
+    auto readThenKill = [&]() -> Task<void> {
+      co_await f.reactor.sleepFor(100ms);
+      CHECK(client.serverStats(0).requests > 1);
+      f.servers[0].kill();
+    };
+    auto [outcomes, unit] = co_await coio::collectAll(f.readAll(client, ios), readThenKill());
+    (void)unit;
+    CHECK(outcomes.size() == ios.size());
+    CHECK(client.serverStats(0).failedRequests >= 1);
+    CHECK(client.stats().retries >= 1);
+    CHECK(client.isDown(0));
+    // And after: all reads go to the survivors.
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(client.stats().failedIos == 0);
+  });
+}
