@@ -340,9 +340,10 @@ class LoopCore {
   /// setLoopTiming for the cost). The handler may read stats(), spawn,
   /// stop() or replace itself; its own time is not part of any turn; an
   /// exception it throws propagates out of run() / runUntil(). Loop thread
-  /// (or while no loop runs).
+  /// (or while no loop runs). `threshold` must not be negative.
   void setStallHandler(Clock::duration threshold, StallHandler handler) {
     COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
+    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
     meter_.setStallHandler(threshold, std::move(handler));
   }
 

@@ -93,7 +93,7 @@ struct LoopStats {
   std::uint64_t iterations = 0;       ///< turns of the loop
 
   std::size_t inFlight = 0;     ///< operations submitted and not completed (timers aside)
-  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase
+  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase (not those other threads handed over)
   std::size_t timers = 0;       ///< timers set and not fired or cancelled yet
   std::size_t unsubmitted = 0;  ///< UringReactor: SQEs prepared, not handed to the kernel yet (0 on epoll)
 
