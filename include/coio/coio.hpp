@@ -28,6 +28,7 @@
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
+#include <coio/reactor/loop_stats.hpp>
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/reactor_pool.hpp>
 #include <coio/reactor/with_timeout.hpp>

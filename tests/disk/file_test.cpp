@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <stop_token>
+#include <utility>
 
 using namespace std::chrono_literals;
 using coio::File;
@@ -77,6 +78,44 @@ TEMPLATE_LIST_TEST_CASE("File writes, fsyncs and reads back, registered or not",
     CHECK(moved.registered() == registered);
     read = co_await moved.read(4096, back);
     CHECK(read.value() == bytes.size());
+  };
+  reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("the reactor's stats() count a File's operations by kind, on either reactor's ring",
+                        "[disk][file][stats]", DiskReactors) {
+  TempDir dir;
+  const std::string path = (dir.path() / "counted").string();
+  TestType reactor;
+  coio::Disk disk(reactor);
+  using coio::OpKind;
+  auto test = [&]() -> Task<void> {
+    File file = openOrFail(disk, path, {.write = true, .create = true});
+    const coio::LoopStats before = reactor.stats();
+    const char text[] = "counted";
+    coio::Result<std::size_t> written = co_await file.write(0, std::as_bytes(std::span(text)));
+    CHECK(written.value() == sizeof text);
+    coio::Result<void> synced = co_await file.fsync();
+    CHECK(synced.hasValue());
+    synced = co_await file.fdatasync();
+    CHECK(synced.hasValue());
+    std::vector<std::byte> back(sizeof text);
+    coio::Result<std::size_t> read = co_await file.read(0, back);
+    CHECK(read.value() == sizeof text);
+    coio::Result<std::size_t> nothing = co_await file.read(0, std::span<std::byte>{});  // no SQE: inline
+    CHECK(nothing.value() == 0);
+    coio::Result<std::uint64_t> size = co_await file.sizeAsync();  // statx
+    CHECK(size.value() == sizeof text);
+    const coio::LoopStats after = reactor.stats();
+    const auto moved = [&](OpKind kind) {
+      return std::pair{after[kind].submitted - before[kind].submitted, after[kind].completed - before[kind].completed};
+    };
+    CHECK(moved(OpKind::diskWrite) == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(moved(OpKind::diskSync) == std::pair<std::uint64_t, std::uint64_t>{2, 2});
+    CHECK(moved(OpKind::diskRead) == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(moved(OpKind::other) == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(after.completedInline - before.completedInline == 1);
+    CHECK(after.inFlight == before.inFlight);  // (under epoll, the Disk's pump waits on its eventfd: a poll)
   };
   reactor.runUntil(test());
 }

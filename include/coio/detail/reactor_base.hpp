@@ -6,9 +6,12 @@
 // `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
 // the loop at time t without a timeout on each wait; false if it cannot),
 // `quiesce()` (make sure the kernel holds no reference to any operation,
-// without resuming anything) and `leaveLoop()` (on the loop thread, as
+// without resuming anything), `leaveLoop()` (on the loop thread, as
 // run() / runUntil() return: undo what that run of the loop tied to its
-// thread).
+// thread) and `unsubmitted()` (operations prepared but not handed to the
+// kernel yet, for stats()). Derived counts its operations in `meter_`
+// (LoopMeter) where it submits and completes them, and its poll calls
+// `woke(timeout)` right after its wait returns, before dispatching.
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
@@ -16,8 +19,10 @@
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
 #include <coio/detail/fd.hpp>
+#include <coio/detail/loop_meter.hpp>
 #include <coio/detail/syscall.hpp>
 #include <coio/detail/timer_queue.hpp>
+#include <coio/reactor/loop_stats.hpp>
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -316,8 +321,40 @@ class LoopCore {
     return t == std::this_thread::get_id() || t == std::thread::id{};
   }
 
+  /// Turns the timing of the loop's turns on or off (off by default; a
+  /// stall handler turns it on too): stats().waiting, running and
+  /// longestTurn grow only while it is on. Cost while on: one clock read
+  /// per phase of a turn that ran something (LoopPhase: at most three), and
+  /// one after each wait that could block; none while off. Loop thread (or
+  /// while no loop runs); the turn under way is timed from the call on.
+  void setLoopTiming(bool on) noexcept {
+    COIO_ASSERT(ownedByCaller(), "loop timing set off the reactor's thread");
+    meter_.setTiming(on);
+  }
+
+  /// The stall detector: after each turn of the loop (the work between two
+  /// waits for I/O: see LoopPhase) that took longer than `threshold`,
+  /// calls `handler` with the turn's duration, its phases' durations and
+  /// what each ran (LoopStall), on the loop thread, before the loop waits
+  /// again. An empty `handler` removes it. Times the loop while set (see
+  /// setLoopTiming for the cost). The handler may read stats(), spawn,
+  /// stop() or replace itself; its own time is not part of any turn; an
+  /// exception it throws propagates out of run() / runUntil(). Loop thread
+  /// (or while no loop runs). `threshold` must not be negative.
+  void setStallHandler(Clock::duration threshold, StallHandler handler) {
+    COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
+    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
+    meter_.setStallHandler(threshold, std::move(handler));
+  }
+
  protected:
   EventFd& wake() noexcept { return wake_; }
+
+  /// Derived's poll, as soon as its wait returned (before it dispatches
+  /// anything): `timeout` is what the wait was given.
+  void woke(std::optional<Clock::duration> timeout) noexcept {
+    if (meter_.timed()) meter_.woke(!timeout || *timeout != Clock::duration::zero());
+  }
 
   /// Loop thread, after the wake-up eventfd fired (and was drained):
   /// resumes everything other threads handed over.
@@ -387,17 +424,29 @@ class LoopCore {
   }
 
  protected:
-  void runReady() {
+  // Whether it resumed anything. Each coroutine counts as it is resumed.
+  bool runReady() {
     std::swap(ready_, running_);
     PostedResume* posted = std::exchange(postedHead_, nullptr);
     postedTail_ = nullptr;
+    const bool resumed = !running_.empty() || posted;
+    meter_.resumed(running_.size());
     for (std::coroutine_handle<> h : running_) h.resume();
     running_.clear();
     while (posted) {
       PostedResume* next = posted->next;  // the node may be gone once its coroutine resumed
+      meter_.resumed(1);
       posted->handle.resume();
       posted = next;
     }
+    return resumed;
+  }
+
+  /// Coroutines queued for the next ready phase.
+  std::size_t readyCount() const noexcept {
+    std::size_t n = ready_.size();
+    for (const PostedResume* p = postedHead_; p; p = p->next) ++n;
+    return n;
   }
 
   void clearReady() noexcept {
@@ -420,14 +469,17 @@ class LoopCore {
   TimerQueue timers_;
   unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
   std::atomic<std::thread::id> loopThread_{};
+  LoopMeter meter_{timers_};
 
  private:
   friend struct RootPromise;
   friend class InlineCompletion;
+  friend class DedicatedRing;  // the Disk's ring of an EpollReactor counts in its meter_
 
   // Whether an operation that completed at once may go on inline (and
-  // counts it). Outside a running loop there is no iteration to yield to.
+  // counts both). Outside a running loop there is no iteration to yield to.
   bool takeInlineTurn() noexcept {
+    meter_.completedInline();
     if (inlineTurns_ == 0) return !isInLoopThread();
     --inlineTurns_;
     return true;
@@ -559,6 +611,21 @@ class ReactorBase : public LoopCore {
     return driver.result();
   }
 
+  /// A snapshot of the loop's counters, queue depths and times (see
+  /// LoopStats for what each counts). Counting costs a plain increment
+  /// where operations are submitted and completed and where the loop turns;
+  /// the snapshot itself walks nothing but the queue of posted coroutines.
+  /// Loop thread (or while no loop runs): from another thread, hop over
+  /// first (`co_await reactor.schedule()`), which also makes the snapshot
+  /// consistent (every counter as of one moment of the loop).
+  LoopStats stats() const {
+    COIO_ASSERT(ownedByCaller(), "stats() read off the reactor's thread");
+    LoopStats s = meter_.snapshot();
+    s.ready = readyCount();
+    s.unsubmitted = static_cast<const Derived&>(*this).unsubmitted();
+    return s;
+  }
+
  protected:
   /// For Derived's destructor: lets go of the kernel side, then destroys
   /// the tasks the reactor still owns (their awaiters deregister).
@@ -582,16 +649,31 @@ class ReactorBase : public LoopCore {
       }
     } leave{*this};
     if (first && !stopRequested()) ready_.push_back(first);
+    if (meter_.timed()) meter_.beginTurn();
+    // A turn is the work between two waits: dispatching what the wait
+    // returned (in poll), then the ready phase, then the timers. Timed
+    // (LoopMeter), each phase that ran something ends with a clock read.
     while (!done() && !stopRequested()) {
+      meter_.iteration();
       inlineTurns_ = kInlineTurnsPerIteration;
-      runReady();
+      const bool resumed = runReady();
       // No clock read without timers, one with (waitTimeout reads it only
       // if no deadline could be armed): where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call.
-      if (timers_.size() != 0) timers_.fireDue(Clock::now());
+      // (e.g. a TCG guest's), each read is a system call. Timed, that read
+      // is the ready phase's end.
+      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
+      if (timers_.size() != 0) {
+        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
+        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
+      }
+      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
       if (done() || stopRequested()) break;
       derived().poll(waitTimeout());
+      if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
     }
+    // The last turn, if it ended in its completions phase (after a break,
+    // an empty turn: endTurn() has nothing left to account).
+    if (meter_.timed()) meter_.endTurn();
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
       derived().quiesce();

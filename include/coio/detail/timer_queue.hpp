@@ -31,6 +31,9 @@ class TimerQueue {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   std::size_t size() const noexcept { return heap_.size(); }
+  /// Timers ever pushed (the sequence numbers handed out), and fired.
+  std::uint64_t pushed() const noexcept { return nextSeq_; }
+  std::uint64_t fired() const noexcept { return fired_; }
 
   void push(TimerNode& n) {
     COIO_ASSERT(!n.queued(), "timer queued twice");
@@ -59,12 +62,16 @@ class TimerQueue {
 
   /// Pops and fires every timer due at `now`, in order. A fired callback
   /// may add or remove timers; those due at `now` fire in this call too.
-  void fireDue(TimePoint now) noexcept {
+  /// Returns whether any did. Each counts in fired() before it fires.
+  bool fireDue(TimePoint now) noexcept {
+    const std::uint64_t before = fired_;
     while (!heap_.empty() && heap_.front()->deadline <= now) {
       TimerNode* n = heap_.front();
       remove(*n);
+      ++fired_;
       n->fire(n);
     }
+    return fired_ != before;
   }
 
  private:
@@ -100,6 +107,7 @@ class TimerQueue {
 
   std::vector<TimerNode*> heap_;
   std::uint64_t nextSeq_ = 0;
+  std::uint64_t fired_ = 0;
 };
 
 }  // namespace coio::detail

@@ -58,13 +58,16 @@ struct EpollFdState {
 // fd is no longer ready (a short read drained the socket, a short write
 // filled it), so the next attempt would only find EAGAIN; the next edge
 // reports new readiness. (Not 0 from recv: end of stream stays readable.)
+// Each attempt's `kind` is the LoopStats counter of its waits.
 struct RecvAttempt {
+  static constexpr OpKind kind = OpKind::recv;
   int fd;
   std::span<std::byte> buffer;
   long operator()() noexcept { return retryOnEintr([&] { return ::recv(fd, buffer.data(), buffer.size(), 0); }); }
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
 };
 struct SendAttempt {
+  static constexpr OpKind kind = OpKind::send;
   int fd;
   std::span<const std::byte> buffer;
   long operator()() noexcept {
@@ -73,6 +76,7 @@ struct SendAttempt {
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
 };
 struct SendvAttempt {
+  static constexpr OpKind kind = OpKind::send;
   int fd;
   std::span<const iovec> parts;
   long operator()() noexcept {
@@ -85,6 +89,7 @@ struct NeverExhausted {
   bool exhausted(long) const noexcept { return false; }
 };
 struct AcceptAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::accept;
   int fd;
   long operator()() noexcept {
     for (;;) {
@@ -94,6 +99,7 @@ struct AcceptAttempt : NeverExhausted {
   }
 };
 struct ConnectAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::connect;
   int fd;
   sockaddr_storage address;
   socklen_t length;
@@ -112,6 +118,7 @@ struct ConnectAttempt : NeverExhausted {
   }
 };
 struct ReadinessAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::poll;
   long operator()() const noexcept { return 0; }
 };
 
@@ -148,7 +155,8 @@ class EpollOperation;
 ///   deadline changes (a wait with a timeout of its own costs the kernel an
 ///   hrtimer per wait).
 /// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
-/// spawn, schedule and the timers, which both reactors share.
+/// spawn, schedule, the timers, stats() and the stall detector, which both
+/// reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
@@ -208,7 +216,8 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   // Registers `w` as the waiter; with `rearm`, re-arms an existing
   // registration so that the fd's current state is reported. 0 or an errno.
-  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm) noexcept {
+  // A wait is an operation of `kind` in LoopStats, until endWait.
+  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm, OpKind kind) noexcept {
     COIO_ASSERT(ownedByCaller(), "epoll operation awaited off the reactor's thread");
     detail::EpollFdState& st = state(fd);
     const auto d = static_cast<std::size_t>(dir);
@@ -222,16 +231,19 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
       st.registered = true;
     }
     st.waiter[d] = &w;
+    meter_.submitted(detail::counterOf(kind));
     return 0;
   }
 
-  void endWait(int fd, detail::Direction dir) noexcept {
+  void endWait(int fd, detail::Direction dir, OpKind kind) noexcept {
     fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
+    meter_.completed(detail::counterOf(kind));
   }
 
   void poll(std::optional<Clock::duration> timeout);
   void quiesce() noexcept {}  // epoll holds no reference to an operation
   void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
+  std::size_t unsubmitted() const noexcept { return 0; }  // nor queues them
 
   // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
   // false if the timerfd could not be set.
@@ -293,7 +305,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   EpollOperation(const EpollOperation&) = delete;
   EpollOperation& operator=(const EpollOperation&) = delete;
   ~EpollOperation() {
-    if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
+    if (waiting_) reactor_.endWait(fd_, dir_, Attempt::kind);  // the frame is destroyed while suspended here
   }
 
   // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
@@ -304,7 +316,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
-    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
+    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
       result_ = -err;
       return false;
     }
@@ -357,7 +369,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   }
 
   void finish(long result) noexcept {
-    reactor_.endWait(fd_, dir_);
+    reactor_.endWait(fd_, dir_, Attempt::kind);
     waiting_ = false;
     result_ = result;
   }
@@ -453,10 +465,13 @@ inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
   if (timeout) ts = detail::toTimespec<timespec>(*timeout);
   const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
                                timeout ? &ts : nullptr, nullptr);
+  const int err = errno;
+  woke(timeout);
   if (n < 0) {
-    if (errno == EINTR) return;
-    detail::throwSystemError(errno, "coio::EpollReactor: epoll_pwait2");
+    if (err == EINTR) return;
+    detail::throwSystemError(err, "coio::EpollReactor: epoll_pwait2");
   }
+  meter_.dispatched(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
 }
 

@@ -2,6 +2,7 @@
 #include <coio/core/awaitable_traits.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
+#include <coio/reactor/loop_stats.hpp>
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -55,12 +56,19 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   reactor keeps state by fd number, which the next fd opened under that
 ///   number would otherwise inherit (under UringReactor's default recv mode
 ///   that can be bytes read ahead from the closed socket).
+/// - A view into the loop, on the loop thread: `stats()` (LoopStats:
+///   operations submitted and completed by kind, queue depths, time waiting
+///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
+///   handler)`, which calls the handler after each turn of the loop that
+///   ran longer than the threshold (LoopStall). Counting is a plain
+///   increment per operation; timing (off by default) a clock read per
+///   phase of a turn that ran something.
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
                            std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
                            socklen_t length,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
-                           std::stop_token stop) {
+                           std::stop_token stop, StallHandler handler) {
   r.run();
   r.runUntil(std::move(task));
   r.stop();
@@ -79,6 +87,9 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
+  { cr.stats() } -> std::same_as<LoopStats>;
+  r.setLoopTiming(true);
+  r.setStallHandler(d, std::move(handler));
 };
 
 }  // namespace coio

@@ -46,6 +46,9 @@ namespace coio {
 struct UringOperation {
   /// Called on the loop thread with each CQE's result and flags.
   void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
+  /// The reactor's: the LoopStats counter its completion counts in, set
+  /// when it is submitted (from the SQE's opcode).
+  std::uint8_t counter = detail::kUncounted;
 };
 
 /// When prepared SQEs reach the kernel.
@@ -123,6 +126,24 @@ inline std::string_view toString(RecvMode mode) noexcept {
 }
 
 namespace detail {
+// The kind an SQE counts as in LoopStats, by its opcode. (OpKind::timer is
+// the loop's timers: an SQE of the kernel's timeouts is another kind.)
+constexpr OpKind opKindOf(std::uint8_t opcode) noexcept {
+  switch (opcode) {
+    case IORING_OP_RECV: case IORING_OP_RECVMSG: return OpKind::recv;
+    case IORING_OP_SEND: case IORING_OP_SENDMSG: case IORING_OP_SEND_ZC: case IORING_OP_SENDMSG_ZC: return OpKind::send;
+    case IORING_OP_ACCEPT: return OpKind::accept;
+    case IORING_OP_CONNECT: return OpKind::connect;
+    case IORING_OP_POLL_ADD: return OpKind::poll;
+    case IORING_OP_READ: case IORING_OP_READV: case IORING_OP_READ_FIXED: return OpKind::diskRead;
+    case IORING_OP_WRITE: case IORING_OP_WRITEV: case IORING_OP_WRITE_FIXED: return OpKind::diskWrite;
+    case IORING_OP_FSYNC: case IORING_OP_SYNC_FILE_RANGE: return OpKind::diskSync;
+    default: return OpKind::other;
+  }
+}
+// The counter `sqe` counts in.
+inline std::uint8_t counterOf(const io_uring_sqe& sqe) noexcept { return counterOf(opKindOf(sqe.opcode)); }
+
 // The value of `values` whose toString() is `text`; Errc::invalidArgument
 // if none is.
 template <typename E, std::size_t N>
@@ -417,7 +438,8 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   io_uring& ring() noexcept { return ring_; }
 
   /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`,
-  /// then submits it according to the policy.
+  /// then submits it according to the policy. It counts in stats() by its
+  /// opcode (detail::opKindOf).
   template <typename Prep>
   void submit(UringOperation& op, Prep&& prep) {
     if (!trySubmit(op, std::forward<Prep>(prep))) {
@@ -429,13 +451,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// if no SQE could be had.
   template <typename Prep>
   bool trySubmit(UringOperation& op, Prep&& prep) noexcept {
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) return false;
-    std::forward<Prep>(prep)(sqe);
-    io_uring_sqe_set_data(sqe, &op);
-    ++inFlight_;
-    commit();
-    return true;
+    return trySubmitCounted(op, std::forward<Prep>(prep), true);
   }
 
   /// Why the last trySubmit() failed.
@@ -528,6 +544,21 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
   void destroyReceiver(detail::UringReceiver* receiver) noexcept;
 
+  // trySubmit; `counted` false for the reactor's own operations, which
+  // stats() leaves out.
+  template <typename Prep>
+  bool trySubmitCounted(UringOperation& op, Prep&& prep, bool counted) noexcept {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) return false;
+    std::forward<Prep>(prep)(sqe);
+    io_uring_sqe_set_data(sqe, &op);
+    op.counter = counted ? detail::counterOf(*sqe) : detail::kUncounted;
+    meter_.submitted(op.counter);
+    ++inFlight_;
+    commit();
+    return true;
+  }
+
   bool trySubmitCancel(UringOperation& op) noexcept {
     return trySubmitUntracked([&](io_uring_sqe* sqe) { io_uring_prep_cancel(sqe, &op, 0); });
   }
@@ -566,6 +597,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     auto* op = reinterpret_cast<UringOperation*>(c.userData);
     if (!(c.flags & IORING_CQE_F_MORE)) {
       --inFlight_;
+      meter_.completed(op->counter);
       // Done: a cancel still waiting for an SQE would hit whatever reuses op's memory.
       if (!deferredCancels_.empty()) std::erase(deferredCancels_, op);
     }
@@ -581,7 +613,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   // Watches the wake-up eventfd again; false if no SQE could be had (then
   // poll() re-arms it before it waits).
   bool tryArmWake() noexcept {
-    wakeArmed_ = trySubmit(wakeOperation_, detail::PollPrep{wake().fd(), POLLIN});
+    wakeArmed_ = trySubmitCounted(wakeOperation_, detail::PollPrep{wake().fd(), POLLIN}, false);
     return wakeArmed_;
   }
   static void onWake(UringOperation* op, int, unsigned) noexcept;
@@ -625,6 +657,7 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
     ringFdTried_ = true;
     ringFdRegistered_ = io_uring_register_ring_fd(&ring_) == 1;
   }
+  std::size_t unsubmitted() const noexcept { return io_uring_sq_ready(&ring_); }
   void leaveLoop() noexcept {
     if (ringFdRegistered_) {
       // Cannot fail: same thread, a slot it registered.
@@ -1390,9 +1423,10 @@ inline bool UringReactor::armDeadline(Clock::time_point deadline) noexcept {
   if (deadlineArmed_ && armedDeadline_ == deadline) return true;
   deadlineOperation_.when = detail::toTimespec<__kernel_timespec>(deadline.time_since_epoch());
   if (!deadlineArmed_) {
-    deadlineArmed_ = trySubmit(deadlineOperation_, [this](io_uring_sqe* sqe) {
-      io_uring_prep_timeout(sqe, &deadlineOperation_.when, 0, IORING_TIMEOUT_ABS);
-    });
+    deadlineArmed_ = trySubmitCounted(
+        deadlineOperation_,
+        [this](io_uring_sqe* sqe) { io_uring_prep_timeout(sqe, &deadlineOperation_.when, 0, IORING_TIMEOUT_ABS); },
+        false);
     if (!deadlineArmed_) return false;
   } else {
     // Moved in place. If it fired meanwhile, the update finds nothing, and
@@ -1432,6 +1466,7 @@ inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
     io_uring_cqe* cqe = nullptr;
     r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout ? &ts : nullptr, nullptr);
   }
+  woke(timeout);
   // -ETIME: the timeout passed; -EINTR: a signal; -EBUSY/-EAGAIN: completions
   // are backed up, which reaping fixes.
   if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
@@ -1449,6 +1484,7 @@ inline void UringReactor::reap(std::size_t maxRounds) {
     batch_.clear();
     std::swap(batch_, backlog_);
     const std::size_t n = takeCompletions(batch_);
+    meter_.dispatched(batch_.size());
     for (const Completion& c : batch_) dispatch(c);
     // A full batch may hide more; a backlog must not wait for a new event.
     if ((n < kBatch && backlog_.empty()) || round >= maxRounds) break;

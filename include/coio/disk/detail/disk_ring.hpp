@@ -243,6 +243,8 @@ class DedicatedRing final : public DiskRing {
     io_uring_sqe_set_data(sqe, static_cast<UringOperation*>(&op));
     op.state = DiskOp::State::inFlight;
     op.dedicated = this;
+    op.counter = counterOf(*sqe);  // in the reactor's stats(), as on the UringReactor's ring
+    reactor_.meter_.submitted(op.counter);
     ++inFlight_;
     if (batches_ > 0 || !dispatching_) {
       commit();
@@ -381,6 +383,7 @@ class DedicatedRing final : public DiskRing {
       auto* op = static_cast<DiskOp*>(reinterpret_cast<UringOperation*>(cqe->user_data));
       if (!op) continue;
       --inFlight_;
+      reactor_.meter_.completed(op->counter);
       op->state = DiskOp::State::reaped;
       out.push_back({op, cqe->res});
     }
