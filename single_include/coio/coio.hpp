@@ -3879,6 +3879,141 @@ inline long resetConnection(int fd) noexcept {
 // begin <coio/reactor/reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+// begin <coio/reactor/loop_stats.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+// LoopStats and LoopStall: a view into a reactor's loop. The counters and
+// queue depths a service exports (reactor.stats()), and what the stall
+// detector reports about a turn of the loop that ran too long
+// (reactor.setStallHandler()). Both reactors fill them the same way.
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+namespace coio {
+
+/// The kinds of operation LoopStats counts.
+enum class OpKind : std::uint8_t {
+  recv,       ///< recv, recvAll (and a multishot recv kept armed for them)
+  send,       ///< send, sendv (and zero-copy sends)
+  accept,     ///< accept
+  connect,    ///< connect
+  poll,       ///< readable, writable
+  timer,      ///< sleepFor, sleepUntil (also withTimeout's deadline)
+  diskRead,   ///< a File's reads (read, readv, read_fixed)
+  diskWrite,  ///< a File's writes (write, writev, write_fixed)
+  diskSync,   ///< fsync, fdatasync
+  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
+};
+
+/// How many OpKinds there are: the size of LoopStats::ops.
+inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::other) + 1;
+
+/// The kind's name, for metric labels and messages ("recv", "diskRead", ...).
+constexpr std::string_view toString(OpKind kind) noexcept {
+  constexpr std::string_view names[kOpKinds] = {"recv", "send",     "accept",    "connect",  "poll",
+                                                "timer", "diskRead", "diskWrite", "diskSync", "other"};
+  return static_cast<std::size_t>(kind) < kOpKinds ? names[static_cast<std::size_t>(kind)] : "?";
+}
+
+/// The phases of one turn of the loop, in the order they run. A turn is
+/// everything the loop thread does between two waits for I/O.
+enum class LoopPhase : std::uint8_t {
+  /// Dispatching what the wait returned: I/O completions and readiness
+  /// (each resumes the coroutine that waited for it, inline), and
+  /// coroutines handed over from other threads (schedule, spawn).
+  completions,
+  /// Resuming the coroutines queued on the loop thread: spawned there,
+  /// `co_await schedule()`, operations that yield to the next iteration.
+  ready,
+  /// Firing the timers that are due (each resumes its sleeper, inline).
+  timers,
+};
+
+/// How many LoopPhases there are.
+inline constexpr std::size_t kLoopPhases = static_cast<std::size_t>(LoopPhase::timers) + 1;
+
+/// The phase's name ("completions", "ready", "timers").
+constexpr std::string_view toString(LoopPhase phase) noexcept {
+  constexpr std::string_view names[kLoopPhases] = {"completions", "ready", "timers"};
+  return static_cast<std::size_t>(phase) < kLoopPhases ? names[static_cast<std::size_t>(phase)] : "?";
+}
+
+/// A snapshot of one reactor's loop (`reactor.stats()`), taken on its loop
+/// thread. Counters count from the reactor's construction and never go
+/// back; depths are as of the snapshot.
+///
+/// What counts as an operation is what the reactor waits on the kernel for:
+/// an SQE (UringReactor; the Disk's SQEs too, on either reactor) or a wait
+/// registered for an fd's readiness (EpollReactor). It is `submitted` when
+/// that starts and `completed` when it ends, whatever the result (an error
+/// or a cancellation included; a multishot recv at its last completion);
+/// so submitted - completed is what is in flight. An operation that needs
+/// no wait (a send the socket took at once, a recv that found data under
+/// epoll, an error known up front) counts only in `completedInline`. The
+/// reactor's own operations (its wake-up eventfd, its timer deadline) and
+/// cancel requests are not counted. Timers count as operations of kind
+/// `timer`: submitted when set, completed when fired or cancelled.
+struct LoopStats {
+  /// The counters of one kind of operation.
+  struct Ops {
+    std::uint64_t submitted = 0;  ///< waits started: SQEs, fd waits, timers set
+    std::uint64_t completed = 0;  ///< waits ended, whatever the result
+  };
+
+  /// By OpKind (see operator[]).
+  std::array<Ops, kOpKinds> ops{};
+  /// The counters of `kind`.
+  const Ops& operator[](OpKind kind) const noexcept { return ops[static_cast<std::size_t>(kind)]; }
+
+  std::uint64_t completedInline = 0;  ///< operations of any kind that completed without a wait
+  std::uint64_t timersFired = 0;      ///< timers that fired (the others completed were cancelled)
+  std::uint64_t events = 0;           ///< what the reactor's waits returned: epoll events, io_uring CQEs
+  std::uint64_t resumed = 0;          ///< coroutines resumed from the ready queue (LoopPhase::ready)
+  std::uint64_t iterations = 0;       ///< turns of the loop
+
+  std::size_t inFlight = 0;     ///< operations submitted and not completed (timers aside)
+  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase (not those other threads handed over)
+  std::size_t timers = 0;       ///< timers set and not fired or cancelled yet
+  std::size_t unsubmitted = 0;  ///< UringReactor: SQEs prepared, not handed to the kernel yet (0 on epoll)
+
+  /// Whether the loop times its turns (setLoopTiming, setStallHandler):
+  /// the durations below only grow while it does.
+  bool timed = false;
+  /// The loop thread's time inside the reactor's waits for I/O that could
+  /// block (with io_uring, that includes the kernel's work on the
+  /// submissions the wait hands over).
+  std::chrono::nanoseconds waiting{};
+  /// Its time in the turns between those waits (the LoopPhases).
+  std::chrono::nanoseconds running{};
+  /// The longest turn timed.
+  std::chrono::nanoseconds longestTurn{};
+  /// Turns longer than the stall threshold: the stall handler's calls.
+  std::uint64_t stalls = 0;
+};
+
+/// One turn of the loop that ran longer than the stall threshold, as the
+/// stall handler receives it (see setStallHandler).
+struct LoopStall {
+  std::chrono::nanoseconds duration{};  ///< the turn: its phases together
+  LoopPhase phase = LoopPhase::completions;  ///< the phase that took longest
+  /// Each phase's time, by LoopPhase.
+  std::array<std::chrono::nanoseconds, kLoopPhases> phases{};
+  /// What each phase ran, by LoopPhase: events dispatched (each resumes
+  /// the coroutines waiting for it), coroutines resumed, timers fired.
+  std::array<std::uint64_t, kLoopPhases> ran{};
+};
+
+/// What the stall detector calls, on the loop thread, after a turn that ran
+/// longer than the threshold.
+using StallHandler = std::function<void(const LoopStall&)>;
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+// end <coio/reactor/loop_stats.hpp>
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -3932,12 +4067,19 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   reactor keeps state by fd number, which the next fd opened under that
 ///   number would otherwise inherit (under UringReactor's default recv mode
 ///   that can be bytes read ahead from the closed socket).
+/// - A view into the loop, on the loop thread: `stats()` (LoopStats:
+///   operations submitted and completed by kind, queue depths, time waiting
+///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
+///   handler)`, which calls the handler after each turn of the loop that
+///   ran longer than the threshold (LoopStall). Counting is a plain
+///   increment per operation; timing (off by default) a clock read per
+///   phase of a turn that ran something.
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
                            std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
                            socklen_t length,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
-                           std::stop_token stop) {
+                           std::stop_token stop, StallHandler handler) {
   r.run();
   r.runUntil(std::move(task));
   r.stop();
@@ -3956,6 +4098,9 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
+  { cr.stats() } -> std::same_as<LoopStats>;
+  r.setLoopTiming(true);
+  r.setStallHandler(d, std::move(handler));
 };
 
 }  // namespace coio
@@ -4345,9 +4490,26 @@ class TcpListener {
 // `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
 // the loop at time t without a timeout on each wait; false if it cannot),
 // `quiesce()` (make sure the kernel holds no reference to any operation,
-// without resuming anything) and `leaveLoop()` (on the loop thread, as
+// without resuming anything), `leaveLoop()` (on the loop thread, as
 // run() / runUntil() return: undo what that run of the loop tied to its
-// thread).
+// thread) and `unsubmitted()` (operations prepared but not handed to the
+// kernel yet, for stats()). Derived counts its operations in `meter_`
+// (LoopMeter) where it submits and completes them, and its poll calls
+// `woke(timeout)` right after its wait returns, before dispatching.
+// begin <coio/detail/loop_meter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
+// LoopMeter: the counters behind LoopStats and the turn timing behind the
+// stall detector, one per loop (LoopCore). Loop thread only: counting is a
+// plain increment where the reactors submit, complete and dispatch.
+//
+// Timing, while on: a turn is the loop thread's work between two waits for
+// I/O, in three phases (LoopPhase). The loop marks the end of each phase
+// that ran something (one clock read each; an idle phase's few instructions
+// go to the next phase marked), the end of the turn before it waits, and
+// the wake-up after a wait that could block (one read; a wait that could not
+// block, because work was ready, counts as running). Off, it costs a test of
+// one bool per phase.
 // begin <coio/detail/timer_queue.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
@@ -4382,6 +4544,9 @@ class TimerQueue {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   std::size_t size() const noexcept { return heap_.size(); }
+  /// Timers ever pushed (the sequence numbers handed out), and fired.
+  std::uint64_t pushed() const noexcept { return nextSeq_; }
+  std::uint64_t fired() const noexcept { return fired_; }
 
   void push(TimerNode& n) {
     COIO_ASSERT(!n.queued(), "timer queued twice");
@@ -4410,12 +4575,16 @@ class TimerQueue {
 
   /// Pops and fires every timer due at `now`, in order. A fired callback
   /// may add or remove timers; those due at `now` fire in this call too.
-  void fireDue(TimePoint now) noexcept {
+  /// Returns whether any did. Each counts in fired() before it fires.
+  bool fireDue(TimePoint now) noexcept {
+    const std::uint64_t before = fired_;
     while (!heap_.empty() && heap_.front()->deadline <= now) {
       TimerNode* n = heap_.front();
       remove(*n);
+      ++fired_;
       n->fire(n);
     }
+    return fired_ != before;
   }
 
  private:
@@ -4451,11 +4620,167 @@ class TimerQueue {
 
   std::vector<TimerNode*> heap_;
   std::uint64_t nextSeq_ = 0;
+  std::uint64_t fired_ = 0;
 };
 
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
 // end <coio/detail/timer_queue.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace coio::detail {
+
+// Which counters an operation's submission and completion go to: its
+// OpKind, or kUncounted (the reactor's own operations: a slot of its own,
+// never reported, so that counting needs no branch).
+inline constexpr std::uint8_t kUncounted = kOpKinds;
+constexpr std::uint8_t counterOf(OpKind kind) noexcept { return static_cast<std::uint8_t>(kind); }
+
+class LoopMeter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// `timers`: the loop's, whose fired() count the turns report.
+  explicit LoopMeter(const TimerQueue& timers) noexcept : timers_(timers) {}
+
+  void submitted(std::uint8_t counter) noexcept { ++ops_[counter].submitted; }
+  void completed(std::uint8_t counter) noexcept { ++ops_[counter].completed; }
+  void completedInline() noexcept { ++completedInline_; }
+  void dispatched(std::size_t events) noexcept { events_ += events; }
+  void resumed(std::size_t coroutines) noexcept { resumed_ += coroutines; }
+  void iteration() noexcept { ++iterations_; }
+
+  /// The counters, the timers and the times; the loop adds its queues'
+  /// depths.
+  LoopStats snapshot() const noexcept {
+    LoopStats s;
+    std::copy_n(ops_.begin(), kOpKinds, s.ops.begin());
+    for (const LoopStats::Ops& ops : s.ops) s.inFlight += ops.submitted - ops.completed;
+    // Timers are the queue's (no count of their own here): set, and fired or cancelled.
+    s.ops[counterOf(OpKind::timer)] = {timers_.pushed(), timers_.pushed() - timers_.size()};
+    s.timersFired = timers_.fired();
+    s.timers = timers_.size();
+    s.completedInline = completedInline_;
+    s.events = events_;
+    s.resumed = resumed_;
+    s.iterations = iterations_;
+    s.timed = timed_;
+    s.waiting = waiting_;
+    s.running = running_;
+    s.longestTurn = longestTurn_;
+    s.stalls = stalls_;
+    return s;
+  }
+
+  bool timed() const noexcept { return timed_; }
+  void setTiming(bool on) noexcept {
+    timing_ = on;
+    retime();
+  }
+  void setStallHandler(Clock::duration threshold, StallHandler handler) {
+    threshold_ = threshold;
+    handler_ = std::move(handler);
+    retime();
+  }
+
+  // --- The loop's marks, while timed().
+
+  /// A turn starts now: the loop starts, or timing was turned on.
+  void beginTurn() noexcept {
+    mark_ = Clock::now();
+    startTurn();
+  }
+  /// `p` is over: it ran something, or the next phase needs the time.
+  void phaseEnded(LoopPhase p) noexcept {
+    const Clock::time_point now = Clock::now();
+    phases_[phase(p)] += now - mark_;
+    mark_ = now;
+  }
+  /// Whether the completions phase of this turn dispatched anything.
+  bool dispatchedThisTurn() const noexcept { return events_ != ranAtStart_[phase(LoopPhase::completions)]; }
+  /// The turn is over (the loop is about to wait, or returns): its time is
+  /// accounted, and if it ran past the threshold the stall handler is
+  /// called (a copy: it may replace itself). The handler's own time counts
+  /// as running, in no turn. Its exceptions propagate.
+  void endTurn() {
+    const Clock::duration turn = phases_[0] + phases_[1] + phases_[2];
+    running_ += turn;
+    longestTurn_ = std::max(longestTurn_, turn);
+    const bool stalled = handler_ && turn > threshold_;
+    LoopStall stall;
+    if (stalled) {
+      stall.duration = turn;
+      const std::array<std::uint64_t, kLoopPhases> ran = ranSoFar();
+      for (std::size_t i = 0; i < kLoopPhases; ++i) {
+        stall.phases[i] = phases_[i];
+        stall.ran[i] = ran[i] - ranAtStart_[i];
+        if (phases_[i] > phases_[phase(stall.phase)]) stall.phase = static_cast<LoopPhase>(i);
+      }
+    }
+    startTurn();
+    if (!stalled) return;
+    ++stalls_;
+    const StallHandler handler = handler_;
+    handler(stall);
+    const Clock::time_point now = Clock::now();
+    running_ += now - mark_;
+    mark_ = now;
+  }
+  /// After a wait; `couldBlock`: it was given a timeout other than zero.
+  void woke(bool couldBlock) noexcept {
+    if (!couldBlock) return;  // no time spent waiting: no reading
+    const Clock::time_point now = Clock::now();
+    waiting_ += now - mark_;
+    mark_ = now;
+  }
+  /// The latest reading: fresh right after phaseEnded().
+  Clock::time_point mark() const noexcept { return mark_; }
+
+ private:
+  static constexpr std::size_t phase(LoopPhase p) noexcept { return static_cast<std::size_t>(p); }
+
+  // What the phases ran since the reactor started, by LoopPhase.
+  std::array<std::uint64_t, kLoopPhases> ranSoFar() const noexcept { return {events_, resumed_, timers_.fired()}; }
+  void startTurn() noexcept {
+    phases_ = {};
+    ranAtStart_ = ranSoFar();
+  }
+  void retime() noexcept {
+    const bool was = timed_;
+    timed_ = timing_ || static_cast<bool>(handler_);
+    if (timed_ && !was) beginTurn();
+  }
+
+  const TimerQueue& timers_;
+
+  std::array<LoopStats::Ops, kOpKinds + 1> ops_{};  // by counter: the last is kUncounted
+  std::uint64_t completedInline_ = 0;
+  std::uint64_t events_ = 0;
+  std::uint64_t resumed_ = 0;
+  std::uint64_t iterations_ = 0;
+
+  bool timing_ = false;  // setTiming
+  bool timed_ = false;   // timing_, or a stall handler
+  Clock::duration threshold_{};
+  StallHandler handler_;
+  Clock::time_point mark_{};                         // the latest reading
+  std::array<Clock::duration, kLoopPhases> phases_{};  // of the current turn
+  std::array<std::uint64_t, kLoopPhases> ranAtStart_{};  // ranSoFar() when it started
+  Clock::duration waiting_{};
+  Clock::duration running_{};
+  Clock::duration longestTurn_{};
+  std::uint64_t stalls_ = 0;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
+// end <coio/detail/loop_meter.hpp>
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -4754,8 +5079,40 @@ class LoopCore {
     return t == std::this_thread::get_id() || t == std::thread::id{};
   }
 
+  /// Turns the timing of the loop's turns on or off (off by default; a
+  /// stall handler turns it on too): stats().waiting, running and
+  /// longestTurn grow only while it is on. Cost while on: one clock read
+  /// per phase of a turn that ran something (LoopPhase: at most three), and
+  /// one after each wait that could block; none while off. Loop thread (or
+  /// while no loop runs); the turn under way is timed from the call on.
+  void setLoopTiming(bool on) noexcept {
+    COIO_ASSERT(ownedByCaller(), "loop timing set off the reactor's thread");
+    meter_.setTiming(on);
+  }
+
+  /// The stall detector: after each turn of the loop (the work between two
+  /// waits for I/O: see LoopPhase) that took longer than `threshold`,
+  /// calls `handler` with the turn's duration, its phases' durations and
+  /// what each ran (LoopStall), on the loop thread, before the loop waits
+  /// again. An empty `handler` removes it. Times the loop while set (see
+  /// setLoopTiming for the cost). The handler may read stats(), spawn,
+  /// stop() or replace itself; its own time is not part of any turn; an
+  /// exception it throws propagates out of run() / runUntil(). Loop thread
+  /// (or while no loop runs). `threshold` must not be negative.
+  void setStallHandler(Clock::duration threshold, StallHandler handler) {
+    COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
+    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
+    meter_.setStallHandler(threshold, std::move(handler));
+  }
+
  protected:
   EventFd& wake() noexcept { return wake_; }
+
+  /// Derived's poll, as soon as its wait returned (before it dispatches
+  /// anything): `timeout` is what the wait was given.
+  void woke(std::optional<Clock::duration> timeout) noexcept {
+    if (meter_.timed()) meter_.woke(!timeout || *timeout != Clock::duration::zero());
+  }
 
   /// Loop thread, after the wake-up eventfd fired (and was drained):
   /// resumes everything other threads handed over.
@@ -4825,17 +5182,29 @@ class LoopCore {
   }
 
  protected:
-  void runReady() {
+  // Whether it resumed anything. Each coroutine counts as it is resumed.
+  bool runReady() {
     std::swap(ready_, running_);
     PostedResume* posted = std::exchange(postedHead_, nullptr);
     postedTail_ = nullptr;
+    const bool resumed = !running_.empty() || posted;
+    meter_.resumed(running_.size());
     for (std::coroutine_handle<> h : running_) h.resume();
     running_.clear();
     while (posted) {
       PostedResume* next = posted->next;  // the node may be gone once its coroutine resumed
+      meter_.resumed(1);
       posted->handle.resume();
       posted = next;
     }
+    return resumed;
+  }
+
+  /// Coroutines queued for the next ready phase.
+  std::size_t readyCount() const noexcept {
+    std::size_t n = ready_.size();
+    for (const PostedResume* p = postedHead_; p; p = p->next) ++n;
+    return n;
   }
 
   void clearReady() noexcept {
@@ -4858,14 +5227,17 @@ class LoopCore {
   TimerQueue timers_;
   unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
   std::atomic<std::thread::id> loopThread_{};
+  LoopMeter meter_{timers_};
 
  private:
   friend struct RootPromise;
   friend class InlineCompletion;
+  friend class DedicatedRing;  // the Disk's ring of an EpollReactor counts in its meter_
 
   // Whether an operation that completed at once may go on inline (and
-  // counts it). Outside a running loop there is no iteration to yield to.
+  // counts both). Outside a running loop there is no iteration to yield to.
   bool takeInlineTurn() noexcept {
+    meter_.completedInline();
     if (inlineTurns_ == 0) return !isInLoopThread();
     --inlineTurns_;
     return true;
@@ -4997,6 +5369,21 @@ class ReactorBase : public LoopCore {
     return driver.result();
   }
 
+  /// A snapshot of the loop's counters, queue depths and times (see
+  /// LoopStats for what each counts). Counting costs a plain increment
+  /// where operations are submitted and completed and where the loop turns;
+  /// the snapshot itself walks nothing but the queue of posted coroutines.
+  /// Loop thread (or while no loop runs): from another thread, hop over
+  /// first (`co_await reactor.schedule()`), which also makes the snapshot
+  /// consistent (every counter as of one moment of the loop).
+  LoopStats stats() const {
+    COIO_ASSERT(ownedByCaller(), "stats() read off the reactor's thread");
+    LoopStats s = meter_.snapshot();
+    s.ready = readyCount();
+    s.unsubmitted = static_cast<const Derived&>(*this).unsubmitted();
+    return s;
+  }
+
  protected:
   /// For Derived's destructor: lets go of the kernel side, then destroys
   /// the tasks the reactor still owns (their awaiters deregister).
@@ -5020,16 +5407,31 @@ class ReactorBase : public LoopCore {
       }
     } leave{*this};
     if (first && !stopRequested()) ready_.push_back(first);
+    if (meter_.timed()) meter_.beginTurn();
+    // A turn is the work between two waits: dispatching what the wait
+    // returned (in poll), then the ready phase, then the timers. Timed
+    // (LoopMeter), each phase that ran something ends with a clock read.
     while (!done() && !stopRequested()) {
+      meter_.iteration();
       inlineTurns_ = kInlineTurnsPerIteration;
-      runReady();
+      const bool resumed = runReady();
       // No clock read without timers, one with (waitTimeout reads it only
       // if no deadline could be armed): where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call.
-      if (timers_.size() != 0) timers_.fireDue(Clock::now());
+      // (e.g. a TCG guest's), each read is a system call. Timed, that read
+      // is the ready phase's end.
+      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
+      if (timers_.size() != 0) {
+        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
+        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
+      }
+      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
       if (done() || stopRequested()) break;
       derived().poll(waitTimeout());
+      if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
     }
+    // The last turn, if it ended in its completions phase (after a break,
+    // an empty turn: endTurn() has nothing left to account).
+    if (meter_.timed()) meter_.endTurn();
     if (stopRequested()) {
       // Final: the kernel lets go of every operation; nothing resumes again.
       derived().quiesce();
@@ -5108,13 +5510,16 @@ struct EpollFdState {
 // fd is no longer ready (a short read drained the socket, a short write
 // filled it), so the next attempt would only find EAGAIN; the next edge
 // reports new readiness. (Not 0 from recv: end of stream stays readable.)
+// Each attempt's `kind` is the LoopStats counter of its waits.
 struct RecvAttempt {
+  static constexpr OpKind kind = OpKind::recv;
   int fd;
   std::span<std::byte> buffer;
   long operator()() noexcept { return retryOnEintr([&] { return ::recv(fd, buffer.data(), buffer.size(), 0); }); }
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
 };
 struct SendAttempt {
+  static constexpr OpKind kind = OpKind::send;
   int fd;
   std::span<const std::byte> buffer;
   long operator()() noexcept {
@@ -5123,6 +5528,7 @@ struct SendAttempt {
   bool exhausted(long result) const noexcept { return result > 0 && static_cast<std::size_t>(result) < buffer.size(); }
 };
 struct SendvAttempt {
+  static constexpr OpKind kind = OpKind::send;
   int fd;
   std::span<const iovec> parts;
   long operator()() noexcept {
@@ -5135,6 +5541,7 @@ struct NeverExhausted {
   bool exhausted(long) const noexcept { return false; }
 };
 struct AcceptAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::accept;
   int fd;
   long operator()() noexcept {
     for (;;) {
@@ -5144,6 +5551,7 @@ struct AcceptAttempt : NeverExhausted {
   }
 };
 struct ConnectAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::connect;
   int fd;
   sockaddr_storage address;
   socklen_t length;
@@ -5162,6 +5570,7 @@ struct ConnectAttempt : NeverExhausted {
   }
 };
 struct ReadinessAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::poll;
   long operator()() const noexcept { return 0; }
 };
 
@@ -5198,7 +5607,8 @@ class EpollOperation;
 ///   deadline changes (a wait with a timeout of its own costs the kernel an
 ///   hrtimer per wait).
 /// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
-/// spawn, schedule and the timers, which both reactors share.
+/// spawn, schedule, the timers, stats() and the stall detector, which both
+/// reactors share.
 class EpollReactor : public detail::ReactorBase<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
@@ -5258,7 +5668,8 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   // Registers `w` as the waiter; with `rearm`, re-arms an existing
   // registration so that the fd's current state is reported. 0 or an errno.
-  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm) noexcept {
+  // A wait is an operation of `kind` in LoopStats, until endWait.
+  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm, OpKind kind) noexcept {
     COIO_ASSERT(ownedByCaller(), "epoll operation awaited off the reactor's thread");
     detail::EpollFdState& st = state(fd);
     const auto d = static_cast<std::size_t>(dir);
@@ -5272,16 +5683,19 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
       st.registered = true;
     }
     st.waiter[d] = &w;
+    meter_.submitted(detail::counterOf(kind));
     return 0;
   }
 
-  void endWait(int fd, detail::Direction dir) noexcept {
+  void endWait(int fd, detail::Direction dir, OpKind kind) noexcept {
     fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
+    meter_.completed(detail::counterOf(kind));
   }
 
   void poll(std::optional<Clock::duration> timeout);
   void quiesce() noexcept {}  // epoll holds no reference to an operation
   void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
+  std::size_t unsubmitted() const noexcept { return 0; }  // nor queues them
 
   // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
   // false if the timerfd could not be set.
@@ -5343,7 +5757,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   EpollOperation(const EpollOperation&) = delete;
   EpollOperation& operator=(const EpollOperation&) = delete;
   ~EpollOperation() {
-    if (waiting_) reactor_.endWait(fd_, dir_);  // the frame is destroyed while suspended here
+    if (waiting_) reactor_.endWait(fd_, dir_, Attempt::kind);  // the frame is destroyed while suspended here
   }
 
   // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
@@ -5354,7 +5768,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
     if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
     handle_ = h;
     if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
-    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm)) {
+    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
       result_ = -err;
       return false;
     }
@@ -5407,7 +5821,7 @@ class [[nodiscard]] EpollOperation : EpollWaiter {
   }
 
   void finish(long result) noexcept {
-    reactor_.endWait(fd_, dir_);
+    reactor_.endWait(fd_, dir_, Attempt::kind);
     waiting_ = false;
     result_ = result;
   }
@@ -5503,10 +5917,13 @@ inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
   if (timeout) ts = detail::toTimespec<timespec>(*timeout);
   const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
                                timeout ? &ts : nullptr, nullptr);
+  const int err = errno;
+  woke(timeout);
   if (n < 0) {
-    if (errno == EINTR) return;
-    detail::throwSystemError(errno, "coio::EpollReactor: epoll_pwait2");
+    if (err == EINTR) return;
+    detail::throwSystemError(err, "coio::EpollReactor: epoll_pwait2");
   }
+  meter_.dispatched(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
 }
 
