@@ -3,6 +3,8 @@
 #include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
+#include "metrics_http.hpp"
+#include "server_metrics.hpp"
 #include "storage_server.hpp"
 #if COIO_STORAGE_RDMA
 #include "rdma_channel.hpp"
@@ -46,6 +48,7 @@ constexpr const char* kUsage = R"(usage:
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--send-timeout-ms 10000]
       [--max-connections N] [--tcp-congestion NAME] [--zero-copy-send] [--poison-buffers]
+      [--metrics ADDR:PORT] [--stall-threshold-ms N] [--inject-stall-ms N]
       [--rdma-device NAME] [--rdma-writes 256]
       Serves D (as target 0), or each --target ID=DIR (repeat it: one dataset
       per target, typically one per disk, several per disk allowed; a request
@@ -53,6 +56,13 @@ constexpr const char* kUsage = R"(usage:
       pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to
       finish). SIGUSR1 prints a line of figures: "stats: requests=N
       connections=N buffers_in_use=N buffers=N send_timeouts=N".
+      --metrics serves GET /metrics on ADDR:PORT (HTTP/1.0; port 0: any, as
+      printed): the counters, latency histograms and each reactor's loop
+      figures in Prometheus' text format; it also times the loops.
+      --stall-threshold-ms logs a line to stderr for each turn of a loop
+      that runs longer than N ms (and counts it: coio_loop_stalls_total).
+      --inject-stall-ms (debugging only: it stalls the server on purpose)
+      makes each reactor's loop busy-wait N ms once per SIGUSR2.
       --pool is the read-buffer pool per reactor, in buffers of --piece-size
       (a multiple of 4K): a larger read is read and sent in pieces of that
       size, each as soon as it is read; --buffered reads through the page
@@ -185,6 +195,9 @@ struct ServeSettings {
   std::optional<std::uint64_t> maxConnections;  // in all; default: from the fd limit
   std::uint64_t fdLimit = 0;
   std::string transport = "tcp";
+  std::optional<coio::SocketAddress> metrics;  // --metrics
+  std::chrono::milliseconds stallThreshold{0};  // --stall-threshold-ms; 0: no stall report
+  std::chrono::milliseconds injectStall{0};     // --inject-stall-ms; 0: SIGUSR2 is not taken
 #if COIO_STORAGE_RDMA
   std::string rdmaDevice;
   std::size_t rdmaWrites = 256;
@@ -292,29 +305,102 @@ void limitConnections(ServeSettings& settings, std::uint64_t files) {
   settings.server.maxConnections = (*settings.maxConnections + settings.reactors - 1) / settings.reactors;
 }
 
-// SIGUSR1: one line of figures, summed over the shards (each read on its
-// own loop thread): requests served, connections open, read buffers in use
-// out of the pool's, connections dropped because the client stopped reading.
 template <coio::Reactor R>
-void printStats(coio::ReactorPool<R>& pool, const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards) {
-  storage::ServerStats total;
-  std::size_t inUse = 0, buffers = 0;
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    runOn(pool.reactor(i), [](const storage::StorageServer<R>& shard, storage::ServerStats& sum, std::size_t& used,
-                              std::size_t& all) -> coio::Task<void> {
-      const storage::ServerStats& stats = shard.stats();
-      sum.requests += stats.requests;
-      sum.connections += stats.connections;
-      sum.sendTimeouts += stats.sendTimeouts;
-      used += shard.buffersInUse();
-      all += shard.options().poolBytes / shard.options().pieceSize;
-      co_return;
-    }(*shards[i], total, inUse, buffers));
-  }
+std::vector<const storage::StorageServer<R>*> shardsOf(const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards) {
+  std::vector<const storage::StorageServer<R>*> all;
+  for (const auto& s : shards) all.push_back(s.get());
+  return all;
+}
+
+// Every shard's snapshot, taken from reactor 0 (the caller's thread waits).
+template <coio::Reactor R>
+std::vector<storage::ShardSnapshot> snapshot(coio::ReactorPool<R>& pool,
+                                             const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards) {
+  std::vector<storage::ShardSnapshot> out;
+  runOn(pool.reactor(0), [](std::vector<const storage::StorageServer<R>*> all, R& home,
+                            std::vector<storage::ShardSnapshot>& into) -> coio::Task<void> {
+    into = co_await storage::snapshotShards(std::move(all), home);
+  }(shardsOf(shards), pool.reactor(0), out));
+  return out;
+}
+
+// SIGUSR1: one line of figures, summed over the shards: requests served,
+// connections open, read buffers in use out of the pool's, connections
+// dropped because the client stopped reading.
+void printStats(const std::vector<storage::ShardSnapshot>& shards) {
+  const storage::ShardSnapshot total = storage::total(shards);
   std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu\n",
-              static_cast<unsigned long long>(total.requests), total.connections, inUse, buffers,
-              static_cast<unsigned long long>(total.sendTimeouts));
+              static_cast<unsigned long long>(total.server.requests), total.server.connections, total.buffersInUse,
+              total.buffers, static_cast<unsigned long long>(total.server.sendTimeouts));
   std::fflush(stdout);
+}
+
+// --stall-threshold-ms: one line per stall on stderr (one write: lines of
+// several reactors do not mix).
+void reportStall(std::size_t reactor, std::chrono::milliseconds threshold, const coio::LoopStall& stall) {
+  const auto ms = [](std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const auto at = [](coio::LoopPhase p) { return static_cast<std::size_t>(p); };
+  const auto ran = [&](coio::LoopPhase p) { return static_cast<unsigned long long>(stall.ran[at(p)]); };
+  std::fprintf(stderr,
+               "coio-storage-server: stall: reactor %zu ran a %.1f ms turn (threshold %lld ms), %.1f ms of it in its "
+               "%s phase; completions %.1f ms (%llu events), ready %.1f ms (%llu coroutines), timers %.1f ms "
+               "(%llu fired)\n",
+               reactor, ms(stall.duration), static_cast<long long>(threshold.count()), ms(stall.phases[at(stall.phase)]),
+               std::string(coio::toString(stall.phase)).c_str(), ms(stall.phases[at(coio::LoopPhase::completions)]),
+               ran(coio::LoopPhase::completions), ms(stall.phases[at(coio::LoopPhase::ready)]),
+               ran(coio::LoopPhase::ready), ms(stall.phases[at(coio::LoopPhase::timers)]),
+               ran(coio::LoopPhase::timers));
+}
+
+// On reactor `index`'s loop thread: the stall report, and loop timing for
+// the metrics.
+template <coio::Reactor R>
+coio::Task<void> watchLoop(R& reactor, std::size_t index, const ServeSettings& settings) {
+  if (settings.metrics) reactor.setLoopTiming(true);
+  if (settings.stallThreshold.count() > 0) {
+    const std::chrono::milliseconds threshold = settings.stallThreshold;
+    reactor.setStallHandler(threshold, [index, threshold](const coio::LoopStall& stall) {
+      reportStall(index, threshold, stall);
+    });
+  }
+  co_return;
+}
+
+// --inject-stall-ms, on SIGUSR2 (debugging): keeps the loop thread busy, as
+// a long computation done inline would.
+coio::Task<void> busyWait(std::chrono::milliseconds duration) {
+  const std::chrono::steady_clock::time_point until = std::chrono::steady_clock::now() + duration;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  co_return;
+}
+
+// The /metrics page, made on reactor 0.
+template <coio::Reactor R>
+coio::Task<std::string> metricsPage(std::vector<const storage::StorageServer<R>*> shards, R& home) {
+  const std::vector<storage::ShardSnapshot> snapshots = co_await storage::snapshotShards(std::move(shards), home);
+  co_return storage::renderMetrics(snapshots);
+}
+
+// --metrics: binds and starts the responder on reactor 0 (the caller's thread waits).
+template <coio::Reactor R>
+coio::Result<std::unique_ptr<storage::MetricsHttpServer<R>>> startMetrics(
+    coio::ReactorPool<R>& pool, const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards,
+    coio::SocketAddress address) {
+  coio::Result<std::unique_ptr<storage::MetricsHttpServer<R>>> out = coio::Errc::closed;
+  runOn(pool.reactor(0), [](R& home, std::vector<const storage::StorageServer<R>*> all, coio::SocketAddress at,
+                            coio::Result<std::unique_ptr<storage::MetricsHttpServer<R>>>& server) -> coio::Task<void> {
+    coio::Result<coio::TcpListener<R>> listener = coio::TcpListener<R>::bind(home, at);
+    if (!listener) {
+      server = listener.error();
+      co_return;
+    }
+    auto page = [all, &home] { return metricsPage(all, home); };
+    server = std::make_unique<storage::MetricsHttpServer<R>>(home, std::move(*listener), std::move(page),
+                                                             typename storage::MetricsHttpServer<R>::Options{});
+    (*server)->start();
+  }(pool.reactor(0), shardsOf(shards), address, out));
+  return out;
 }
 
 template <coio::Reactor R>
@@ -345,7 +431,19 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
       status = 1;
     }
   }
+  std::unique_ptr<storage::MetricsHttpServer<R>> metrics;
+  if (status == 0 && settings.metrics) {
+    coio::Result<std::unique_ptr<storage::MetricsHttpServer<R>>> started = startMetrics(pool, shards, *settings.metrics);
+    if (started) {
+      metrics = std::move(*started);
+    } else {
+      std::fprintf(stderr, "coio-storage-server: cannot serve --metrics on %s: %s\n",
+                   settings.metrics->toString().c_str(), started.error().message().c_str());
+      status = 1;
+    }
+  }
   if (status == 0) {
+    for (std::size_t i = 0; i < pool.size(); ++i) runOn(pool.reactor(i), watchLoop(pool.reactor(i), i, settings));
     std::printf("coio-storage-server: %zu target(s), %s, %zu %s reactor(s)\n", settings.targets.size(),
                 settings.transport.c_str(), pool.size(), std::string(coio::toString(settings.kind)).c_str());
     for (const storage::TargetSpec& target : settings.targets) {
@@ -357,24 +455,35 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     std::printf("  at most %llu connections (fd limit %llu)\n",
                 static_cast<unsigned long long>(*settings.maxConnections),
                 static_cast<unsigned long long>(settings.fdLimit));
+    if (settings.stallThreshold.count() > 0) {
+      std::printf("  stalls over %lld ms reported on stderr\n", static_cast<long long>(settings.stallThreshold.count()));
+    }
+    if (settings.injectStall.count() > 0) {
+      std::printf("  debugging: SIGUSR2 stalls each loop for %lld ms\n", static_cast<long long>(settings.injectStall.count()));
+    }
     std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
+    if (metrics) std::printf("metrics on http://%s/metrics\n", metrics->address()->toString().c_str());
     std::fflush(stdout);
     int signal = 0;
-    while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) printStats(pool, shards);
+    while (sigwait(&signals, &signal) == 0 && (signal == SIGUSR1 || signal == SIGUSR2)) {
+      if (signal == SIGUSR1) {
+        printStats(snapshot(pool, shards));
+      } else {
+        for (std::size_t i = 0; i < pool.size(); ++i) pool.reactor(i).spawn(busyWait(settings.injectStall));
+      }
+    }
     std::printf("%s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
   }
+  if (metrics) runOn(pool.reactor(0), metrics->shutdown());
   // The accepting shard first, so that no connection is handed to a stopped one.
   storage::ServerStats total;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     runOn(pool.reactor(i), shards[i]->shutdown());
-    const storage::ServerStats& stats = shards[i]->stats();
-    total.requests += stats.requests;
-    total.refusedConnections += stats.refusedConnections;
-    total.frameTimeouts += stats.frameTimeouts;
-    total.idleTimeouts += stats.idleTimeouts;
+    storage::addStats(total, shards[i]->stats());
   }
   pool.stop();
   shards.clear();  // no loop runs now: the Disks may go
+  metrics.reset();
   listener.reset();
   if (status == 0) {
     std::printf("stopped after %llu requests (connections: %llu refused over the limit, %llu cut at the frame "
@@ -451,6 +560,16 @@ int serve(const Options& options) {
       settings.server.zeroCopySend = true;
     } else if (name == "--poison-buffers") {
       settings.server.poisonBuffers = true;
+    } else if (name == "--metrics") {
+      const coio::Result<coio::SocketAddress> at = coio::SocketAddress::parse(value);
+      if (!at) return usage("--metrics takes host:port, e.g. 127.0.0.1:9100 (port 0: any)");
+      settings.metrics = *at;
+    } else if (name == "--stall-threshold-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= kDayMs) {
+      settings.stallThreshold = std::chrono::milliseconds(*number);
+    } else if (name == "--inject-stall-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
+               *number <= 60000) {
+      settings.injectStall = std::chrono::milliseconds(*number);
 #if COIO_STORAGE_RDMA
     } else if (name == "--rdma-device") {
       settings.rdmaDevice = value;
@@ -504,6 +623,7 @@ int serve(const Options& options) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGUSR1);
+  if (settings.injectStall.count() > 0) sigaddset(&signals, SIGUSR2);  // else its default: it ends the process
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (settings.kind == coio::ReactorKind::uring) return serveWith<coio::UringReactor>(settings, signals);
   return serveWith<coio::EpollReactor>(settings, signals);

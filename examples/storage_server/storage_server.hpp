@@ -5,6 +5,7 @@
 #include "channel.hpp"
 #include "chunk_store.hpp"
 #include "crc32c.hpp"
+#include "latency_histogram.hpp"
 #include "protocol.hpp"
 #include "tcp_channel.hpp"
 
@@ -116,6 +117,29 @@ struct ServerStats {
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
 };
 
+/// The latencies one StorageServer measures (its phases, PROTOCOL.md "A
+/// request's life"), on its loop thread.
+struct ServerLatencies {
+  /// Per request: from its frame read whole to its response sent whole
+  /// (to the socket, or over RDMA), whatever the outcome, timedOut included; not for a
+  /// request whose connection ended first.
+  LatencyHistogram request;
+  /// Per IO read from disk: from the request's reads' submission to the
+  /// completion of the IO's last piece.
+  LatencyHistogram diskRead;
+  /// Per request that came without the granted flag: from its
+  /// TransmitRequest sent to the TransmitGrant (or the transmit timeout).
+  LatencyHistogram transmitWait;
+
+  ServerLatencies& operator+=(const ServerLatencies& other) noexcept {
+    request += other.request;
+    diskRead += other.diskRead;
+    transmitWait += other.transmitWait;
+    return *this;
+  }
+};
+
+
 /// One reactor's share of the server: every target's files opened on the
 /// reactor's one Disk, one registered BufferPool shared by all targets, and
 /// the connections it serves. One pool per reactor, not per target: the
@@ -209,6 +233,8 @@ class StorageServer {
   }
   const ServerOptions& options() const noexcept { return options_; }
   const ServerStats& stats() const noexcept { return stats_; }
+  /// The latency histograms (loop thread).
+  const ServerLatencies& latencies() const noexcept { return latencies_; }
   /// Connections between accept and close right now (counted against
   /// maxConnections; stats().connections counts those past the handshake).
   std::size_t admittedConnections() const noexcept { return admitted_.load(std::memory_order_relaxed); }
@@ -567,6 +593,7 @@ class StorageServer {
       const std::uint64_t id = frame->header.requestId;
       switch (frame->header.type) {
         case proto::MessageType::batchReadRequest: {
+          const std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
           coio::Result<proto::BatchReadRequest> request =
               proto::decodeBatchReadRequest(frame->payload, conn.channel->maxIosPerFrame());
           if (!request) co_return ReadFailure{request.error(), id};
@@ -578,7 +605,7 @@ class StorageServer {
             co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
           }
           ++stats_.requests;
-          conn.requests.spawn(serveRequest(conn, id, std::move(*request), counted));
+          conn.requests.spawn(serveRequest(conn, id, std::move(*request), counted, received));
           break;
         }
         case proto::MessageType::transmitGrant: {
@@ -656,7 +683,8 @@ class StorageServer {
     }
   }
 
-  coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request, bool counted) {
+  coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request, bool counted,
+                                std::chrono::steady_clock::time_point received) {
     const InFlightEntry entry{*this, conn, id, counted};
     std::vector<IoPlan> plans(request.ios.size());
     std::vector<proto::IoResult> results = validate(request, *conn.channel, plans);
@@ -675,14 +703,18 @@ class StorageServer {
     // needs no grant.
     if (!request.granted && !pieces.empty()) {
       GrantWait grant(conn, id);
+      const std::chrono::steady_clock::time_point asked = std::chrono::steady_clock::now();
       co_await askForGrant(conn, id);
-      if (!co_await awaitGrant(conn, grant)) {
-        if (stop.stop_requested()) co_return;  // the connection is going away
+      const bool granted = co_await awaitGrant(conn, grant);
+      if (stop.stop_requested()) co_return;  // the connection is going away
+      latencies_.transmitWait.observe(std::chrono::steady_clock::now() - asked);
+      if (!granted) {
         ++stats_.transmitTimeouts;
         for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
         std::vector<std::byte> frame;
         proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
         co_await sendFrame(conn, frame);
+        answered(received, stop);
         co_return;
       }
     }
@@ -701,6 +733,7 @@ class StorageServer {
     for (std::size_t p = 0; p < pieces.size(); ++p) {
       batch.add(*pieces[p].file, pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
     }
+    const std::chrono::steady_clock::time_point reading = std::chrono::steady_clock::now();
     batch.start();
     // Stream each run of pieces as soon as it and the pieces before it in
     // its IO are read (PROTOCOL.md: an IO's data goes in order). Sends start
@@ -717,7 +750,9 @@ class StorageServer {
     };
     while (std::optional<std::size_t> p = co_await batch.next(stop)) {
       out.done[*p] = true;
-      release(out.ioOf[*p]);
+      const std::size_t io = out.ioOf[*p];
+      if (--out.unread[io] == 0) latencies_.diskRead.observe(std::chrono::steady_clock::now() - reading);
+      release(io);
     }
     // The response (every piece is released by now, so the results are
     // final), once every piece has gone, or at least (a channel that sends
@@ -731,6 +766,7 @@ class StorageServer {
     co_await sends.join();
     if (!inOrder && !stop.stop_requested()) co_await sendFrame(conn, frame);
     if (out.transmitting) --stats_.transmitting;
+    answered(received, stop);
   }
 
   // One request's data on its way out: which pieces are read, and per IO
@@ -739,8 +775,10 @@ class StorageServer {
     RequestStream(const StorageServer& s, const proto::BatchReadRequest& r, std::vector<proto::IoResult>& res,
                   const std::vector<IoPlan>& pl, const std::vector<Piece>& pi, const Lease& le, std::uint64_t requestId)
         : server(s), request(r), results(res), plans(pl), pieces(pi), lease(le), id(requestId), done(pi.size(), false),
-          ioOf(pi.size()), asked(pi.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0), crc(r.ios.size(), 0) {
+          ioOf(pi.size()), asked(pi.size()), unread(r.ios.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0),
+          crc(r.ios.size(), 0) {
       for (std::size_t io = 0; io < plans.size(); ++io) {
+        unread[io] = plans[io].pieces;
         for (std::size_t p = plans[io].firstPiece; p < plans[io].firstPiece + plans[io].pieces; ++p) ioOf[p] = io;
       }
       for (std::size_t p = 0; p < pieces.size(); ++p) {
@@ -800,11 +838,18 @@ class StorageServer {
     std::vector<bool> done;         // per piece: its read completed
     std::vector<std::size_t> ioOf;  // per piece: its IO
     std::vector<std::span<std::byte>> asked;  // per piece: the asked bytes in its buffer
+    std::vector<std::size_t> unread;  // per IO: its pieces not read yet
     std::vector<std::size_t> next;  // per IO: its first piece not sent yet
     std::vector<std::uint32_t> sent;    // per IO: bytes sent so far
     std::vector<std::uint32_t> crc;     // per IO: CRC32C of them
     bool transmitting = false;      // a piece went: counted in stats_.transmitting
   };
+
+  // The request's response went (a send that failed stopped the
+  // connection): its latency counts.
+  void answered(std::chrono::steady_clock::time_point received, const std::stop_token& stop) {
+    if (!stop.stop_requested()) latencies_.request.observe(std::chrono::steady_clock::now() - received);
+  }
 
   coio::Task<void> sendPiece(Connection& conn, OutgoingPiece piece) {
     co_await sendTracked(conn, [&](std::stop_token token) { return conn.channel->sendData(piece, std::move(token)); });
@@ -874,6 +919,7 @@ class StorageServer {
   std::vector<Target> targets_;
   coio::BatchSemaphore tokens_;  // one per free pool buffer: a request waits for all of its buffers at once
   ServerStats stats_;
+  ServerLatencies latencies_;
   std::stop_source stop_;  // the accept loop's
   std::atomic<std::size_t> admitted_{0};  // connections from accept to close (tryAdmit)
   bool stopping_ = false;
