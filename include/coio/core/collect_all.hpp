@@ -27,10 +27,11 @@ struct WindowLatch final : CollectLatch {
     const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
     return i < children.size() ? children[i] : nullptr;
   }
-  // Always arrives (the start loop resumes children itself, startChild's
-  // count does not apply).
+
+ protected:
+  // Every child gets here: the start loop resumes them without startChild.
   std::coroutine_handle<> childDone(void* /*child*/, const std::exception_ptr* exception) noexcept override {
-    if (exception) fail(*exception);
+    settle(nullptr, exception);
     if (std::coroutine_handle<> following = takeNext()) {
       arrive();  // never the last arrival: `following` has not finished
       return following;
@@ -75,7 +76,7 @@ auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>>
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, stop);
   });
-  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+  co_return detail::collectResults(children);
 }
 
 /// collectAllRange with bounded concurrency (folly's collectAllWindowed):
@@ -105,7 +106,7 @@ auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<
     }
     return std::size_t{0};  // every child arrives itself
   });
-  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+  co_return detail::collectResults(children);
 }
 
 }  // namespace coio

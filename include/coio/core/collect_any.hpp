@@ -22,18 +22,18 @@ namespace detail {
 
 // collectAny's latch: the first child to finish wins and asks the others
 // to stop.
-struct RaceLatch final : CollectLatch {
+struct RaceLatch final : ArrivingLatch<RaceLatch> {
   std::atomic<void*> winner{nullptr};  // the frame of the first child to finish
   LinkedStopSource children;           // what the children run under
 
   // The winner's exception stays in its outcome, for the parent to
-  // rethrow; the losers' are dropped.
-  std::coroutine_handle<> childDone(void* child, const std::exception_ptr* /*exception*/) noexcept override {
+  // rethrow; the losers' are dropped. Before the arrival, so the parent
+  // cannot be resumed meanwhile (by a loser that the stop finishes inline)
+  // and free the source; the arrival's acq_rel then publishes `winner` to
+  // the parent.
+  void settle(void* child, const std::exception_ptr* /*exception*/) noexcept {
     void* none = nullptr;
-    // Before our own arrival, so the parent cannot be resumed meanwhile
-    // (by a loser that the stop finishes inline) and free the source.
     if (winner.compare_exchange_strong(none, child, std::memory_order_relaxed)) children.requestStop();
-    return finish(child);  // arriving: acq_rel, the parent resumed by the last arrival sees `winner`
   }
 };
 

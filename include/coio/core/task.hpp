@@ -28,7 +28,7 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
       TaskPromise& p = h.promise();
       if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
-        return fanIn->childDone(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
+        return fanIn->childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
       }
       return p.continuation_.handle();
     }

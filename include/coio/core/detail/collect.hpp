@@ -8,8 +8,8 @@
 //
 // Arriving is an atomic read-modify-write, as much as a small child costs
 // in all. A child that finishes before its start returns (on the starting
-// thread, without suspending for long) skips it: the starter counts such
-// children and arrives for them all at once.
+// thread, without suspending for long) skips it: its start settles it and
+// counts it, and the parent arrives for all those at once.
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/continuation.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
@@ -28,10 +28,6 @@
 
 namespace coio::detail {
 
-// The frame of the child being started on this thread, until it finishes
-// or its start returns; null otherwise.
-inline constinit thread_local void* tlsChildStarting = nullptr;
-
 // Counts the children still running plus one for the parent; the last to
 // arrive resumes the parent. Also keeps the first exception (in time).
 // collectAll's latch; the others extend it.
@@ -47,33 +43,33 @@ struct CollectLatch : FanIn {
   void fail(const std::exception_ptr& e) noexcept {
     if (!failed.exchange(true, std::memory_order_relaxed)) firstException = e;
   }
-  std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept override {
+  // What a finishing child does besides arriving (the same whether its
+  // start or its final suspend does it).
+  void settle(void* /*child*/, const std::exception_ptr* exception) noexcept {
     if (exception) fail(*exception);
-    return finish(child);
   }
 
  protected:
   CollectLatch() = default;
   ~CollectLatch() = default;
+};
 
-  // `child` finished: if its start (startChild) is below us on this
-  // thread's stack, that counts it; otherwise it arrives.
-  std::coroutine_handle<> finish(void* child) noexcept {
-    if (tlsChildStarting == child) {
-      tlsChildStarting = nullptr;
-      return std::noop_coroutine();  // back to startChild
-    }
+// collectAll's and collectAny's latches: Latch::settle, then arrive.
+template <typename Latch>
+struct ArrivingLatch : CollectLatch {
+ protected:
+  std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept final {
+    static_cast<Latch*>(this)->settle(child, exception);
     return arrive();
   }
 };
 
-// collectAll's latch.
-struct AllLatch final : CollectLatch {};
+struct AllLatch final : ArrivingLatch<AllLatch> {};
 
 // Ties `task` to `latch` and to the token it runs under; resuming the
 // handle returned starts it.
 template <typename T>
-std::coroutine_handle<> bindChild(Task<T>& task, FanIn& latch, const std::stop_token* stop) noexcept {
+std::coroutine_handle<TaskPromise<T>> bindChild(Task<T>& task, FanIn& latch, const std::stop_token* stop) noexcept {
   const std::coroutine_handle<TaskPromise<T>> h = TaskAccess::handle(task);
   COIO_ASSERT(h, "collecting an empty coio::Task");
   h.promise().continuation_ = Continuation(latch);
@@ -81,28 +77,34 @@ std::coroutine_handle<> bindChild(Task<T>& task, FanIn& latch, const std::stop_t
   return h;
 }
 
-// Runs a bound child on this thread until its first suspension. True if it
-// finished meanwhile: it did not arrive then, the caller counts it.
-inline bool startChild(std::coroutine_handle<> child) noexcept {
-  tlsChildStarting = child.address();
-  child.resume();
-  return tlsChildStarting == nullptr;
+// Binds `task` and runs it on this thread until its first suspension. True
+// if it finished meanwhile: then it did not arrive, and this settled it
+// (the caller counts it).
+template <typename Latch, typename T>
+bool startChild(Task<T>& task, Latch& latch, const std::stop_token* stop) noexcept {
+  const std::coroutine_handle<TaskPromise<T>> h = bindChild(task, latch, stop);
+  tlsChildStarting = h.address();
+  h.resume();
+  if (tlsChildStarting != nullptr) return false;
+  const Outcome<T>& outcome = h.promise().outcome;
+  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+  return true;
 }
 
-// Binds and starts the children in input order; returns how many finished
-// while starting (see startChild).
-template <typename T>
-std::size_t startChildren(std::vector<Task<T>>& children, FanIn& latch, const std::stop_token* stop) noexcept {
+// Starts the children in input order; returns how many finished while
+// starting (see startChild).
+template <typename Latch, typename T>
+std::size_t startChildren(std::vector<Task<T>>& children, Latch& latch, const std::stop_token* stop) noexcept {
   std::size_t finished = 0;
-  for (Task<T>& child : children) finished += startChild(bindChild(child, latch, stop));
+  for (Task<T>& child : children) finished += startChild(child, latch, stop);
   return finished;
 }
-template <typename... Ts>
-std::size_t startChildren(std::tuple<Task<Ts>...>& children, FanIn& latch, const std::stop_token* stop) noexcept {
+template <typename Latch, typename... Ts>
+std::size_t startChildren(std::tuple<Task<Ts>...>& children, Latch& latch, const std::stop_token* stop) noexcept {
   return std::apply(
       [&](auto&... child) {
         std::size_t finished = 0;
-        ((finished += startChild(bindChild(child, latch, stop))), ...);  // a comma fold: in order
+        ((finished += startChild(child, latch, stop)), ...);  // a comma fold: in order
         return finished;
       },
       children);
@@ -116,7 +118,7 @@ void* childAddress(const Task<T>& task) noexcept {
 
 // A finished child's value (Unit for void), or rethrows its exception.
 template <typename T>
-decltype(auto) childResult(Task<T>& task) {
+decltype(auto) childResult(const Task<T>& task) {
   auto& outcome = TaskAccess::handle(task).promise().outcome;
   if constexpr (std::is_void_v<T>) {
     outcome.get();
@@ -134,13 +136,17 @@ template <typename T>
 using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 
 // The results of a range of finished children, in input order (nothing
-// for void children).
+// for void children). Frees each child once its result is out, in the same
+// pass, while its frame is in cache.
 template <typename T>
-auto collectResults(std::vector<Task<T>>& children) {
+RangeResult<T> collectResults(std::vector<Task<T>>& children) {
   if constexpr (!std::is_void_v<T>) {
     std::vector<T> results;
     results.reserve(children.size());
-    for (Task<T>& child : children) results.push_back(childResult(child));
+    for (Task<T>& child : children) {
+      const Task<T> done = std::move(child);
+      results.push_back(childResult(done));
+    }
     return results;
   }
 }

@@ -9,19 +9,35 @@
 
 namespace coio::detail {
 
+// The frame of the collect child being started on this thread
+// (detail/collect.hpp, startChild), until it finishes or its start
+// returns; null otherwise.
+inline constinit thread_local void* tlsChildStarting = nullptr;
+
 /// What a Task that is the child of a collect operation reports to.
 class FanIn {
  public:
-  /// The child whose frame is at `child` finished (threw `*exception`
-  /// if not null); called from its final suspend, on the thread that
-  /// finished it. Returns the coroutine to run next on that thread.
-  virtual std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept = 0;
+  /// Called from the final suspend of the child whose frame is at
+  /// `child`, on the thread that finished it (`*exception`: what it threw,
+  /// if not null). Returns the coroutine to run next on that thread.
+  std::coroutine_handle<> childFinished(void* child, const std::exception_ptr* exception) noexcept {
+    if (tlsChildStarting == child) {
+      // Its start is below us on this stack and takes it from here, without
+      // the atomic arrival: back to it.
+      tlsChildStarting = nullptr;
+      return std::noop_coroutine();
+    }
+    return childDone(child, exception);
+  }
 
  protected:
   FanIn() = default;
   FanIn(const FanIn&) = default;
   FanIn& operator=(const FanIn&) = default;
   ~FanIn() = default;
+
+  /// childFinished for a child that finished elsewhere than in its start.
+  virtual std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept = 0;
 };
 
 /// A coroutine handle or a FanIn, in one word (the FanIn tagged in the low
