@@ -54,6 +54,16 @@ Task<int> valueAfter(Baton& gate, int v) {
   co_return v;
 }
 
+// Awaits `all`; `caught` and `message` tell whether it threw and what.
+Task<void> awaitCatching(Task<std::tuple<int, int, int>> all, bool& caught, std::string& message) {
+  try {
+    co_await std::move(all);
+  } catch (const std::runtime_error& e) {
+    caught = true;
+    message = e.what();
+  }
+}
+
 // A child with a fan-out of its own: 1 + 2, plus 4 once `gate` is posted
 // if there is one.
 Task<int> nestedSum(Baton* gate) {
@@ -113,16 +123,8 @@ TEST_CASE("collectAll rethrows the first exception after every child finished", 
   bool caught = false;
   std::string message;
   coio::testing::ManualExecutor ex;
-  auto parent = [](Task<std::tuple<int, int, int>> all, bool& caught, std::string& message) -> Task<void> {
-    try {
-      co_await std::move(all);
-    } catch (const std::runtime_error& e) {
-      caught = true;
-      message = e.what();
-    }
-  };
-  ex.spawn(parent(collectAll(failAfter(gFail1, "first"), failAfter(gFail2, "second"), gated(gSlow, log, 7)), caught,
-                  message));
+  ex.spawn(awaitCatching(collectAll(failAfter(gFail1, "first"), failAfter(gFail2, "second"), gated(gSlow, log, 7)),
+                         caught, message));
   ex.drain();
   gFail2.post();  // fails first in time
   gFail1.post();
@@ -139,16 +141,9 @@ TEST_CASE("collectAll rethrows an exception thrown as its child started, once th
   bool caught = false;
   std::string message;
   coio::testing::ManualExecutor ex;
-  auto parent = [](Task<std::tuple<int, int, int>> all, bool& caught, std::string& message) -> Task<void> {
-    try {
-      co_await std::move(all);
-    } catch (const std::runtime_error& e) {
-      caught = true;
-      message = e.what();
-    }
-  };
   // The second child throws inside its start; the third throws later.
-  ex.spawn(parent(collectAll(gated(gSlow, log, 1), failNow("now"), failAfter(gLater, "later")), caught, message));
+  ex.spawn(
+      awaitCatching(collectAll(gated(gSlow, log, 1), failNow("now"), failAfter(gLater, "later")), caught, message));
   ex.drain();
   gLater.post();
   CHECK_FALSE(caught);
