@@ -2518,7 +2518,7 @@ namespace coio::detail {
 
 // Counts the children still running plus one for the parent; the last to
 // arrive resumes the parent. Also keeps the first exception (in time).
-// collectAll's latch; the others extend it.
+// The base of every collect latch.
 struct CollectLatch : FanIn {
   std::atomic<std::size_t> remaining{0};
   std::coroutine_handle<> parent;
