@@ -104,7 +104,7 @@ namespace coio::detail {
 // locks, no atomics. A frame freed on another thread than the one that
 // allocated it simply joins that thread's list. Each class keeps at most
 // kBytesPerClass, so a thread retains at most its recent high-water mark of
-// frames, capped at kClasses * kBytesPerClass (256 KiB).
+// frames, capped at kClasses * kBytesPerClass (1 MiB).
 //
 // Disabled under AddressSanitizer (recycling would hide use-after-free of
 // frames) and with COIO_DISABLE_FRAME_POOL.
@@ -169,9 +169,9 @@ namespace coio::detail {
 struct FramePool {
   static constexpr std::size_t kGranule = 64;
   static constexpr std::size_t kClasses = 16;  // frames up to 1 KiB are pooled
-  // A collectAllRange over 128 small children (two frames of up to 128
-  // bytes each) recycles every frame.
-  static constexpr std::size_t kBytesPerClass = 16 * 1024;
+  // A collectAllRange over 1,000 small children (Task<int> frames of 64
+  // bytes) recycles every frame; with 16 KiB, 3 in 4 went to malloc.
+  static constexpr std::size_t kBytesPerClass = 64 * 1024;
 
   enum class State : std::uint8_t { unarmed, armed, dead };
 
@@ -273,7 +273,7 @@ struct PooledFrame {
 #define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_INHERITED_STOP_HPP
 // How a stop token flows down a tree of coroutines without a copy per await.
 //
-// Each coio promise (Task's, collectAll's children's, AsyncScope's roots')
+// Each coio promise (Task's, AsyncGenerator's, AsyncScope's roots')
 // holds a non-owning pointer to the std::stop_token it runs under; null
 // means none (a token that never stops). An awaited Task takes the awaiting
 // promise's pointer: one load and one store, where copying a stop_token
@@ -284,29 +284,39 @@ struct PooledFrame {
 //
 // An awaitable that takes a std::stop_token and was given none learns the
 // awaiting coroutine's in a templated await_suspend (inheritStopToken).
+#include <concepts>
 #include <coroutine>
 #include <stop_token>
 #include <type_traits>
 
 namespace coio::detail {
 
-/// Promise mixin: the stop token the coroutine runs under.
+/// Promise mixin: the stop token the coroutine runs under. A promise
+/// carries one if it has `stopToken()` and `setStopToken()`, as this mixin
+/// gives; Task's keeps it in its Outcome (outcome.hpp says why).
 struct StopTokenCarrier {
+  const std::stop_token* stopToken() const noexcept { return stopToken_; }
+  void setStopToken(const std::stop_token* token) noexcept { stopToken_ = token; }
+
+ private:
   // Null: none. Set by whoever starts the coroutine, before its body first
-  // runs; left uninitialised otherwise, so that creating a Task costs no
-  // store.
-  const std::stop_token* stopToken;
+  // runs; left uninitialised otherwise, so that creating a coroutine costs
+  // no store.
+  const std::stop_token* stopToken_;
 };
 
 template <typename Promise>
-inline constexpr bool carriesStopToken = std::is_base_of_v<StopTokenCarrier, Promise>;
+inline constexpr bool carriesStopToken = requires(Promise& p, const std::stop_token* token) {
+  { p.stopToken() } -> std::same_as<const std::stop_token*>;
+  p.setStopToken(token);
+};
 
 /// The token the coroutine `h` runs under; null if it runs under none or
 /// is not a coio coroutine (e.g. a type-erased handle).
 template <typename Promise>
 const std::stop_token* stopTokenOf(std::coroutine_handle<Promise> h) noexcept {
   if constexpr (carriesStopToken<Promise>) {
-    return h.promise().stopToken;
+    return h.promise().stopToken();
   } else {
     return nullptr;
   }
@@ -436,14 +446,92 @@ class YieldSlot {
 // begin <coio/core/task.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_TASK_HPP
+// begin <coio/core/detail/continuation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_CONTINUATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_CONTINUATION_HPP
+// Where a finished Task goes: the coroutine that awaited it, or, for a
+// child of collectAll and its relatives, the latch it reports to. Reporting
+// straight from the child's final suspend saves a wrapper coroutine per
+// child; the tag costs a Task one test in its final suspend.
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+
+namespace coio::detail {
+
+// The frame of the collect child being started on this thread
+// (detail/collect.hpp, startChild), until it finishes or its start
+// returns; null otherwise.
+inline constinit thread_local void* tlsChildStarting = nullptr;
+
+/// What a Task that is the child of a collect operation reports to.
+class FanIn {
+ public:
+  /// Called from the final suspend of the child whose frame is at
+  /// `child`, on the thread that finished it (`*exception`: what it threw,
+  /// if not null). Returns the coroutine to run next on that thread.
+  std::coroutine_handle<> childFinished(void* child, const std::exception_ptr* exception) noexcept {
+    if (tlsChildStarting == child) {
+      // Its start is below us on this stack and takes it from here, without
+      // the atomic arrival: back to it.
+      tlsChildStarting = nullptr;
+      return std::noop_coroutine();
+    }
+    return childDone(child, exception);
+  }
+
+ protected:
+  FanIn() = default;
+  FanIn(const FanIn&) = default;
+  FanIn& operator=(const FanIn&) = default;
+  ~FanIn() = default;
+
+  /// childFinished for a child that finished elsewhere than in its start.
+  virtual std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept = 0;
+};
+
+/// A coroutine handle or a FanIn, in one word (the FanIn tagged in the low
+/// bit, free in both: frames and FanIns are at least 2-aligned).
+class Continuation {
+ public:
+  Continuation() noexcept = default;
+  explicit Continuation(std::coroutine_handle<> awaiting) noexcept
+      : bits_(reinterpret_cast<std::uintptr_t>(awaiting.address())) {}
+  explicit Continuation(FanIn& fanIn) noexcept : bits_(reinterpret_cast<std::uintptr_t>(&fanIn) | kFanIn) {}
+
+  /// The FanIn, or null if this is a coroutine handle.
+  FanIn* fanIn() const noexcept {
+    return (bits_ & kFanIn) != 0 ? reinterpret_cast<FanIn*>(bits_ & ~kFanIn) : nullptr;
+  }
+  /// The coroutine handle (when fanIn() is null).
+  std::coroutine_handle<> handle() const noexcept {
+    return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_));
+  }
+
+ private:
+  static constexpr std::uintptr_t kFanIn = 1;
+  std::uintptr_t bits_ = 0;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_CONTINUATION_HPP
+// end <coio/core/detail/continuation.hpp>
 // begin <coio/core/detail/outcome.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_OUTCOME_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_OUTCOME_HPP
-// Outcome<T>: the result slot of a coroutine: nothing yet, a value, or an
+// Outcome<T>: the result slot of a coroutine: still running, a value, or an
 // exception. References are stored as pointers, void as nothing.
+//
+// While the coroutine runs, the word that will hold its exception holds the
+// stop token it runs under (see inherited_stop.hpp): a running body has no
+// exception yet, and a finished one needs no token. Sharing it keeps a
+// Task<int> frame in the frame pool's 64-byte class (g++ 12: 64 bytes, 72
+// with a word of its own; frame_pool_test.cpp pins it).
 
+#include <cstdint>
 #include <exception>
 #include <memory>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -451,66 +539,80 @@ namespace coio::detail {
 
 template <typename T>
 class Outcome {
-  using Stored = std::conditional_t<std::is_reference_v<T>, std::remove_reference_t<T>*, T>;
+  struct NoValue {};
+  using Stored = std::conditional_t<std::is_void_v<T>, NoValue,
+                                    std::conditional_t<std::is_reference_v<T>, std::remove_reference_t<T>*, T>>;
+  enum class State : std::uint8_t { running, value, exception };
 
  public:
   Outcome() noexcept {}
   Outcome(const Outcome&) = delete;
   Outcome& operator=(const Outcome&) = delete;
   ~Outcome() {
-    if (hasValue_) std::destroy_at(&value_);
+    if (state_ == State::value) std::destroy_at(&value_);
+    if (state_ == State::exception) std::destroy_at(&exception_);
   }
 
-  template <typename U>
-  void setValue(U&& value) {
-    COIO_ASSERT(!hasValue_ && !exception_, "coroutine result set twice");
+  /// The token the coroutine runs under (null: none). Unset until
+  /// setStopToken: creating a coroutine costs no store for it.
+  const std::stop_token* stopToken() const noexcept {
+    COIO_ASSERT(state_ != State::exception, "stop token read after the coroutine threw");
+    return stopToken_;
+  }
+  void setStopToken(const std::stop_token* token) noexcept {
+    COIO_ASSERT(state_ == State::running, "stop token set on a finished coroutine");
+    stopToken_ = token;
+  }
+
+  /// One argument, or none for Outcome<void>.
+  template <typename... U>
+  void setValue(U&&... value) {
+    COIO_ASSERT(state_ == State::running, "coroutine result set twice");
     if constexpr (std::is_reference_v<T>) {
-      std::construct_at(&value_, std::addressof(value));
+      std::construct_at(&value_, std::addressof(value)...);
     } else {
-      std::construct_at(&value_, std::forward<U>(value));
+      std::construct_at(&value_, std::forward<U>(value)...);
     }
-    hasValue_ = true;
+    state_ = State::value;
   }
-  void setException(std::exception_ptr e) noexcept { exception_ = std::move(e); }
+  // Also after setValue: a local's destructor may throw once the body returned.
+  void setException(std::exception_ptr e) noexcept {
+    if (state_ == State::value) std::destroy_at(&value_);
+    std::construct_at(&exception_, std::move(e));
+    state_ = State::exception;
+  }
 
-  bool hasException() const noexcept { return exception_ != nullptr; }
-  std::exception_ptr exception() const noexcept { return exception_; }
+  bool hasException() const noexcept { return state_ == State::exception; }
+  const std::exception_ptr& exception() const noexcept {
+    COIO_ASSERT(hasException(), "no exception stored");
+    return exception_;
+  }
 
   /// The value (moved out), or rethrows the stored exception.
   T get() {
-    if (exception_) std::rethrow_exception(exception_);
-    COIO_ASSERT(hasValue_, "coroutine result read before it completed");
+    if (state_ == State::exception) std::rethrow_exception(exception_);
+    COIO_ASSERT(state_ == State::value, "coroutine result read before it completed");
     if constexpr (std::is_reference_v<T>) {
       return static_cast<T>(*value_);
-    } else {
+    } else if constexpr (!std::is_void_v<T>) {
       return std::move(value_);
     }
   }
 
  private:
-  // A union and a flag rather than std::variant: the variant's index switch
-  // in set/get/destroy was most of Task's overhead over a bare coroutine
-  // (callgrind: 139 vs 119 instructions per create+await+destroy).
+  // Unions and a state byte rather than std::variant: the variant's index
+  // switch in set/get/destroy was most of Task's overhead over a bare
+  // coroutine (callgrind: 139 vs 119 instructions per create+await+destroy).
+  // The value first, the state byte in its tail: an int and the state fit
+  // one word.
   union {
     Stored value_;
   };
-  bool hasValue_ = false;
-  std::exception_ptr exception_;
-};
-
-template <>
-class Outcome<void> {
- public:
-  void setValue() noexcept {}
-  void setException(std::exception_ptr e) noexcept { exception_ = std::move(e); }
-  bool hasException() const noexcept { return exception_ != nullptr; }
-  std::exception_ptr exception() const noexcept { return exception_; }
-  void get() {
-    if (exception_) std::rethrow_exception(exception_);
-  }
-
- private:
-  std::exception_ptr exception_;
+  State state_ = State::running;
+  union {
+    const std::stop_token* stopToken_;
+    std::exception_ptr exception_;
+  };
 };
 
 /// Promise mixin: `co_return` and `unhandled_exception` store into an Outcome.
@@ -527,7 +629,7 @@ struct OutcomeReturn {
 
 template <>
 struct OutcomeReturn<void> {
-  void return_void() noexcept {}
+  void return_void() noexcept { outcome.setValue(); }
   void unhandled_exception() noexcept { outcome.setException(std::current_exception()); }
   Outcome<void> outcome;
 };
@@ -537,6 +639,7 @@ struct OutcomeReturn<void> {
 // end <coio/core/detail/outcome.hpp>
 
 #include <coroutine>
+#include <stop_token>
 #include <utility>
 
 namespace coio {
@@ -547,15 +650,20 @@ class Task;
 namespace detail {
 
 template <typename T>
-class TaskPromise final : public PooledFrame, public OutcomeReturn<T>, public StopTokenCarrier {
+class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
  public:
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
-  // runs in constant stack space where the compiler emits the tail call.
+  // runs in constant stack space where the compiler emits the tail call. A
+  // collectAll child reports to its latch instead.
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
-      return h.promise().continuation_;
+      TaskPromise& p = h.promise();
+      if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
+        return fanIn->childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
+      }
+      return p.continuation_.handle();
     }
     void await_resume() noexcept {}
   };
@@ -564,7 +672,20 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T>, public St
   std::suspend_always initial_suspend() noexcept { return {}; }
   FinalAwaiter final_suspend() noexcept { return {}; }
 
-  std::coroutine_handle<> continuation_;
+  // The stop token lives in the outcome, sharing the exception's word.
+  const std::stop_token* stopToken() const noexcept { return this->outcome.stopToken(); }
+  void setStopToken(const std::stop_token* token) noexcept { this->outcome.setStopToken(token); }
+
+  Continuation continuation_;
+};
+
+// For collectAll and its relatives, which start a Task's coroutine
+// themselves (detail/collect.hpp).
+struct TaskAccess {
+  template <typename T>
+  static std::coroutine_handle<TaskPromise<T>> handle(const Task<T>& task) noexcept {
+    return task.handle_;
+  }
 };
 
 }  // namespace detail
@@ -621,8 +742,8 @@ class [[nodiscard]] Task {
     template <typename Promise>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
       promise_type& p = handle_.promise();
-      p.continuation_ = awaiting;
-      p.stopToken = detail::stopTokenOf(awaiting);
+      p.continuation_ = detail::Continuation(awaiting);
+      p.setStopToken(detail::stopTokenOf(awaiting));
       return handle_;
     }
     T await_resume() { return handle_.promise().outcome.get(); }
@@ -640,6 +761,7 @@ class [[nodiscard]] Task {
 
  private:
   friend class detail::TaskPromise<T>;
+  friend struct detail::TaskAccess;
   explicit Task(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
   void reset() noexcept {
     if (handle_) std::exchange(handle_, nullptr).destroy();
@@ -773,7 +895,7 @@ class [[nodiscard]] AsyncGenerator {
       promise_type& p = body_.promise();
       COIO_ASSERT(!p.consumer, "AsyncGenerator::next() while another next() is pending");
       p.consumer = consumer;
-      p.stopToken = detail::stopTokenOf(consumer);
+      p.setStopToken(detail::stopTokenOf(consumer));
       return body_;
     }
     pointer await_resume() {
@@ -968,7 +1090,7 @@ class AsyncScope {
         }
         void await_resume() noexcept {}
       };
-      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) { stopToken = &s->stopToken_; }
+      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) { setStopToken(&s->stopToken_); }
       Detached get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
       std::suspend_always initial_suspend() noexcept { return {}; }
       FinalAwaiter final_suspend() noexcept { return {}; }
@@ -2308,7 +2430,7 @@ struct RunUnder {
   template <typename Promise>
   bool await_suspend(std::coroutine_handle<Promise> awaiting) const noexcept {
     static_assert(carriesStopToken<Promise>, "only a coio::Task can change the token it runs under");
-    awaiting.promise().stopToken = token;
+    awaiting.promise().setStopToken(token);
     return false;
   }
   void await_resume() const noexcept {}
@@ -2354,11 +2476,17 @@ Task<T> withStopToken(std::stop_token token, Task<T> task) {
 // begin <coio/core/detail/collect.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_COLLECT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_DETAIL_COLLECT_HPP
-// The machinery behind collectAll and its relatives: each child task is
-// wrapped in a CollectChild coroutine that reports to a latch when it
-// finishes; the last one to arrive resumes the parent. The latch type says
-// what else a finishing child does (collectAny's stops the others,
-// collectAllWindowed's starts the next one).
+// The machinery behind collectAll and its relatives. Each child Task
+// reports to a latch from its own final suspend (its continuation is the
+// latch, see continuation.hpp), so a child costs no frame beyond its own;
+// the last to arrive resumes the parent. The latch type says what else a
+// finishing child does (collectAny's stops the others, collectAllWindowed's
+// starts the next one).
+//
+// Arriving is an atomic read-modify-write, as much as a small child costs
+// in all. A child that finishes before its start returns (on the starting
+// thread, without suspending for long) skips it: its start settles it and
+// counts it, and the parent arrives for all those at once.
 // begin <coio/core/unit.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
@@ -2380,6 +2508,8 @@ struct Unit {
 #include <coroutine>
 #include <cstddef>
 #include <exception>
+#include <stop_token>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -2388,8 +2518,8 @@ namespace coio::detail {
 
 // Counts the children still running plus one for the parent; the last to
 // arrive resumes the parent. Also keeps the first exception (in time).
-// collectAll's latch; the others extend it.
-struct CollectLatch {
+// The base of every collect latch.
+struct CollectLatch : FanIn {
   std::atomic<std::size_t> remaining{0};
   std::coroutine_handle<> parent;
   std::atomic<bool> failed{false};
@@ -2398,83 +2528,92 @@ struct CollectLatch {
   std::coroutine_handle<> arrive() noexcept {
     return remaining.fetch_sub(1, std::memory_order_acq_rel) == 1 ? parent : std::noop_coroutine();
   }
-  void fail(std::exception_ptr e) noexcept {
-    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = std::move(e);
+  void fail(const std::exception_ptr& e) noexcept {
+    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = e;
   }
-  // A child (its frame at `child`) finished, after fail() if it threw:
-  // the coroutine to run next on this thread.
-  std::coroutine_handle<> childDone(void* /*child*/) noexcept { return arrive(); }
+  // What a finishing child does besides arriving (the same whether its
+  // start or its final suspend does it).
+  void settle(void* /*child*/, const std::exception_ptr* exception) noexcept {
+    if (exception) fail(*exception);
+  }
+
+ protected:
+  CollectLatch() = default;
+  ~CollectLatch() = default;
 };
 
-template <typename T, typename Latch>
-class CollectChild {
- public:
-  struct promise_type : PooledFrame, OutcomeReturn<T>, StopTokenCarrier {
-    struct FinalAwaiter {
-      bool await_ready() noexcept { return false; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
-        auto& p = h.promise();
-        if (p.outcome.hasException()) p.latch->fail(p.outcome.exception());
-        return p.latch->childDone(h.address());
-      }
-      void await_resume() noexcept {}
-    };
-    CollectChild get_return_object() noexcept {
-      return CollectChild{std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_always initial_suspend() noexcept { return {}; }
-    FinalAwaiter final_suspend() noexcept { return {}; }
-    Latch* latch = nullptr;
-  };
-
-  CollectChild(CollectChild&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  CollectChild& operator=(CollectChild&&) = delete;
-  ~CollectChild() {
-    if (handle_) handle_.destroy();
-  }
-
-  // Ties the child to its latch and to the token it runs under; resuming
-  // the handle returned starts it.
-  std::coroutine_handle<> bind(Latch& latch, const std::stop_token* stop) noexcept {
-    handle_.promise().latch = &latch;
-    handle_.promise().stopToken = stop;
-    return handle_;
-  }
-  // Runs the child on this thread until its first suspension.
-  void start(Latch& latch, const std::stop_token* stop) noexcept { bind(latch, stop).resume(); }
-  // Its frame, as CollectLatch::childDone names it.
-  void* address() const noexcept { return handle_.address(); }
-  // Its value, or rethrows its exception.
-  decltype(auto) result() {
-    if constexpr (std::is_void_v<T>) {
-      handle_.promise().outcome.get();
-      return Unit{};
-    } else {
-      return handle_.promise().outcome.get();
-    }
-  }
-
- private:
-  explicit CollectChild(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
-};
-
-template <typename Latch, typename T>
-CollectChild<T, Latch> makeCollectChild(Task<T> task) {
-  co_return co_await std::move(task);
-}
-
+// collectAll's and collectAny's latches: Latch::settle, then arrive.
 template <typename Latch>
-CollectChild<void, Latch> makeCollectChild(Task<void> task) {
-  co_await std::move(task);
+struct ArrivingLatch : CollectLatch {
+ protected:
+  std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept final {
+    static_cast<Latch*>(this)->settle(child, exception);
+    return arrive();
+  }
+};
+
+struct AllLatch final : ArrivingLatch<AllLatch> {};
+
+// Ties `task` to `latch` and to the token it runs under; resuming the
+// handle returned starts it.
+template <typename T>
+std::coroutine_handle<TaskPromise<T>> bindChild(Task<T>& task, FanIn& latch, const std::stop_token* stop) noexcept {
+  const std::coroutine_handle<TaskPromise<T>> h = TaskAccess::handle(task);
+  COIO_ASSERT(h, "collecting an empty coio::Task");
+  h.promise().continuation_ = Continuation(latch);
+  h.promise().setStopToken(stop);
+  return h;
 }
 
+// Binds `task` and runs it on this thread until its first suspension. True
+// if it finished meanwhile: then it did not arrive, and this settled it
+// (the caller counts it).
 template <typename Latch, typename T>
-std::vector<CollectChild<T, Latch>> makeCollectChildren(std::vector<Task<T>> tasks) {
-  std::vector<CollectChild<T, Latch>> children;
-  children.reserve(tasks.size());
-  for (auto& t : tasks) children.push_back(makeCollectChild<Latch>(std::move(t)));
-  return children;
+bool startChild(Task<T>& task, Latch& latch, const std::stop_token* stop) noexcept {
+  const std::coroutine_handle<TaskPromise<T>> h = bindChild(task, latch, stop);
+  tlsChildStarting = h.address();
+  h.resume();
+  if (tlsChildStarting != nullptr) return false;
+  const Outcome<T>& outcome = h.promise().outcome;
+  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+  return true;
+}
+
+// Starts the children in input order; returns how many finished while
+// starting (see startChild).
+template <typename Latch, typename T>
+std::size_t startChildren(std::vector<Task<T>>& children, Latch& latch, const std::stop_token* stop) noexcept {
+  std::size_t finished = 0;
+  for (Task<T>& child : children) finished += startChild(child, latch, stop);
+  return finished;
+}
+template <typename Latch, typename... Ts>
+std::size_t startChildren(std::tuple<Task<Ts>...>& children, Latch& latch, const std::stop_token* stop) noexcept {
+  return std::apply(
+      [&](auto&... child) {
+        std::size_t finished = 0;
+        ((finished += startChild(child, latch, stop)), ...);  // a comma fold: in order
+        return finished;
+      },
+      children);
+}
+
+// A finished child's frame, as FanIn::childDone names it.
+template <typename T>
+void* childAddress(const Task<T>& task) noexcept {
+  return TaskAccess::handle(task).address();
+}
+
+// A finished child's value (Unit for void), or rethrows its exception.
+template <typename T>
+decltype(auto) childResult(const Task<T>& task) {
+  auto& outcome = TaskAccess::handle(task).promise().outcome;
+  if constexpr (std::is_void_v<T>) {
+    outcome.get();
+    return Unit{};
+  } else {
+    return outcome.get();
+  }
 }
 
 template <typename T>
@@ -2485,20 +2624,25 @@ template <typename T>
 using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 
 // The results of a range of finished children, in input order (nothing
-// for void children).
-template <typename T, typename Latch>
-auto collectResults(std::vector<CollectChild<T, Latch>>& children) {
+// for void children). Frees each child once its result is out, in the same
+// pass, while its frame is in cache.
+template <typename T>
+RangeResult<T> collectResults(std::vector<Task<T>>& children) {
   if constexpr (!std::is_void_v<T>) {
     std::vector<T> results;
     results.reserve(children.size());
-    for (auto& child : children) results.push_back(child.result());
+    for (Task<T>& child : children) {
+      const Task<T> done = std::move(child);
+      results.push_back(childResult(done));
+    }
     return results;
   }
 }
 
-// Starts `count` children (through `startAll`, which gets the token the
-// awaiting coroutine runs under) when awaited; resumes the awaiting
-// coroutine once every child has finished.
+// Starts `count` children when awaited, through `startAll`, which gets the
+// token the awaiting coroutine runs under and returns how many children
+// startChild said finished; resumes the awaiting coroutine once every
+// child has finished.
 template <typename StartAll>
 class CollectAwaiter {
  public:
@@ -2509,10 +2653,13 @@ class CollectAwaiter {
   bool await_suspend(std::coroutine_handle<Promise> parent) noexcept {
     latch_.parent = parent;
     latch_.remaining.store(count_ + 1, std::memory_order_relaxed);
-    startAll_(stopTokenOf(parent));
-    // The parent's own arrival: if the children all finished synchronously
-    // there is nothing to wait for.
-    return latch_.remaining.fetch_sub(1, std::memory_order_acq_rel) != 1;
+    // This may itself run in a child's start (ours are nested inside it).
+    void* const enclosing = tlsChildStarting;
+    const std::size_t finished = startAll_(stopTokenOf(parent));
+    tlsChildStarting = enclosing;
+    // The parent's own arrival and those of the children that finished
+    // while starting: if that is all of them, there is nothing to wait for.
+    return latch_.remaining.fetch_sub(finished + 1, std::memory_order_acq_rel) != finished + 1;
   }
   void await_resume() const {
     if (latch_.failed.load(std::memory_order_relaxed)) std::rethrow_exception(latch_.firstException);
@@ -2543,7 +2690,7 @@ namespace detail {
 
 // collectAllWindowed's latch: a child that finishes starts, by symmetric
 // transfer on its own thread, the first child not started yet.
-struct WindowLatch : CollectLatch {
+struct WindowLatch final : CollectLatch {
   std::vector<std::coroutine_handle<>> children;  // bound to this latch, in input order
   std::atomic<std::size_t> next{0};                // index of the next child to start
 
@@ -2551,7 +2698,11 @@ struct WindowLatch : CollectLatch {
     const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
     return i < children.size() ? children[i] : nullptr;
   }
-  std::coroutine_handle<> childDone(void* /*child*/) noexcept {
+
+ protected:
+  // Every child gets here: the start loop resumes them without startChild.
+  std::coroutine_handle<> childDone(void* /*child*/, const std::exception_ptr* exception) noexcept override {
+    settle(nullptr, exception);
     if (std::coroutine_handle<> following = takeNext()) {
       arrive();  // never the last arrival: `following` has not finished
       return following;
@@ -2575,14 +2726,14 @@ struct WindowLatch : CollectLatch {
 /// not stop the others.
 template <typename... Ts>
 Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
-  std::tuple<detail::CollectChild<Ts, detail::CollectLatch>...> children{
-      detail::makeCollectChild<detail::CollectLatch>(std::move(tasks))...};
-  detail::CollectLatch latch;
+  std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
+  detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
-    std::apply([&](auto&... child) { (child.start(latch, stop), ...); }, children);
+    return detail::startChildren(children, latch, stop);
   });
   co_return std::apply(
-      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{child.result()...}; }, children);
+      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
+      children);
 }
 
 /// collectAll over a vector: results in input order. A vector of
@@ -2591,12 +2742,12 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
-  auto children = detail::makeCollectChildren<detail::CollectLatch>(std::move(tasks));
-  detail::CollectLatch latch;
+  std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
+  detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    for (auto& child : children) child.start(latch, stop);
+    return detail::startChildren(children, latch, stop);
   });
-  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+  co_return detail::collectResults(children);
 }
 
 /// collectAllRange with bounded concurrency (folly's collectAllWindowed):
@@ -2614,18 +2765,19 @@ template <typename T>
 auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
   COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
-  auto children = detail::makeCollectChildren<detail::WindowLatch>(std::move(tasks));
+  std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::WindowLatch latch;
   latch.children.reserve(children.size());  // here: startAll below must not throw
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    for (auto& child : children) latch.children.push_back(child.bind(latch, stop));
+    for (Task<T>& child : children) latch.children.push_back(detail::bindChild(child, latch, stop));
     for (std::size_t i = 0; i < window; ++i) {
       const std::coroutine_handle<> child = latch.takeNext();
       if (!child) break;
       child.resume();
     }
+    return std::size_t{0};  // every child arrives itself
   });
-  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+  co_return detail::collectResults(children);
 }
 
 }  // namespace coio
@@ -2701,19 +2853,18 @@ namespace detail {
 
 // collectAny's latch: the first child to finish wins and asks the others
 // to stop.
-struct RaceLatch : CollectLatch {
+struct RaceLatch final : ArrivingLatch<RaceLatch> {
   std::atomic<void*> winner{nullptr};  // the frame of the first child to finish
   LinkedStopSource children;           // what the children run under
 
   // The winner's exception stays in its outcome, for the parent to
-  // rethrow; the losers' are dropped.
-  void fail(std::exception_ptr) noexcept {}
-  std::coroutine_handle<> childDone(void* child) noexcept {
+  // rethrow; the losers' are dropped. Before the arrival, so the parent
+  // cannot be resumed meanwhile (by a loser that the stop finishes inline)
+  // and free the source; the arrival's acq_rel then publishes `winner` to
+  // the parent.
+  void settle(void* child, const std::exception_ptr* /*exception*/) noexcept {
     void* none = nullptr;
-    // Before our own arrival, so the parent cannot be resumed meanwhile
-    // (by a loser that the stop finishes inline) and free the source.
     if (winner.compare_exchange_strong(none, child, std::memory_order_relaxed)) children.requestStop();
-    return arrive();  // acq_rel: the parent, resumed by the last arrival, sees `winner`
   }
 };
 
@@ -2722,9 +2873,9 @@ template <typename Variant, std::size_t I = 0, typename Children>
 Variant winnerResult(Children& children, void* winner) {
   auto& child = std::get<I>(children);
   if constexpr (I + 1 < std::tuple_size_v<Children>) {
-    if (child.address() != winner) return winnerResult<Variant, I + 1>(children, winner);
+    if (childAddress(child) != winner) return winnerResult<Variant, I + 1>(children, winner);
   }
-  return Variant(std::in_place_index<I>, child.result());
+  return Variant(std::in_place_index<I>, childResult(child));
 }
 
 }  // namespace detail
@@ -2756,12 +2907,10 @@ template <typename... Ts>
 Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0, "collectAny of no task: nothing can finish first");
   static_assert((!std::is_reference_v<Ts> && ...), "collectAny does not support Task<T&>: return pointers");
-  std::tuple<detail::CollectChild<Ts, detail::RaceLatch>...> children{
-      detail::makeCollectChild<detail::RaceLatch>(std::move(tasks))...};
+  std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
   detail::RaceLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
-    const std::stop_token* own = latch.children.linkTo(stop);
-    std::apply([&](auto&... child) { (child.start(latch, own), ...); }, children);
+    return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
   co_return detail::winnerResult<std::variant<detail::UnitIfVoid<Ts>...>>(
       children, latch.winner.load(std::memory_order_relaxed));
@@ -2774,16 +2923,15 @@ template <typename T>
 Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
   static_assert(!std::is_reference_v<T>, "collectAnyRange does not support Task<T&>: return pointers");
   COIO_ASSERT(!tasks.empty(), "collectAnyRange of no task: nothing can finish first");
-  auto children = detail::makeCollectChildren<detail::RaceLatch>(std::move(tasks));
+  std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::RaceLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    const std::stop_token* own = latch.children.linkTo(stop);
-    for (auto& child : children) child.start(latch, own);
+    return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
   void* const winner = latch.winner.load(std::memory_order_relaxed);
   std::size_t i = 0;
-  while (children[i].address() != winner) ++i;
-  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, children[i].result());
+  while (detail::childAddress(children[i]) != winner) ++i;
+  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, detail::childResult(children[i]));
 }
 
 }  // namespace coio

@@ -43,6 +43,39 @@ Task<int> failAfter(Baton& gate, std::string what) {
   co_await gate;
   throw std::runtime_error(what);
 }
+
+Task<int> failNow(std::string what) {
+  throw std::runtime_error(what);
+  co_return 0;
+}
+
+Task<int> valueAfter(Baton& gate, int v) {
+  co_await gate;
+  co_return v;
+}
+
+// Awaits `all`; `caught` and `message` tell whether it threw and what.
+Task<void> awaitCatching(Task<std::tuple<int, int, int>> all, bool& caught, std::string& message) {
+  try {
+    co_await std::move(all);
+  } catch (const std::runtime_error& e) {
+    caught = true;
+    message = e.what();
+  }
+}
+
+// A child with a fan-out of its own: 1 + 2, plus 4 once `gate` is posted
+// if there is one.
+Task<int> nestedSum(Baton* gate) {
+  std::vector<Task<int>> inner;
+  inner.push_back(value(1));
+  inner.push_back(value(2));
+  if (gate) inner.push_back(valueAfter(*gate, 4));
+  const std::vector<int> got = co_await collectAllRange(std::move(inner));
+  int sum = 0;
+  for (int v : got) sum += v;
+  co_return sum;
+}
 }  // namespace
 
 TEST_CASE("collectAll returns a tuple; void children become Unit", "[collectAll]") {
@@ -90,16 +123,8 @@ TEST_CASE("collectAll rethrows the first exception after every child finished", 
   bool caught = false;
   std::string message;
   coio::testing::ManualExecutor ex;
-  auto parent = [](Task<std::tuple<int, int, int>> all, bool& caught, std::string& message) -> Task<void> {
-    try {
-      co_await std::move(all);
-    } catch (const std::runtime_error& e) {
-      caught = true;
-      message = e.what();
-    }
-  };
-  ex.spawn(parent(collectAll(failAfter(gFail1, "first"), failAfter(gFail2, "second"), gated(gSlow, log, 7)), caught,
-                  message));
+  ex.spawn(awaitCatching(collectAll(failAfter(gFail1, "first"), failAfter(gFail2, "second"), gated(gSlow, log, 7)),
+                         caught, message));
   ex.drain();
   gFail2.post();  // fails first in time
   gFail1.post();
@@ -108,6 +133,55 @@ TEST_CASE("collectAll rethrows the first exception after every child finished", 
   CHECK(caught);
   CHECK(message == "second");
   CHECK(log.back() == "end 7");
+}
+
+TEST_CASE("collectAll rethrows an exception thrown as its child started, once the others finished", "[collectAll]") {
+  Baton gLater, gSlow;
+  std::vector<std::string> log;
+  bool caught = false;
+  std::string message;
+  coio::testing::ManualExecutor ex;
+  // The second child throws inside its start; the third throws later.
+  ex.spawn(
+      awaitCatching(collectAll(gated(gSlow, log, 1), failNow("now"), failAfter(gLater, "later")), caught, message));
+  ex.drain();
+  gLater.post();
+  CHECK_FALSE(caught);
+  gSlow.post();
+  CHECK(caught);
+  CHECK(message == "now");
+}
+
+TEST_CASE("collectAllRange mixes children that finish as they start, nested fan-outs and waiting children",
+          "[collectAll]") {
+  Baton gate, innerGate;
+  std::vector<std::string> log;
+  std::vector<int> result;
+  bool finished = false;
+  coio::testing::ManualExecutor ex;
+  auto parent = [](Task<std::vector<int>> all, std::vector<int>& result, bool& finished) -> Task<void> {
+    result = co_await std::move(all);
+    finished = true;
+  };
+  std::vector<Task<int>> tasks;
+  tasks.push_back(value(10));               // finishes as it starts
+  tasks.push_back(nestedSum(nullptr));      // so does its own fan-out, inside its start
+  tasks.push_back(gated(gate, log, 20));    // waits
+  tasks.push_back(nestedSum(&innerGate));   // its fan-out waits
+  tasks.push_back(value(30));
+  ex.spawn(parent(collectAllRange(std::move(tasks)), result, finished));
+  ex.drain();
+  CHECK_FALSE(finished);
+  innerGate.post();  // finishes the fourth child, inline
+  CHECK_FALSE(finished);
+  gate.post();
+  CHECK(finished);
+  CHECK(result == std::vector<int>{10, 3, 20, 7, 30});
+
+  // All of it synchronous: the parent never suspends.
+  std::vector<Task<int>> sync;
+  for (int i = 0; i < 3; ++i) sync.push_back(nestedSum(nullptr));
+  CHECK(blockingWait(collectAllRange(std::move(sync))) == std::vector<int>{3, 3, 3});
 }
 
 TEST_CASE("collectAllRange keeps input order and handles empty and void ranges", "[collectAll]") {
@@ -160,6 +234,37 @@ TEST_CASE("collectAllRange with children finished on other threads", "[collectAl
     auto results = blockingWait(parent());
     for (auto& t : posters) t.join();
     for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * i);
+  }
+}
+
+TEST_CASE("collectAllRange: children finish on another thread while later ones still start", "[collectAll][threads]") {
+  constexpr int kChildren = 64;
+  for (int round = 0; round < 50; ++round) {
+    std::vector<Baton> gates(kChildren);
+    std::atomic<int> waiting{0};  // odd children that have started
+    std::vector<Task<int>> tasks;
+    for (int i = 0; i < kChildren; ++i) {
+      if (i % 2 == 0) {
+        tasks.push_back(value(i));  // finishes as it starts
+      } else {
+        tasks.push_back([](Baton& g, std::atomic<int>& waiting, int i) -> Task<int> {
+          waiting.fetch_add(1, std::memory_order_relaxed);
+          co_await g;  // resumed on the poster's thread, unless posted already
+          co_return i;
+        }(gates[static_cast<std::size_t>(i)], waiting, i));
+      }
+    }
+    // Posts each odd child's gate as soon as that child has started.
+    std::thread poster([&] {
+      for (int k = 0; k < kChildren / 2; ++k) {
+        while (waiting.load(std::memory_order_relaxed) <= k) std::this_thread::yield();
+        gates[static_cast<std::size_t>(2 * k + 1)].post();
+      }
+    });
+    const std::vector<int> results = blockingWait(collectAllRange(std::move(tasks)));
+    poster.join();
+    REQUIRE(results.size() == static_cast<std::size_t>(kChildren));
+    for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i);
   }
 }
 

@@ -123,7 +123,7 @@ class [[nodiscard]] AsyncGenerator {
       promise_type& p = body_.promise();
       COIO_ASSERT(!p.consumer, "AsyncGenerator::next() while another next() is pending");
       p.consumer = consumer;
-      p.stopToken = detail::stopTokenOf(consumer);
+      p.setStopToken(detail::stopTokenOf(consumer));
       return body_;
     }
     pointer await_resume() {

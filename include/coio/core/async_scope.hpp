@@ -119,7 +119,7 @@ class AsyncScope {
         }
         void await_resume() noexcept {}
       };
-      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) { stopToken = &s->stopToken_; }
+      explicit promise_type(Task<void>&, AsyncScope* s) noexcept : scope(s) { setStopToken(&s->stopToken_); }
       Detached get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
       std::suspend_always initial_suspend() noexcept { return {}; }
       FinalAwaiter final_suspend() noexcept { return {}; }

@@ -34,7 +34,7 @@ struct RunUnder {
   template <typename Promise>
   bool await_suspend(std::coroutine_handle<Promise> awaiting) const noexcept {
     static_assert(carriesStopToken<Promise>, "only a coio::Task can change the token it runs under");
-    awaiting.promise().stopToken = token;
+    awaiting.promise().setStopToken(token);
     return false;
   }
   void await_resume() const noexcept {}

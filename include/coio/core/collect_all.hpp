@@ -19,7 +19,7 @@ namespace detail {
 
 // collectAllWindowed's latch: a child that finishes starts, by symmetric
 // transfer on its own thread, the first child not started yet.
-struct WindowLatch : CollectLatch {
+struct WindowLatch final : CollectLatch {
   std::vector<std::coroutine_handle<>> children;  // bound to this latch, in input order
   std::atomic<std::size_t> next{0};                // index of the next child to start
 
@@ -27,7 +27,11 @@ struct WindowLatch : CollectLatch {
     const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
     return i < children.size() ? children[i] : nullptr;
   }
-  std::coroutine_handle<> childDone(void* /*child*/) noexcept {
+
+ protected:
+  // Every child gets here: the start loop resumes them without startChild.
+  std::coroutine_handle<> childDone(void* /*child*/, const std::exception_ptr* exception) noexcept override {
+    settle(nullptr, exception);
     if (std::coroutine_handle<> following = takeNext()) {
       arrive();  // never the last arrival: `following` has not finished
       return following;
@@ -51,14 +55,14 @@ struct WindowLatch : CollectLatch {
 /// not stop the others.
 template <typename... Ts>
 Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
-  std::tuple<detail::CollectChild<Ts, detail::CollectLatch>...> children{
-      detail::makeCollectChild<detail::CollectLatch>(std::move(tasks))...};
-  detail::CollectLatch latch;
+  std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
+  detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
-    std::apply([&](auto&... child) { (child.start(latch, stop), ...); }, children);
+    return detail::startChildren(children, latch, stop);
   });
   co_return std::apply(
-      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{child.result()...}; }, children);
+      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
+      children);
 }
 
 /// collectAll over a vector: results in input order. A vector of
@@ -67,12 +71,12 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
-  auto children = detail::makeCollectChildren<detail::CollectLatch>(std::move(tasks));
-  detail::CollectLatch latch;
+  std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
+  detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    for (auto& child : children) child.start(latch, stop);
+    return detail::startChildren(children, latch, stop);
   });
-  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+  co_return detail::collectResults(children);
 }
 
 /// collectAllRange with bounded concurrency (folly's collectAllWindowed):
@@ -90,18 +94,19 @@ template <typename T>
 auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
   COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
-  auto children = detail::makeCollectChildren<detail::WindowLatch>(std::move(tasks));
+  std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::WindowLatch latch;
   latch.children.reserve(children.size());  // here: startAll below must not throw
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    for (auto& child : children) latch.children.push_back(child.bind(latch, stop));
+    for (Task<T>& child : children) latch.children.push_back(detail::bindChild(child, latch, stop));
     for (std::size_t i = 0; i < window; ++i) {
       const std::coroutine_handle<> child = latch.takeNext();
       if (!child) break;
       child.resume();
     }
+    return std::size_t{0};  // every child arrives itself
   });
-  if constexpr (!std::is_void_v<T>) co_return detail::collectResults(children);
+  co_return detail::collectResults(children);
 }
 
 }  // namespace coio

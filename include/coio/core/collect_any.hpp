@@ -22,19 +22,18 @@ namespace detail {
 
 // collectAny's latch: the first child to finish wins and asks the others
 // to stop.
-struct RaceLatch : CollectLatch {
+struct RaceLatch final : ArrivingLatch<RaceLatch> {
   std::atomic<void*> winner{nullptr};  // the frame of the first child to finish
   LinkedStopSource children;           // what the children run under
 
   // The winner's exception stays in its outcome, for the parent to
-  // rethrow; the losers' are dropped.
-  void fail(std::exception_ptr) noexcept {}
-  std::coroutine_handle<> childDone(void* child) noexcept {
+  // rethrow; the losers' are dropped. Before the arrival, so the parent
+  // cannot be resumed meanwhile (by a loser that the stop finishes inline)
+  // and free the source; the arrival's acq_rel then publishes `winner` to
+  // the parent.
+  void settle(void* child, const std::exception_ptr* /*exception*/) noexcept {
     void* none = nullptr;
-    // Before our own arrival, so the parent cannot be resumed meanwhile
-    // (by a loser that the stop finishes inline) and free the source.
     if (winner.compare_exchange_strong(none, child, std::memory_order_relaxed)) children.requestStop();
-    return arrive();  // acq_rel: the parent, resumed by the last arrival, sees `winner`
   }
 };
 
@@ -43,9 +42,9 @@ template <typename Variant, std::size_t I = 0, typename Children>
 Variant winnerResult(Children& children, void* winner) {
   auto& child = std::get<I>(children);
   if constexpr (I + 1 < std::tuple_size_v<Children>) {
-    if (child.address() != winner) return winnerResult<Variant, I + 1>(children, winner);
+    if (childAddress(child) != winner) return winnerResult<Variant, I + 1>(children, winner);
   }
-  return Variant(std::in_place_index<I>, child.result());
+  return Variant(std::in_place_index<I>, childResult(child));
 }
 
 }  // namespace detail
@@ -77,12 +76,10 @@ template <typename... Ts>
 Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0, "collectAny of no task: nothing can finish first");
   static_assert((!std::is_reference_v<Ts> && ...), "collectAny does not support Task<T&>: return pointers");
-  std::tuple<detail::CollectChild<Ts, detail::RaceLatch>...> children{
-      detail::makeCollectChild<detail::RaceLatch>(std::move(tasks))...};
+  std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
   detail::RaceLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
-    const std::stop_token* own = latch.children.linkTo(stop);
-    std::apply([&](auto&... child) { (child.start(latch, own), ...); }, children);
+    return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
   co_return detail::winnerResult<std::variant<detail::UnitIfVoid<Ts>...>>(
       children, latch.winner.load(std::memory_order_relaxed));
@@ -95,16 +92,15 @@ template <typename T>
 Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
   static_assert(!std::is_reference_v<T>, "collectAnyRange does not support Task<T&>: return pointers");
   COIO_ASSERT(!tasks.empty(), "collectAnyRange of no task: nothing can finish first");
-  auto children = detail::makeCollectChildren<detail::RaceLatch>(std::move(tasks));
+  std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::RaceLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    const std::stop_token* own = latch.children.linkTo(stop);
-    for (auto& child : children) child.start(latch, own);
+    return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
   void* const winner = latch.winner.load(std::memory_order_relaxed);
   std::size_t i = 0;
-  while (children[i].address() != winner) ++i;
-  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, children[i].result());
+  while (detail::childAddress(children[i]) != winner) ++i;
+  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, detail::childResult(children[i]));
 }
 
 }  // namespace coio

@@ -1,10 +1,12 @@
 #pragma once
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/continuation.hpp>
 #include <coio/core/detail/frame_allocator.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/detail/outcome.hpp>
 
 #include <coroutine>
+#include <stop_token>
 #include <utility>
 
 namespace coio {
@@ -15,15 +17,20 @@ class Task;
 namespace detail {
 
 template <typename T>
-class TaskPromise final : public PooledFrame, public OutcomeReturn<T>, public StopTokenCarrier {
+class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
  public:
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
-  // runs in constant stack space where the compiler emits the tail call.
+  // runs in constant stack space where the compiler emits the tail call. A
+  // collectAll child reports to its latch instead.
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
-      return h.promise().continuation_;
+      TaskPromise& p = h.promise();
+      if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
+        return fanIn->childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
+      }
+      return p.continuation_.handle();
     }
     void await_resume() noexcept {}
   };
@@ -32,7 +39,20 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T>, public St
   std::suspend_always initial_suspend() noexcept { return {}; }
   FinalAwaiter final_suspend() noexcept { return {}; }
 
-  std::coroutine_handle<> continuation_;
+  // The stop token lives in the outcome, sharing the exception's word.
+  const std::stop_token* stopToken() const noexcept { return this->outcome.stopToken(); }
+  void setStopToken(const std::stop_token* token) noexcept { this->outcome.setStopToken(token); }
+
+  Continuation continuation_;
+};
+
+// For collectAll and its relatives, which start a Task's coroutine
+// themselves (detail/collect.hpp).
+struct TaskAccess {
+  template <typename T>
+  static std::coroutine_handle<TaskPromise<T>> handle(const Task<T>& task) noexcept {
+    return task.handle_;
+  }
 };
 
 }  // namespace detail
@@ -89,8 +109,8 @@ class [[nodiscard]] Task {
     template <typename Promise>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
       promise_type& p = handle_.promise();
-      p.continuation_ = awaiting;
-      p.stopToken = detail::stopTokenOf(awaiting);
+      p.continuation_ = detail::Continuation(awaiting);
+      p.setStopToken(detail::stopTokenOf(awaiting));
       return handle_;
     }
     T await_resume() { return handle_.promise().outcome.get(); }
@@ -108,6 +128,7 @@ class [[nodiscard]] Task {
 
  private:
   friend class detail::TaskPromise<T>;
+  friend struct detail::TaskAccess;
   explicit Task(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
   void reset() noexcept {
     if (handle_) std::exchange(handle_, nullptr).destroy();

@@ -119,7 +119,6 @@ template <typename TaskT>
 }
 
 constexpr int kChainDepth = 10;
-constexpr int kFanOut = 64;
 
 // One op: create a task, await it (it runs to completion and resumes us by
 // symmetric transfer), destroy it.
@@ -205,6 +204,7 @@ void semaphoreAcquireRelease(benchmark::State& state) {
 
 // One op: build kFanOut Task<int>s and await collectAllRange over them; the
 // table divides by kFanOut to give the cost per child.
+template <int kFanOut>
 void collectAllRangeFanOut(benchmark::State& state) {
   [](benchmark::State& s) -> Driver {
     for (auto _ : s) {
@@ -514,7 +514,9 @@ const Row kRows[] = {
     kCondvarQueueThroughput,
     {"task/create_await_destroy", &taskAwait<coio::Task<int>>, {&kBareTask, 0.6}},
     {"task/chain10", &taskChain<coio::Task<int>>, {&kBareChain, 0.6}},
-    {"collect_all_range/per_child_of_64", &collectAllRangeFanOut, {&kBareTask}, Measured::cpuTime, kFanOut},
+    {"collect_all_range/per_child_of_64", &collectAllRangeFanOut<64>, {&kBareTask}, Measured::cpuTime, 64},
+    {"collect_all_range/per_child_of_1000", &collectAllRangeFanOut<1000>, {&kBareTask, 0.6}, Measured::cpuTime,
+     1000},
     {"baton/post_resume", &batonPostResume, {&kExchange, 2.5}},
     {"semaphore/acquire_release", &semaphoreAcquireRelease<coio::Semaphore>, {&kExchange, 2.5}},
     {"batch_semaphore/acquire_release", &semaphoreAcquireRelease<coio::BatchSemaphore>, {&kExchange}},

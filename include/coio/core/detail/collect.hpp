@@ -1,12 +1,18 @@
 #pragma once
-// The machinery behind collectAll and its relatives: each child task is
-// wrapped in a CollectChild coroutine that reports to a latch when it
-// finishes; the last one to arrive resumes the parent. The latch type says
-// what else a finishing child does (collectAny's stops the others,
-// collectAllWindowed's starts the next one).
-#include <coio/core/detail/frame_allocator.hpp>
+// The machinery behind collectAll and its relatives. Each child Task
+// reports to a latch from its own final suspend (its continuation is the
+// latch, see continuation.hpp), so a child costs no frame beyond its own;
+// the last to arrive resumes the parent. The latch type says what else a
+// finishing child does (collectAny's stops the others, collectAllWindowed's
+// starts the next one).
+//
+// Arriving is an atomic read-modify-write, as much as a small child costs
+// in all. A child that finishes before its start returns (on the starting
+// thread, without suspending for long) skips it: its start settles it and
+// counts it, and the parent arrives for all those at once.
+#include <coio/core/detail/assert.hpp>
+#include <coio/core/detail/continuation.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
-#include <coio/core/detail/outcome.hpp>
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
 
@@ -14,6 +20,8 @@
 #include <coroutine>
 #include <cstddef>
 #include <exception>
+#include <stop_token>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -22,8 +30,8 @@ namespace coio::detail {
 
 // Counts the children still running plus one for the parent; the last to
 // arrive resumes the parent. Also keeps the first exception (in time).
-// collectAll's latch; the others extend it.
-struct CollectLatch {
+// The base of every collect latch.
+struct CollectLatch : FanIn {
   std::atomic<std::size_t> remaining{0};
   std::coroutine_handle<> parent;
   std::atomic<bool> failed{false};
@@ -32,83 +40,92 @@ struct CollectLatch {
   std::coroutine_handle<> arrive() noexcept {
     return remaining.fetch_sub(1, std::memory_order_acq_rel) == 1 ? parent : std::noop_coroutine();
   }
-  void fail(std::exception_ptr e) noexcept {
-    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = std::move(e);
+  void fail(const std::exception_ptr& e) noexcept {
+    if (!failed.exchange(true, std::memory_order_relaxed)) firstException = e;
   }
-  // A child (its frame at `child`) finished, after fail() if it threw:
-  // the coroutine to run next on this thread.
-  std::coroutine_handle<> childDone(void* /*child*/) noexcept { return arrive(); }
+  // What a finishing child does besides arriving (the same whether its
+  // start or its final suspend does it).
+  void settle(void* /*child*/, const std::exception_ptr* exception) noexcept {
+    if (exception) fail(*exception);
+  }
+
+ protected:
+  CollectLatch() = default;
+  ~CollectLatch() = default;
 };
 
-template <typename T, typename Latch>
-class CollectChild {
- public:
-  struct promise_type : PooledFrame, OutcomeReturn<T>, StopTokenCarrier {
-    struct FinalAwaiter {
-      bool await_ready() noexcept { return false; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
-        auto& p = h.promise();
-        if (p.outcome.hasException()) p.latch->fail(p.outcome.exception());
-        return p.latch->childDone(h.address());
-      }
-      void await_resume() noexcept {}
-    };
-    CollectChild get_return_object() noexcept {
-      return CollectChild{std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_always initial_suspend() noexcept { return {}; }
-    FinalAwaiter final_suspend() noexcept { return {}; }
-    Latch* latch = nullptr;
-  };
-
-  CollectChild(CollectChild&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  CollectChild& operator=(CollectChild&&) = delete;
-  ~CollectChild() {
-    if (handle_) handle_.destroy();
-  }
-
-  // Ties the child to its latch and to the token it runs under; resuming
-  // the handle returned starts it.
-  std::coroutine_handle<> bind(Latch& latch, const std::stop_token* stop) noexcept {
-    handle_.promise().latch = &latch;
-    handle_.promise().stopToken = stop;
-    return handle_;
-  }
-  // Runs the child on this thread until its first suspension.
-  void start(Latch& latch, const std::stop_token* stop) noexcept { bind(latch, stop).resume(); }
-  // Its frame, as CollectLatch::childDone names it.
-  void* address() const noexcept { return handle_.address(); }
-  // Its value, or rethrows its exception.
-  decltype(auto) result() {
-    if constexpr (std::is_void_v<T>) {
-      handle_.promise().outcome.get();
-      return Unit{};
-    } else {
-      return handle_.promise().outcome.get();
-    }
-  }
-
- private:
-  explicit CollectChild(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
-};
-
-template <typename Latch, typename T>
-CollectChild<T, Latch> makeCollectChild(Task<T> task) {
-  co_return co_await std::move(task);
-}
-
+// collectAll's and collectAny's latches: Latch::settle, then arrive.
 template <typename Latch>
-CollectChild<void, Latch> makeCollectChild(Task<void> task) {
-  co_await std::move(task);
+struct ArrivingLatch : CollectLatch {
+ protected:
+  std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept final {
+    static_cast<Latch*>(this)->settle(child, exception);
+    return arrive();
+  }
+};
+
+struct AllLatch final : ArrivingLatch<AllLatch> {};
+
+// Ties `task` to `latch` and to the token it runs under; resuming the
+// handle returned starts it.
+template <typename T>
+std::coroutine_handle<TaskPromise<T>> bindChild(Task<T>& task, FanIn& latch, const std::stop_token* stop) noexcept {
+  const std::coroutine_handle<TaskPromise<T>> h = TaskAccess::handle(task);
+  COIO_ASSERT(h, "collecting an empty coio::Task");
+  h.promise().continuation_ = Continuation(latch);
+  h.promise().setStopToken(stop);
+  return h;
 }
 
+// Binds `task` and runs it on this thread until its first suspension. True
+// if it finished meanwhile: then it did not arrive, and this settled it
+// (the caller counts it).
 template <typename Latch, typename T>
-std::vector<CollectChild<T, Latch>> makeCollectChildren(std::vector<Task<T>> tasks) {
-  std::vector<CollectChild<T, Latch>> children;
-  children.reserve(tasks.size());
-  for (auto& t : tasks) children.push_back(makeCollectChild<Latch>(std::move(t)));
-  return children;
+bool startChild(Task<T>& task, Latch& latch, const std::stop_token* stop) noexcept {
+  const std::coroutine_handle<TaskPromise<T>> h = bindChild(task, latch, stop);
+  tlsChildStarting = h.address();
+  h.resume();
+  if (tlsChildStarting != nullptr) return false;
+  const Outcome<T>& outcome = h.promise().outcome;
+  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+  return true;
+}
+
+// Starts the children in input order; returns how many finished while
+// starting (see startChild).
+template <typename Latch, typename T>
+std::size_t startChildren(std::vector<Task<T>>& children, Latch& latch, const std::stop_token* stop) noexcept {
+  std::size_t finished = 0;
+  for (Task<T>& child : children) finished += startChild(child, latch, stop);
+  return finished;
+}
+template <typename Latch, typename... Ts>
+std::size_t startChildren(std::tuple<Task<Ts>...>& children, Latch& latch, const std::stop_token* stop) noexcept {
+  return std::apply(
+      [&](auto&... child) {
+        std::size_t finished = 0;
+        ((finished += startChild(child, latch, stop)), ...);  // a comma fold: in order
+        return finished;
+      },
+      children);
+}
+
+// A finished child's frame, as FanIn::childDone names it.
+template <typename T>
+void* childAddress(const Task<T>& task) noexcept {
+  return TaskAccess::handle(task).address();
+}
+
+// A finished child's value (Unit for void), or rethrows its exception.
+template <typename T>
+decltype(auto) childResult(const Task<T>& task) {
+  auto& outcome = TaskAccess::handle(task).promise().outcome;
+  if constexpr (std::is_void_v<T>) {
+    outcome.get();
+    return Unit{};
+  } else {
+    return outcome.get();
+  }
 }
 
 template <typename T>
@@ -119,20 +136,25 @@ template <typename T>
 using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 
 // The results of a range of finished children, in input order (nothing
-// for void children).
-template <typename T, typename Latch>
-auto collectResults(std::vector<CollectChild<T, Latch>>& children) {
+// for void children). Frees each child once its result is out, in the same
+// pass, while its frame is in cache.
+template <typename T>
+RangeResult<T> collectResults(std::vector<Task<T>>& children) {
   if constexpr (!std::is_void_v<T>) {
     std::vector<T> results;
     results.reserve(children.size());
-    for (auto& child : children) results.push_back(child.result());
+    for (Task<T>& child : children) {
+      const Task<T> done = std::move(child);
+      results.push_back(childResult(done));
+    }
     return results;
   }
 }
 
-// Starts `count` children (through `startAll`, which gets the token the
-// awaiting coroutine runs under) when awaited; resumes the awaiting
-// coroutine once every child has finished.
+// Starts `count` children when awaited, through `startAll`, which gets the
+// token the awaiting coroutine runs under and returns how many children
+// startChild said finished; resumes the awaiting coroutine once every
+// child has finished.
 template <typename StartAll>
 class CollectAwaiter {
  public:
@@ -143,10 +165,13 @@ class CollectAwaiter {
   bool await_suspend(std::coroutine_handle<Promise> parent) noexcept {
     latch_.parent = parent;
     latch_.remaining.store(count_ + 1, std::memory_order_relaxed);
-    startAll_(stopTokenOf(parent));
-    // The parent's own arrival: if the children all finished synchronously
-    // there is nothing to wait for.
-    return latch_.remaining.fetch_sub(1, std::memory_order_acq_rel) != 1;
+    // This may itself run in a child's start (ours are nested inside it).
+    void* const enclosing = tlsChildStarting;
+    const std::size_t finished = startAll_(stopTokenOf(parent));
+    tlsChildStarting = enclosing;
+    // The parent's own arrival and those of the children that finished
+    // while starting: if that is all of them, there is nothing to wait for.
+    return latch_.remaining.fetch_sub(finished + 1, std::memory_order_acq_rel) != finished + 1;
   }
   void await_resume() const {
     if (latch_.failed.load(std::memory_order_relaxed)) std::rethrow_exception(latch_.firstException);

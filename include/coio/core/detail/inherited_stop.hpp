@@ -1,7 +1,7 @@
 #pragma once
 // How a stop token flows down a tree of coroutines without a copy per await.
 //
-// Each coio promise (Task's, collectAll's children's, AsyncScope's roots')
+// Each coio promise (Task's, AsyncGenerator's, AsyncScope's roots')
 // holds a non-owning pointer to the std::stop_token it runs under; null
 // means none (a token that never stops). An awaited Task takes the awaiting
 // promise's pointer: one load and one store, where copying a stop_token
@@ -12,29 +12,39 @@
 //
 // An awaitable that takes a std::stop_token and was given none learns the
 // awaiting coroutine's in a templated await_suspend (inheritStopToken).
+#include <concepts>
 #include <coroutine>
 #include <stop_token>
 #include <type_traits>
 
 namespace coio::detail {
 
-/// Promise mixin: the stop token the coroutine runs under.
+/// Promise mixin: the stop token the coroutine runs under. A promise
+/// carries one if it has `stopToken()` and `setStopToken()`, as this mixin
+/// gives; Task's keeps it in its Outcome (outcome.hpp says why).
 struct StopTokenCarrier {
+  const std::stop_token* stopToken() const noexcept { return stopToken_; }
+  void setStopToken(const std::stop_token* token) noexcept { stopToken_ = token; }
+
+ private:
   // Null: none. Set by whoever starts the coroutine, before its body first
-  // runs; left uninitialised otherwise, so that creating a Task costs no
-  // store.
-  const std::stop_token* stopToken;
+  // runs; left uninitialised otherwise, so that creating a coroutine costs
+  // no store.
+  const std::stop_token* stopToken_;
 };
 
 template <typename Promise>
-inline constexpr bool carriesStopToken = std::is_base_of_v<StopTokenCarrier, Promise>;
+inline constexpr bool carriesStopToken = requires(Promise& p, const std::stop_token* token) {
+  { p.stopToken() } -> std::same_as<const std::stop_token*>;
+  p.setStopToken(token);
+};
 
 /// The token the coroutine `h` runs under; null if it runs under none or
 /// is not a coio coroutine (e.g. a type-erased handle).
 template <typename Promise>
 const std::stop_token* stopTokenOf(std::coroutine_handle<Promise> h) noexcept {
   if constexpr (carriesStopToken<Promise>) {
-    return h.promise().stopToken;
+    return h.promise().stopToken();
   } else {
     return nullptr;
   }
