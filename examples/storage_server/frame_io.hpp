@@ -3,10 +3,10 @@
 // frame (header checked before the payload is read), and a writer that keeps
 // whole frames (and a response's trailing data) from interleaving.
 #include "channel.hpp"
+#include "group_commit.hpp"
 #include "protocol.hpp"
 
 #include <coio/core/result.hpp>
-#include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -123,19 +122,15 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
 /// Serialises writers on one stream: each send() writes all its parts
 /// back to back, so a frame and the data after it are never split by
 /// another frame. Sends go out in the order they were called. Awaited on
-/// the stream's loop thread.
+/// the stream's loop thread, which resumes every send.
 ///
-/// Group commit: a send that finds the stream idle yields once to the
-/// coroutines already ready on the loop (a burst of read completions, say),
-/// then writes for every send queued behind it as well: one gather write
-/// (IOV_MAX parts per system call) for many small frames instead of one
-/// each. Whoever leads writes until its own parts are out, then hands the
-/// stream to the oldest send still queued. A queued send that is cancelled
-/// before a write took it leaves the queue untouched by its bytes; once
-/// taken, its write runs to the end under the leader's stop token.
-///
-/// A send that fails or is cancelled part-way leaves the byte stream
-/// unusable: the writer is then broken and every later send fails at once.
+/// Group commit (GroupCommit, where leading, cancellation and breaking are
+/// explained): the sends made in one turn of the loop, or queued while a
+/// write is under way, go out in one gather write (IOV_MAX parts per batch,
+/// or a larger send alone) instead of one write each. A send cancelled
+/// while queued puts none of its bytes on the stream, which stays usable.
+/// A write that fails or is cancelled part-way leaves the byte stream cut
+/// mid-frame: the writer is then broken and every later send fails at once.
 ///
 /// Zero copy: a send made with `zeroCopy` takes its bytes straight from its
 /// memory (TcpStream::writeAllZeroCopy, where the reactor can), and so does
@@ -147,36 +142,13 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
 template <coio::Reactor R>
 class FrameWriter {
  public:
-  explicit FrameWriter(coio::TcpStream<R>& stream) noexcept : stream_(stream) {}
+  explicit FrameWriter(coio::TcpStream<R>& stream)
+      : stream_(stream), commit_(stream.reactor(), IOV_MAX, WriteSends{this}) {}
   FrameWriter(const FrameWriter&) = delete;
   FrameWriter& operator=(const FrameWriter&) = delete;
 
   coio::Task<coio::Result<void>> send(std::span<const iovec> parts, std::stop_token stop, bool zeroCopy = false) {
-    if (broken_) co_return coio::Errc::closed;
-    Sender me{parts, zeroCopy};
-    queue_.push_back(&me);
-    if (writing_) {
-      // Written by the leader, or handed the stream.
-      if (!co_await me.wake.acquire(stop)) {
-        if (!me.taken) {
-          std::erase(queue_, &me);
-          co_return std::errc::operation_canceled;
-        }
-        co_await me.wake.acquire();  // in a write under way: the leader's stop governs it
-      }
-      if (me.written) co_return std::move(me.result);
-    } else {
-      writing_ = true;
-      co_await stream_.reactor().schedule();  // let this turn's other sends queue behind
-    }
-    if (stop.stop_requested()) {  // nothing of ours went: the stream stays usable
-      std::erase(queue_, &me);
-      handOver();
-      co_return std::errc::operation_canceled;
-    }
-    while (!me.written) co_await writeBatch(me, stop);
-    handOver();
-    co_return std::move(me.result);
+    return commit_.submit(Send{parts, zeroCopy}, parts.size(), std::move(stop));
   }
 
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) {
@@ -184,65 +156,46 @@ class FrameWriter {
     co_return co_await send(parts, std::move(stop));
   }
 
-  bool broken() const noexcept { return broken_; }
+  bool broken() const noexcept { return commit_.broken(); }
 
  private:
-  struct Sender {
-    Sender(std::span<const iovec> p, bool z) noexcept : parts(p), zeroCopy(z) {}
+  struct Send {
     std::span<const iovec> parts;
     bool zeroCopy;
-    coio::Semaphore wake{0};  // released when written, or when handed the stream
-    coio::Result<void> result = coio::Errc::closed;
-    bool taken = false;    // in a write under way
-    bool written = false;  // `result` is final
   };
 
-  // Writes the oldest queued sends (whole ones, IOV_MAX parts or the first
-  // alone if larger) in one writeAll, then wakes the ones it wrote.
-  coio::Task<void> writeBatch(Sender& leader, std::stop_token stop) {
-    std::vector<Sender*> taken;
-    batch_.clear();
+  // One batch of sends as one gather write, zero copy if any send asked.
+  coio::Task<coio::Result<void>> writeSends(std::span<const Send> sends, std::stop_token stop) {
+    gather_.clear();
     bool zeroCopy = false;
-    while (!queue_.empty() && (taken.empty() || batch_.size() + queue_.front()->parts.size() <= IOV_MAX)) {
-      Sender* s = queue_.front();
-      queue_.pop_front();
-      s->taken = true;
-      zeroCopy = zeroCopy || s->zeroCopy;
-      taken.push_back(s);
-      batch_.insert(batch_.end(), s->parts.begin(), s->parts.end());
+    for (const Send& s : sends) {
+      gather_.insert(gather_.end(), s.parts.begin(), s.parts.end());
+      zeroCopy = zeroCopy || s.zeroCopy;
     }
-    coio::Result<void> written = coio::Errc::closed;
-    if (!broken_ && zeroCopy) {
+    coio::Result<void> written;
+    if (zeroCopy) {
       const std::stop_callback abortOnStop(stop, AbortOnStop{&stream_});
-      written = co_await stream_.writeAllZeroCopy(batch_, stop);
-    } else if (!broken_) {
-      written = co_await stream_.writeAll(batch_, stop);
+      written = co_await stream_.writeAllZeroCopy(gather_, stop);
+    } else {
+      written = co_await stream_.writeAll(gather_, stop);
     }
-    if (!written) broken_ = true;
-    for (Sender* s : taken) {
-      s->result = written;
-      s->written = true;
-    }
-    for (Sender* s : taken) {
-      if (s != &leader) s->wake.release();  // resumes it inline
-    }
+    co_return written;
   }
+  struct WriteSends {
+    FrameWriter* writer;
+    coio::Task<coio::Result<void>> operator()(std::span<const Send> sends, std::stop_token stop) const {
+      return writer->writeSends(sends, std::move(stop));
+    }
+  };
 
   struct AbortOnStop {
     coio::TcpStream<R>* stream;
     void operator()() const noexcept { (void)stream->abort(); }
   };
 
-  void handOver() noexcept {
-    writing_ = !queue_.empty();
-    if (writing_) queue_.front()->wake.release();
-  }
-
   coio::TcpStream<R>& stream_;
-  std::deque<Sender*> queue_;  // not yet taken, oldest first
-  std::vector<iovec> batch_;   // the parts of the write under way (writeAll's scratch)
-  bool writing_ = false;       // a leader holds the stream
-  bool broken_ = false;
+  std::vector<iovec> gather_;  // the parts of the write under way (writeAll's scratch)
+  GroupCommit<R, Send, WriteSends> commit_;
 };
 
 /// Reads and discards until the stream ends or fails.

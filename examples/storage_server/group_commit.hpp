@@ -101,7 +101,9 @@ class GroupCommit {
       items_.push_back(c->item);
       weight += c->weight;
     }
-    const coio::Result<void> result = broken_ ? coio::Errc::closed : co_await batch_(std::span<const Item>(items_), stop);
+    // if/else, not a conditional: g++ 12 miscompiles `c ? x : co_await y`.
+    coio::Result<void> result = coio::Errc::closed;
+    if (!broken_) result = co_await batch_(std::span<const Item>(items_), stop);
     if (!result) broken_ = true;
     for (Caller* c : taken) {
       c->result = result;

@@ -41,7 +41,8 @@ namespace {
 using storage::testing::Setups;
 
 constexpr std::uint32_t kChunkSize = 16 * 1024;
-constexpr auto kSlack = 2s;  // scheduling on a loaded machine (a TCG guest)
+// Scheduling on a loaded machine (a TCG guest); unused by the RDMA build.
+[[maybe_unused]] constexpr auto kSlack = 2s;
 
 // Servers 0..n-1 in a ring: chain k has target 10k+1 on server k and
 // target 10k'+2 on server k' = k+1 (mod n), so every server holds two

@@ -1665,7 +1665,8 @@ TEMPLATE_LIST_TEST_CASE("the TCP frame writer: sends made at once go out whole, 
     std::vector<std::vector<std::vector<std::byte>>> sends(kSends);
     std::size_t total = 0;
     for (int i = 0; i < kSends; ++i) {
-      sends[i].resize(1 + rng() % 3);
+      // One send of more than IOV_MAX parts: it goes alone, and still whole.
+      sends[i].resize(i == kSends / 2 ? IOV_MAX + 100 : 1 + rng() % 3);
       for (std::vector<std::byte>& part : sends[i]) {
         part.assign(rng() % 4 == 0 ? 1 + rng() % 65536 : 8 + rng() % 200, static_cast<std::byte>(i));
         total += part.size();
@@ -1743,6 +1744,39 @@ TEMPLATE_LIST_TEST_CASE("the TCP frame writer: a queued send cancelled before it
     std::byte more[1];
     Result<void> end = co_await reader.readExact(more, {});
     CHECK(end.error() == coio::Errc::eof);  // nothing of the cancelled send
+  }(reactor));
+}
+
+TEMPLATE_LIST_TEST_CASE("the TCP frame writer: a write stopped part-way breaks it, for queued and later sends",
+                        "[storage][tcp]", Setups) {
+  using R = typename TestType::R;
+  R reactor;
+  reactor.runUntil([](R& r) -> Task<void> {
+    auto pair = co_await loopbackPair(r);
+    storage::FrameWriter<R> writer(pair.first);
+    // Nobody reads pair.second: the big send stalls part-way, the small one queues behind.
+    std::vector<std::byte> big(32u << 20, std::byte{1}), small(1000, std::byte{2});
+    std::stop_source stop;
+    Result<void> bigSent = Result<void>{}, queuedSent = Result<void>{};
+    auto send = [&writer](Result<void>& sent, std::span<const std::byte> frame, std::stop_token token) -> Task<void> {
+      sent = co_await writer.send(frame, std::move(token));
+    };
+    coio::AsyncScope scope;
+    scope.spawn(send(bigSent, big, stop.get_token()));
+    co_await r.sleepFor(50ms);
+    scope.spawn(send(queuedSent, small, {}));
+    co_await r.sleepFor(10ms);
+    CHECK(!writer.broken());
+    stop.request_stop();
+    co_await scope.join();
+    REQUIRE(!bigSent);
+    CHECK(bigSent.error() == std::errc::operation_canceled);
+    CHECK(writer.broken());
+    REQUIRE(!queuedSent);  // the stream is cut mid-frame: nothing may follow
+    CHECK(queuedSent.error() == coio::Errc::closed);
+    const Result<void> later = co_await writer.send(small, {});
+    REQUIRE(!later);
+    CHECK(later.error() == coio::Errc::closed);
   }(reactor));
 }
 #endif
