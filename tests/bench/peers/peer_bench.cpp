@@ -223,24 +223,43 @@ void channelThroughput(benchmark::State& state) {
 // collectAny. A Peer gives its task type, two kinds of child and its
 // collectAny of two tasks and of a vector.
 
-// A one-shot gate a child suspends on until the benchmark opens it.
+// A one-shot gate a child suspends on (`co_await gate.wait()`) until the
+// benchmark opens it. The awaiter holds a reference, as async_simple's Lazy
+// copies what it awaits.
 class Gate {
  public:
-  bool await_ready() noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) noexcept { waiter_ = h; }
-  void await_resume() noexcept {}
+  auto wait() noexcept {
+    struct Awaiter {
+      Gate& gate;
+      bool await_ready() noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) noexcept { gate.waiter_ = h; }
+      void await_resume() noexcept {}
+    };
+    return Awaiter{*this};
+  }
   void open() { std::exchange(waiter_, nullptr).resume(); }
 
  private:
   std::coroutine_handle<> waiter_;
 };
 
+// Awaits a peer's collectAny from a Driver, then sets `done`.
+struct AwaitFromDriver {
+  template <typename Awaitable>
+  static void launch(Awaitable any, bool& done) {
+    [](Awaitable any, bool& done) -> Driver {
+      benchmark::DoNotOptimize(co_await std::move(any));
+      done = true;
+    }(std::move(any), done);
+  }
+};
+
 // Children are noinline so that no peer's frame allocation is elided.
-struct CoioPeer {
+struct CoioPeer : AwaitFromDriver {
   using IntTask = coio::Task<int>;
   [[gnu::noinline]] static IntTask ready(int i) { co_return i; }
   [[gnu::noinline]] static IntTask gated(Gate& gate, int i) {
-    co_await gate;
+    co_await gate.wait();
     co_return i;
   }
   static auto any(IntTask a, IntTask b) { return coio::collectAny(std::move(a), std::move(b)); }
@@ -252,20 +271,28 @@ struct AsyncSimplePeer {
   using IntTask = async_simple::coro::Lazy<int>;
   [[gnu::noinline]] static IntTask ready(int i) { co_return i; }
   [[gnu::noinline]] static IntTask gated(Gate& gate, int i) {
-    co_await gate;
+    co_await gate.wait();
     co_return i;
   }
   static auto any(IntTask a, IntTask b) { return async_simple::coro::collectAny(std::move(a), std::move(b)); }
   static auto anyRange(std::vector<IntTask> tasks) { return async_simple::coro::collectAny(std::move(tasks)); }
+  // A Lazy may be awaited only by a Lazy or by start()'s detached coroutine.
+  template <typename Lazy>
+  static void launch(Lazy any, bool& done) {
+    std::move(any).start([&done](auto&& result) {
+      benchmark::DoNotOptimize(result);
+      done = true;
+    });
+  }
 };
 #endif
 
 #if COIO_PEER_LIBCORO
-struct LibcoroPeer {
+struct LibcoroPeer : AwaitFromDriver {
   using IntTask = coro::task<int>;
   [[gnu::noinline]] static IntTask ready(int i) { co_return i; }
   [[gnu::noinline]] static IntTask gated(Gate& gate, int i) {
-    co_await gate;
+    co_await gate.wait();
     co_return i;
   }
   static auto any(IntTask a, IntTask b) { return coro::when_any(std::move(a), std::move(b)); }
@@ -280,26 +307,24 @@ enum class Children { ready, suspended };
 // the benchmark opens the gates in order, so child 0 wins and the losers
 // finish normally afterwards (no peer's cancellation is involved); the op
 // ends once the collectAny's awaiter has resumed and every child finished.
-// Either way an op includes one Driver frame, the same for every peer.
+// Either way an op includes the awaiting coroutine's frame (a Driver, or
+// for async_simple the detached coroutine of Lazy::start).
 template <typename Peer, int kN, Children kind>
 void collectAnyOf(benchmark::State& state) {
   std::vector<Gate> gates(kN);
+  auto child = [&](int i) {
+    return kind == Children::ready ? Peer::ready(i) : Peer::gated(gates[static_cast<std::size_t>(i)], i);
+  };
   bool done = false;
   for (auto _ : state) {
-    [](std::vector<Gate>& gates, bool& done) -> Driver {
-      auto child = [&](int i) {
-        return kind == Children::ready ? Peer::ready(i) : Peer::gated(gates[static_cast<std::size_t>(i)], i);
-      };
-      if constexpr (kN == 2) {
-        benchmark::DoNotOptimize(co_await Peer::any(child(0), child(1)));
-      } else {
-        std::vector<typename Peer::IntTask> tasks;
-        tasks.reserve(kN);
-        for (int i = 0; i < kN; ++i) tasks.push_back(child(i));
-        benchmark::DoNotOptimize(co_await Peer::anyRange(std::move(tasks)));
-      }
-      done = true;
-    }(gates, done);
+    if constexpr (kN == 2) {
+      Peer::launch(Peer::any(child(0), child(1)), done);
+    } else {
+      std::vector<typename Peer::IntTask> tasks;
+      tasks.reserve(kN);
+      for (int i = 0; i < kN; ++i) tasks.push_back(child(i));
+      Peer::launch(Peer::anyRange(std::move(tasks)), done);
+    }
     if constexpr (kind == Children::suspended) {
       for (Gate& gate : gates) gate.open();
     }
