@@ -178,7 +178,7 @@ Driver consume(Channel& in, Echo* echo) {
   for (;;) {
     int v = Channel::valueOf(co_await in.pop());
     if (v == kStop) co_return;
-    if constexpr (!std::is_same_v<Echo, std::nullptr_t>) co_await echo->push(v);
+    if constexpr (!std::is_same_v<Echo, std::nullptr_t>) benchmark::DoNotOptimize(co_await echo->push(v));
   }
 }
 
@@ -192,11 +192,11 @@ void channelPingPong(benchmark::State& state) {
     int i = 0;
     for (auto _ : s) {
       int v = i++ & 0x7fffffff;
-      co_await out.push(v);
+      benchmark::DoNotOptimize(co_await out.push(v));
       benchmark::DoNotOptimize(Channel<1>::valueOf(co_await in.pop()));
     }
     int stop = kStop;
-    co_await out.push(stop);
+    benchmark::DoNotOptimize(co_await out.push(stop));
   }(state, there, back);
 }
 
@@ -212,10 +212,10 @@ void channelThroughput(benchmark::State& state) {
     int i = 0;
     for (auto _ : s) {
       int v = i++ & 0x7fffffff;
-      co_await out.push(v);
+      benchmark::DoNotOptimize(co_await out.push(v));
     }
     int stop = kStop;
-    co_await out.push(stop);
+    benchmark::DoNotOptimize(co_await out.push(stop));
   }(state, channel);
 }
 
