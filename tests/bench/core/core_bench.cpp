@@ -9,6 +9,7 @@
 // Single-threaded rows use CPU time, ping-pongs wall time. By default each
 // benchmark is repeated 5 times, interleaved at random with the others, and
 // the table takes the median.
+#include "bench_driver.hpp"
 #include "ratio_reporter.hpp"
 
 #include <coio/core/baton.hpp>
@@ -39,17 +40,7 @@
 
 namespace {
 
-// An eager coroutine that runs one benchmark loop and frees itself at the
-// end. Every loop that awaits, baseline or coio, runs inside one.
-struct Driver {
-  struct promise_type {
-    Driver get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using coio::bench::Driver;
 
 // Baseline (a): the least a lazy task can be: an int result slot, no
 // exception transport, symmetric transfer both ways, exactly like
