@@ -110,9 +110,12 @@ class MutexCore {
 
   bool isLocked() const noexcept { return state_.load(std::memory_order_acquire) != kUnlocked; }
 
+  // Loads first: on a held mutex a failing CAS would still cost a locked
+  // instruction, and lock() then pushes with another.
   bool tryLock() noexcept {
-    std::uintptr_t s = kUnlocked;
-    return state_.compare_exchange_strong(s, 0, std::memory_order_acquire, std::memory_order_relaxed);
+    std::uintptr_t s = state_.load(std::memory_order_relaxed);
+    return s == kUnlocked &&
+           state_.compare_exchange_strong(s, 0, std::memory_order_acquire, std::memory_order_relaxed);
   }
 
   /// Takes the lock if it is free (false), else pushes `w` (true); nothing
@@ -134,28 +137,17 @@ class MutexCore {
   }
 
   /// Hands the lock to the oldest waiter that still wants it and resumes it
-  /// here (or frees the lock if there is none).
+  /// here, or frees the lock if there is none. The common free-it case is
+  /// inline; the hand-over is not.
   void unlock() noexcept {
-    for (;;) {
-      WaitNode* w = head_;
-      if (!w && !(w = takeNewWaiters())) return;  // freed
-      head_ = w->next;
-      w->next = nullptr;  // out of the queue: resumeInline chains through it
-      if (w->awaiting) {
-        w->state = WaitState::granted;
-        resumeInline(w);
-        return;
-      }
-      auto& proxy = static_cast<LockProxy&>(*w);
-      WaitNode* waiter = proxy.waiter;
-      const LockProxy::Claim was = proxy.settle(LockProxy::Claim::granted);
-      proxy.release();  // the queue's reference; the waiter still holds its own
-      if (was == LockProxy::Claim::queued) resumeInline(waiter);
-      if (was != LockProxy::Claim::cancelled) return;  // from idle: it resumes itself
+    std::uintptr_t s = 0;
+    if (head_ || state_.load(std::memory_order_relaxed) != 0 ||
+        !state_.compare_exchange_strong(s, kUnlocked, std::memory_order_release, std::memory_order_relaxed)) {
+      handOver();
     }
   }
 
-  /// Unlinks plain waiter `w` (pushed, not yet handed the lock): its frame
+  /// Unlinks plain waiter `w`  /// Unlinks plain waiter `w` (pushed, not yet handed the lock): its frame
   /// is being destroyed. Must not run concurrently with unlock(); forgets
   /// on several threads are serialised by `forgetting_`.
   void forget(WaitNode& w) noexcept {
@@ -175,7 +167,28 @@ class MutexCore {
  private:
   static constexpr std::uintptr_t kUnlocked = 1;
 
-  // unlock() with `head_` empty: frees the lock (null) if nobody queued,
+  // unlock() when someone may wait.
+  [[gnu::noinline]] void handOver() noexcept {
+    for (;;) {
+      WaitNode* w = head_;
+      if (!w && !(w = takeNewWaiters())) return;  // freed
+      head_ = w->next;
+      w->next = nullptr;  // out of the queue: resumeInline chains through it
+      if (w->awaiting) {
+        w->state = WaitState::granted;
+        resumeInline(w);
+        return;
+      }
+      auto& proxy = static_cast<LockProxy&>(*w);
+      WaitNode* waiter = proxy.waiter;
+      const LockProxy::Claim was = proxy.settle(LockProxy::Claim::granted);
+      proxy.release();  // the queue's reference; the waiter still holds its own
+      if (was == LockProxy::Claim::queued) resumeInline(waiter);
+      if (was != LockProxy::Claim::cancelled) return;  // from idle: it resumes itself
+    }
+  }
+
+  // handOver() with `head_` empty: frees the lock (null) if nobody queued,
   // else takes the stack and returns it oldest first.
   WaitNode* takeNewWaiters() noexcept {
     std::uintptr_t s = state_.load(std::memory_order_relaxed);
