@@ -1,5 +1,4 @@
 #include <coio/core/blocking_wait.hpp>
-#include <coio/core/collect_all.hpp>
 #include <coio/core/mutex.hpp>
 #include <coio/core/task.hpp>
 #include <coio/testing/manual_executor.hpp>
@@ -10,8 +9,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -349,7 +350,7 @@ TEST_CASE("Mutex: a lock cancelled while another thread unlocks neither leaks no
 
 namespace {
 // Stop sources of the stress test's cancellable locks, one slot per
-// coroutine, that a canceller thread requests stop on at random.
+// coroutine, that the canceller thread and lock holders request stop on.
 class StopBoard {
  public:
   explicit StopBoard(std::size_t slots) : sources_(slots) {}
@@ -372,58 +373,118 @@ class StopBoard {
   std::vector<std::stop_source> sources_;
 };
 
-// Every other lock is cancellable, with a token the canceller may stop at
-// any moment: while it queues, while it waits, or as it is handed the lock.
-Task<void> lockInALoop(Mutex& m, int& counter, std::atomic<int>& gaveUp, StopBoard& board, std::size_t slot,
-                       int iterations) {
-  for (int i = 0; i < iterations; ++i) {
-    if (i % 2 == 0) {
-      auto guard = co_await m.scopedLock();
-      ++counter;
-      continue;
+// A run queue per thread for the stress test. yield(n) moves the coroutine
+// to the back of queue n % threads, so that the coroutines keep changing
+// threads (besides being resumed by whichever thread unlocks or requests
+// stop) and the threads' turns overlap.
+class RunQueues {
+ public:
+  explicit RunQueues(int threads) : queues_(std::size_t(threads)) {}
+
+  auto yield(std::size_t n) noexcept {
+    struct Awaiter {
+      Queue& queue;
+      bool await_ready() noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) {
+        std::lock_guard lock(queue.mutex);
+        queue.ready.push_back(h);
+      }
+      void await_resume() noexcept {}
+    };
+    return Awaiter{queues_[n % queues_.size()]};
+  }
+
+  // Resumes one coroutine of queue `t`; false if it is empty.
+  bool runOne(int t) {
+    Queue& queue = queues_[std::size_t(t)];
+    std::coroutine_handle<> h;
+    {
+      std::lock_guard lock(queue.mutex);
+      if (queue.ready.empty()) return false;
+      h = queue.ready.front();
+      queue.ready.pop_front();
     }
-    std::stop_source stop;
-    board.post(slot, stop);
-    const bool got = co_await m.lock(stop.get_token());
-    if (!got) {
+    h.resume();
+    return true;
+  }
+
+ private:
+  struct Queue {
+    std::mutex mutex;
+    std::deque<std::coroutine_handle<>> ready;
+  };
+  std::vector<Queue> queues_;
+};
+
+// Every other lock is cancellable (odd coroutines start with one), with a
+// token the canceller thread may stop at any moment: while it queues, while
+// it waits, or as it is handed the lock; holders stop others' too, which
+// likely wait behind them. Holders often yield while holding the lock, so
+// the other coroutines queue behind them.
+Task<void> lockInALoop(Mutex& m, RunQueues& queues, int& counter, std::atomic<int>& gaveUp, StopBoard& board,
+                       std::size_t slot, int iterations) {
+  for (int i = 0; i < iterations; ++i) {
+    LockGuard<Mutex> guard;
+    if ((i + slot) % 2 == 0) {
+      guard = co_await m.scopedLock();
+    } else {
+      std::stop_source stop;
+      board.post(slot, stop);
+      guard = co_await m.scopedLock(stop.get_token());
+    }
+    if (!guard) {
       gaveUp.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    ++counter;
-    m.unlock();
+    const int seen = counter;
+    if (i % 2 == 0) co_await queues.yield(slot + std::size_t(i));
+    counter = seen + 1;  // an increment lost if anyone else got in meanwhile
+    if (i % 4 == 0) board.stop((slot * 7 + std::size_t(i)) % board.size());
   }
+}
+
+// Runs `task` at once; counts it in `finished` when it is done.
+coio::test::Eager runCounted(Task<void> task, std::atomic<int>& finished) {
+  co_await std::move(task);
+  finished.fetch_add(1, std::memory_order_release);
 }
 }  // namespace
 
 TEST_CASE("Mutex: threads x coroutines lock, some cancellably, while stop races with hand-overs",
           "[mutex][threads]") {
-  // A plain int that only the mutex protects (TSan checks every hand-over's
-  // ordering); a waiter resumed by another thread's unlock continues there,
-  // so the coroutines migrate between the threads.
-  constexpr int kThreads = 4, kCoroutines = 8, kIterations = 400;
+  // A plain int that only the mutex protects, read before and written after
+  // a suspension inside the critical section (TSan also checks each
+  // hand-over's ordering). Waiters are resumed by whichever thread unlocks
+  // or requests stop, so the coroutines migrate between the threads.
+  constexpr int kThreads = 3, kCoroutines = 6, kIterations = 200;
+  constexpr int kTasks = kThreads * kCoroutines;
   Mutex m;
+  RunQueues queues(kThreads);
   int counter = 0;
-  std::atomic<int> gaveUp{0};
-  std::atomic<bool> done{false};
-  StopBoard board(kThreads * kCoroutines);
+  std::atomic<int> gaveUp{0}, finished{0};
+  StopBoard board(kTasks);
+  std::vector<coio::test::Eager> frames(kTasks);
   std::thread canceller([&] {
     std::uint32_t x = 1;
-    while (!done.load(std::memory_order_relaxed)) {
+    while (finished.load(std::memory_order_acquire) < kTasks) {
       x = x * 1103515245u + 12345u;
       board.stop((x >> 8) % board.size());
       std::this_thread::yield();
     }
   });
   coio::test::onThreads(kThreads, [&](int t) {
-    std::vector<Task<void>> tasks;
     for (int c = 0; c < kCoroutines; ++c) {
-      tasks.push_back(lockInALoop(m, counter, gaveUp, board, std::size_t(t * kCoroutines + c), kIterations));
+      const std::size_t slot = std::size_t(t * kCoroutines + c);
+      frames[slot] = runCounted(lockInALoop(m, queues, counter, gaveUp, board, slot, kIterations), finished);
     }
-    coio::blockingWait(coio::collectAllRange(std::move(tasks)));
+    while (finished.load(std::memory_order_acquire) < kTasks) {
+      if (!queues.runOne(t)) std::this_thread::yield();
+    }
   });
-  done = true;
   canceller.join();
-  CHECK(counter + gaveUp.load() == kThreads * kCoroutines * kIterations);
-  CHECK(counter >= kThreads * kCoroutines * kIterations / 2);  // the plain half always gets it
+  for (auto& frame : frames) frame.handle.destroy();
+  CHECK(counter + gaveUp.load() == kTasks * kIterations);
+  CHECK(gaveUp.load() > 0);  // the stop requests did reach waiters
+  CHECK(counter >= kTasks * kIterations / 2);  // the plain half always gets it
   CHECK_FALSE(m.isLocked());
 }
