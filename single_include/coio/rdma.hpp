@@ -3568,10 +3568,11 @@ namespace coio {
 /// - FIFO: waiters get the lock in the order they queued. `unlock()` hands
 ///   it straight to the oldest waiter (it is never free in between), so
 ///   neither a newcomer's `lock()` nor `tryLock()` can barge ahead.
-/// - Lock-free: uncontended `lock`/`tryLock`/`unlock` are one CAS each; a
-///   waiter queues with one CAS, and a hand-over is one exchange per batch
-///   of waiters that queued meanwhile (none otherwise). A cancellable lock
-///   that has to wait allocates one small node (it may outlive the waiter
+/// - No internal lock: uncontended `lock`/`tryLock`/`unlock` are one CAS
+///   each. A waiter queues with one CAS; `unlock()` hands the lock over
+///   with no atomic operation, plus one exchange per batch of waiters that
+///   queued since the previous batch. A cancellable lock that has to wait
+///   costs a CAS more and one small heap node (it may outlive the waiter
 ///   until the holder has passed it).
 /// - `unlock()` happens-before the acquisition it hands the lock to: the
 ///   next holder sees everything the previous one wrote.
