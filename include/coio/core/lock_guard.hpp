@@ -1,8 +1,6 @@
 #pragma once
-#include <coio/core/detail/fifo_semaphore.hpp>
-
-#include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 namespace coio {
@@ -69,19 +67,21 @@ class [[nodiscard]] LockGuard {
 
 namespace detail {
 
-// `co_await m.scopedLock()`: an acquisition that yields a LockGuard. The
-// cancellable form yields an empty guard if stop was requested while waiting.
-template <typename Guard, bool Cancellable>
-class [[nodiscard]] ScopedLockOperation : public AcquireOperation<Cancellable> {
-  using Acquire = AcquireOperation<Cancellable>;
+// `co_await m.scopedLock()`: the acquisition `Acquire` (whose await_resume
+// yields nothing, or for a cancellable one whether it got the lock), made to
+// yield a LockGuard instead: an empty one if a cancellable acquisition gave
+// up.
+template <typename Guard, typename Acquire>
+class [[nodiscard]] ScopedLockOperation : public Acquire {
+  static constexpr bool kCancellable = std::is_same_v<decltype(std::declval<Acquire&>().await_resume()), bool>;
 
  public:
-  template <typename... Stop>
-  ScopedLockOperation(typename Guard::mutex_type& mutex, FifoSemaphore& sem, std::uint64_t n, Stop... stop) noexcept
-      : Acquire(sem, n, std::move(stop)...), mutex_(mutex) {}
+  template <typename... Args>
+  ScopedLockOperation(typename Guard::mutex_type& mutex, Args&&... args) noexcept
+      : Acquire(std::forward<Args>(args)...), mutex_(mutex) {}
 
   Guard await_resume() noexcept {
-    if constexpr (Cancellable) {
+    if constexpr (kCancellable) {
       if (!Acquire::await_resume()) return Guard{};
     } else {
       Acquire::await_resume();

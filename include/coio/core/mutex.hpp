@@ -1,6 +1,5 @@
 #pragma once
-#include <coio/core/detail/assert.hpp>
-#include <coio/core/detail/fifo_semaphore.hpp>
+#include <coio/core/detail/mutex_core.hpp>
 #include <coio/core/lock_guard.hpp>
 
 #include <stop_token>
@@ -16,7 +15,12 @@ namespace coio {
 /// - FIFO: waiters get the lock in the order they queued. `unlock()` hands
 ///   it straight to the oldest waiter (it is never free in between), so
 ///   neither a newcomer's `lock()` nor `tryLock()` can barge ahead.
-/// - Uncontended `lock`/`tryLock`/`unlock` are one CAS each, no lock.
+/// - No internal lock: uncontended `lock`/`tryLock`/`unlock` are one CAS
+///   each. A waiter queues with one CAS; `unlock()` hands the lock over
+///   with no atomic operation, plus one exchange per batch of waiters that
+///   queued since the previous batch. A cancellable lock that has to wait
+///   costs a CAS more and one small heap node (it may outlive the waiter
+///   until the holder has passed it).
 /// - `unlock()` happens-before the acquisition it hands the lock to: the
 ///   next holder sees everything the previous one wrote.
 /// - A waiter is resumed inline on the thread that calls `unlock()` (inside
@@ -25,7 +29,12 @@ namespace coio {
 ///   suspending. As for Semaphore, a hand-over more than 32 nested
 ///   resumptions deep on one thread is deferred to the outermost one on
 ///   that thread: a chain through any number of waiters uses bounded stack.
-/// - A waiter whose frame is destroyed while queued leaves the queue.
+///   A cancellable waiter handed the lock while it is still suspending (an
+///   unlock() on another thread in that instant) continues on its own
+///   thread instead.
+/// - A waiter whose frame is destroyed while queued leaves the queue. For a
+///   plain lock() that must not race with an unlock() (which might be
+///   handing that very waiter the lock); a cancellable one may.
 ///   Destroying the Mutex while coroutines wait, and `unlock()` while it is
 ///   not held, are programming errors (asserted).
 /// - Not recursive, and not owned by a thread: a coroutine may lock on one
@@ -33,41 +42,41 @@ namespace coio {
 class Mutex {
  public:
   /// An unlocked mutex.
-  Mutex() noexcept : core_(1) {}
+  Mutex() noexcept = default;
 
   /// `co_await m.lock()` takes the lock, waiting in FIFO order.
-  detail::AcquireOperation<false> lock() noexcept { return {core_, 1}; }
+  detail::LockOperation<false> lock() noexcept { return detail::LockOperation<false>(core_); }
 
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without. A waiter that
   /// gives up leaves the queue.
-  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  detail::LockOperation<true> lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
 
   /// `co_await m.scopedLock()` takes the lock like lock() and yields a guard
   /// that unlocks when destroyed.
-  detail::ScopedLockOperation<LockGuard<Mutex>, false> scopedLock() noexcept { return {*this, core_, 1}; }
+  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<false>> scopedLock() noexcept {
+    return {*this, core_};
+  }
 
   /// Like scopedLock(), but gives up if `stop` is requested while waiting:
   /// the guard yielded is then empty (`ownsLock()` false).
-  detail::ScopedLockOperation<LockGuard<Mutex>, true> scopedLock(std::stop_token stop) noexcept {
-    return {*this, core_, 1, std::move(stop)};
+  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<true>> scopedLock(
+      std::stop_token stop) noexcept {
+    return {*this, core_, std::move(stop)};
   }
 
   /// Takes the lock if it is free and nobody waits.
-  bool tryLock() noexcept { return core_.tryAcquire(1); }
+  bool tryLock() noexcept { return core_.tryLock(); }
 
   /// Releases the lock; the oldest waiter, if any, gets it and is resumed
   /// inline on this thread before unlock() returns.
-  void unlock() noexcept {
-    COIO_ASSERT(core_.available() == 0, "coio::Mutex::unlock while not locked");
-    core_.release(1);
-  }
+  void unlock() noexcept { core_.unlock(); }
 
   /// Whether the mutex is held right now (a snapshot).
-  bool isLocked() const noexcept { return core_.available() == 0; }
+  bool isLocked() const noexcept { return core_.isLocked(); }
 
  private:
-  detail::FifoSemaphore core_;
+  detail::MutexCore core_;
 };
 
 }  // namespace coio

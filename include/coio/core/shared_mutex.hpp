@@ -35,6 +35,10 @@ namespace coio {
 ///   Destroying the SharedMutex while coroutines wait, and releasing a lock
 ///   not held, are programming errors (asserted).
 class SharedMutex {
+  template <LockKind Kind, bool Cancellable>
+  using ScopedOperation =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, Kind>, detail::AcquireOperation<Cancellable>>;
+
  public:
   /// An unlocked SharedMutex.
   SharedMutex() noexcept : core_(kAll) {}
@@ -45,9 +49,9 @@ class SharedMutex {
   /// `co_await` yields true with the lock held, false without.
   detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
   /// Like lock(), yielding a guard that unlocks when destroyed.
-  detail::ScopedLockOperation<LockGuard<SharedMutex>, false> scopedLock() noexcept { return {*this, core_, kAll}; }
+  ScopedOperation<LockKind::exclusive, false> scopedLock() noexcept { return {*this, core_, kAll}; }
   /// Like lock(stop), yielding a guard: empty if stop was requested while waiting.
-  detail::ScopedLockOperation<LockGuard<SharedMutex>, true> scopedLock(std::stop_token stop) noexcept {
+  ScopedOperation<LockKind::exclusive, true> scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, kAll, std::move(stop)};
   }
   /// Takes the lock exclusively if nobody holds or waits for it.
@@ -65,11 +69,11 @@ class SharedMutex {
   /// `co_await` yields true with the lock held, false without.
   detail::AcquireOperation<true> lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
   /// Like lockShared(), yielding a guard that unlocks (shared) when destroyed.
-  detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, false> scopedLockShared() noexcept {
+  ScopedOperation<LockKind::shared, false> scopedLockShared() noexcept {
     return {*this, core_, 1};
   }
   /// Like lockShared(stop), yielding a guard: empty if stop was requested while waiting.
-  detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, true> scopedLockShared(
+  ScopedOperation<LockKind::shared, true> scopedLockShared(
       std::stop_token stop) noexcept {
     return {*this, core_, 1, std::move(stop)};
   }

@@ -1,6 +1,7 @@
 #pragma once
-// The engine shared by Semaphore, BatchSemaphore, Mutex and SharedMutex: a
-// weighted, strictly FIFO counting semaphore whose waiters are coroutines.
+// The engine shared by Semaphore, BatchSemaphore and SharedMutex (Mutex has
+// a lock-free one of its own, mutex_core.hpp): a weighted, strictly FIFO
+// counting semaphore whose waiters are coroutines.
 //
 // One atomic word holds `tokens << 1 | kQueued`. While kQueued is clear
 // nobody waits, and tryAcquire/release are a single CAS each (no lock).

@@ -1,6 +1,7 @@
 #pragma once
-// What coio's waiting primitives share (Semaphore, BatchSemaphore, Mutex,
-// SharedMutex, Event, Latch, BoundedQueue):
+// What coio's waiting primitives share (Semaphore, BatchSemaphore,
+// SharedMutex, Event, Latch, BoundedQueue; Mutex only WaitNode and
+// resumeInline, around a lock-free queue of its own, mutex_core.hpp):
 // - WaitNode / WaitList: an intrusive FIFO of suspended coroutines. Nodes
 //   live in the awaiting frames (no allocation); a list and the nodes'
 //   states are guarded by the mutex of the primitive that owns them.
