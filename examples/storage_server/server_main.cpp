@@ -80,7 +80,7 @@ constexpr const char* kUsage = R"(usage:
       sends the data over TCP straight from the read buffers (io_uring
       zero-copy sends, Linux 6.1+, --reactor uring; else it copies, as the
       banner says); a buffer goes back to the pool once the client has
-      acknowledged its data. No gain over loopback, where the kernel copies
+      acknowledged its data. A loss over loopback, where the kernel copies
       to deliver anyway. --poison-buffers (debugging) fills and, under ASan,
       poisons every buffer given back to the pool. RDMA: clients connect
       over TCP to --listen and bring up a queue pair on it; --rdma-device

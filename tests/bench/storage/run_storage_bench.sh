@@ -33,6 +33,7 @@
 #   SWEEP ["1 2 4 8 16 32 64"]  outstanding 512 KiB IOs for the depth sweep (coio batch 1, depth D,
 #                    2 connections; fio iodepth D), "" to skip; SWEEP_SECONDS [3] per point
 #   PLOT [$TMPDIR/...] where the sweep's SVG plot goes (gnuplot; skipped with a notice without it)
+#   SERVER_ARGS [""]  more coio-storage-server serve flags, e.g. --zero-copy-send (an A/B of one flag)
 #
 # Workload per IO size ("outstanding" = IOs the bench keeps in flight):
 #   io size  batch  depth  connections  outstanding   fio iodepth   iperf3
@@ -127,7 +128,7 @@ files=$(python3 -c 'import sys; print(":".join(f"{sys.argv[1]}/data-{f}" for f i
 
 echo "== starting coio-storage-server (tcp, $reactors $reactor reactor(s), --pool 128M, congestion control ${cc:-default})" >&2
 start_storage_server "$bin/coio-storage-server" "$work/server.log" 100 serve --dir "$data" --listen 127.0.0.1:0 \
-  --transport tcp --reactors "$reactors" --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"}
+  --transport tcp --reactors "$reactors" --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"} ${SERVER_ARGS:-}
 [[ -n $address ]] || { cat "$work/server.log" >&2; die "the server did not start"; }
 grep -qi "buffered" "$work/server.log" && { cat "$work/server.log" >&2; die "the server fell back to buffered reads (no O_DIRECT in $work)"; }
 sed 's/^/   server: /' "$work/server.log" >&2
