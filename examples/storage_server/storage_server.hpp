@@ -90,8 +90,9 @@ struct ServerOptions {
   /// reactor can (UringReactor on Linux 6.1+; note() says), else copy. A
   /// request's buffers go back to the pool only once the kernel has let go
   /// of every piece of it (the client acknowledged the data), so a client
-  /// that reads slowly holds buffers longer. No gain over loopback, where
-  /// the kernel copies anyway to deliver to the local socket.
+  /// that reads slowly holds buffers longer. A loss over loopback, where
+  /// the kernel copies anyway to deliver to the local socket and buffers
+  /// wait for the ACKs (docs/benchmarks.md, storage over TCP).
   bool zeroCopySend = false;
   /// A debugging aid (--poison-buffers): pool buffers are filled with a
   /// pattern when they go back to the pool and, under AddressSanitizer,
