@@ -74,7 +74,7 @@ auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>>
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    return detail::startChildren(children, latch, stop);
+    return latch.startChained(children, stop);
   });
   co_return detail::collectResults(children);
 }

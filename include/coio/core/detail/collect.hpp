@@ -64,8 +64,6 @@ struct ArrivingLatch : CollectLatch {
   }
 };
 
-struct AllLatch final : ArrivingLatch<AllLatch> {};
-
 // Ties `task` to `latch` and to the token it runs under; resuming the
 // handle returned starts it.
 template <typename T>
@@ -76,6 +74,40 @@ std::coroutine_handle<TaskPromise<T>> bindChild(Task<T>& task, FanIn& latch, con
   h.promise().setStopToken(stop);
   return h;
 }
+
+struct AllLatch final : ArrivingLatch<AllLatch> {
+  // Starts the children in input order; returns how many finished while
+  // starting. A child that finishes in its start without throwing starts
+  // the next one (continuation.hpp), which therefore needs no settling
+  // here: settle does nothing for such a child. At most kMaxChain in a
+  // row, so that where symmetric transfer is no tail call (unoptimised or
+  // sanitised builds) the stack stays bounded.
+  template <typename T>
+  std::size_t startChained(std::vector<Task<T>>& children, const std::stop_token* stop) noexcept {
+    constexpr std::ptrdiff_t kMaxChain = 256;
+    Task<T>* next = children.data();
+    Task<T>* const end = next + children.size();
+    std::size_t waiting = 0;
+    while (next != end) {
+      const std::coroutine_handle<TaskPromise<T>> h = bindChild(*next, *this, stop);
+      chainNext_ = next + 1;
+      chainLimit_ = end - next > kMaxChain ? next + kMaxChain : end;
+      tlsChildStarting = h.address();
+      h.resume();
+      // Back here once the last child started suspends, throws, or ends the chain.
+      next = static_cast<Task<T>*>(chainNext_);
+      if (tlsChildStarting != nullptr) {
+        ++waiting;  // it arrives itself
+        continue;
+      }
+      const Outcome<T>& outcome = TaskAccess::handle(next[-1]).promise().outcome;
+      settle(nullptr, outcome.hasException() ? &outcome.exception() : nullptr);
+    }
+    chainNext_ = nullptr;
+    chainLimit_ = nullptr;
+    return children.size() - waiting;
+  }
+};
 
 // Binds `task` and runs it on this thread until its first suspension. True
 // if it finished meanwhile: then it did not arrive, and this settled it

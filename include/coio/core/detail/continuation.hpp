@@ -3,6 +3,11 @@
 // child of collectAll and its relatives, the latch it reports to. Reporting
 // straight from the child's final suspend saves a wrapper coroutine per
 // child; the tag costs a Task one test in its final suspend.
+//
+// A child that finishes in its start (see tlsChildStarting) may go on to
+// start the next child of its range itself, by symmetric transfer, rather
+// than return to the start loop, which would resume that next child: one
+// jump per child instead of a return, a call and the loop's bookkeeping.
 #include <coroutine>
 #include <cstdint>
 #include <exception>
@@ -30,6 +35,19 @@ class FanIn {
     return childDone(child, exception);
   }
 
+  /// For a child of type Child that finished without throwing: the next
+  /// child of its range, for it to start in its place (it then counts as
+  /// finished in its start, for the start loop to count), if it finished
+  /// in its start and its start loop chains (startChained, collect.hpp);
+  /// null otherwise: then it reports through childFinished.
+  template <typename Child>
+  Child* successor(void* child) noexcept {
+    auto* const next = static_cast<Child*>(chainNext_);
+    if (tlsChildStarting != child || next == chainLimit_) return nullptr;
+    chainNext_ = next + 1;
+    return next;
+  }
+
  protected:
   FanIn() = default;
   FanIn(const FanIn&) = default;
@@ -38,6 +56,13 @@ class FanIn {
 
   /// childFinished for a child that finished elsewhere than in its start.
   virtual std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept = 0;
+
+  // The children a chaining start loop has not started yet: [chainNext_,
+  // chainLimit_) of its range, type-erased (every child of a range has the
+  // same type). Only the starting thread touches them, while it starts.
+  // Empty (both null) when the loop does not chain.
+  void* chainNext_ = nullptr;
+  const void* chainLimit_ = nullptr;
 };
 
 /// A coroutine handle or a FanIn, in one word (the FanIn tagged in the low
