@@ -30,7 +30,7 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
       TaskPromise& p = h.promise();
       if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
         if (p.outcome.hasException()) return fanIn->childFinished(h.address(), &p.outcome.exception());
-        if (Task<T>* next = fanIn->template successor<Task<T>>(h.address())) return p.startSuccessor(*next);
+        if (fanIn->chainsFrom(h.address())) return p.startSuccessor(fanIn->template successor<Task<T>>());
         return fanIn->childFinished(h.address(), nullptr);
       }
       return p.continuation_.handle();
