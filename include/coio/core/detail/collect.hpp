@@ -9,7 +9,8 @@
 // Arriving is an atomic read-modify-write, as much as a small child costs
 // in all. A child that finishes before its start returns (on the starting
 // thread, without suspending for long) skips it: its start settles it and
-// counts it, and the parent arrives for all those at once.
+// counts it, and the parent arrives for all those at once. collectAllRange
+// goes further: such a child starts the next one itself (startChained).
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/continuation.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
@@ -75,6 +76,13 @@ std::coroutine_handle<TaskPromise<T>> bindChild(Task<T>& task, FanIn& latch, con
   return h;
 }
 
+// Settles a child that finished in its start, where it did not arrive.
+template <typename Latch, typename T>
+void settleStarted(Latch& latch, std::coroutine_handle<TaskPromise<T>> h) noexcept {
+  const Outcome<T>& outcome = h.promise().outcome;
+  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+}
+
 struct AllLatch final : ArrivingLatch<AllLatch> {
   // Starts the children in input order; returns how many finished while
   // starting. A child that finishes in its start without throwing starts
@@ -100,8 +108,7 @@ struct AllLatch final : ArrivingLatch<AllLatch> {
         ++waiting;  // it arrives itself
         continue;
       }
-      const Outcome<T>& outcome = TaskAccess::handle(next[-1]).promise().outcome;
-      settle(nullptr, outcome.hasException() ? &outcome.exception() : nullptr);
+      settleStarted(*this, TaskAccess::handle(next[-1]));
     }
     chainNext_ = nullptr;
     chainLimit_ = nullptr;
@@ -118,8 +125,7 @@ bool startChild(Task<T>& task, Latch& latch, const std::stop_token* stop) noexce
   tlsChildStarting = h.address();
   h.resume();
   if (tlsChildStarting != nullptr) return false;
-  const Outcome<T>& outcome = h.promise().outcome;
-  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+  settleStarted(latch, h);
   return true;
 }
 
@@ -185,8 +191,8 @@ RangeResult<T> collectResults(std::vector<Task<T>>& children) {
 
 // Starts `count` children when awaited, through `startAll`, which gets the
 // token the awaiting coroutine runs under and returns how many children
-// startChild said finished; resumes the awaiting coroutine once every
-// child has finished.
+// finished in their start (without arriving); resumes the awaiting
+// coroutine once every child has finished.
 template <typename StartAll>
 class CollectAwaiter {
  public:
