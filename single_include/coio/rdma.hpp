@@ -817,6 +817,7 @@ Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
 template <typename T>
 std::coroutine_handle<> detail::TaskPromise<T>::startSuccessor(Task<T>& next) noexcept {
   const std::coroutine_handle<TaskPromise> h = next.handle_;
+  COIO_ASSERT(h, "collecting an empty coio::Task");
   h.promise().continuation_ = continuation_;
   h.promise().setStopToken(stopToken());
   tlsChildStarting = h.address();
