@@ -33,6 +33,7 @@ namespace storage::etcd {
 
 using Clock = std::chrono::steady_clock;
 
+/// What an EtcdClient talks to and how it fails over; plain values, copied into the client.
 struct EtcdOptions {
   /// etcd's client URLs, `http://IP:PORT` (IPv6 in brackets); tried in
   /// turn, starting with the first.

@@ -78,6 +78,7 @@ struct RangeRequest {
   static RangeRequest prefix(std::string_view prefix) { return RangeRequest(std::string(prefix), prefixEnd(prefix)); }
 };
 
+/// range's reply: the pairs (in key order) at header.revision.
 struct RangeResponse {
   ResponseHeader header;
   std::vector<KeyValue> kvs;
@@ -96,6 +97,7 @@ struct PutRequest {
   bool prevKv = false;  ///< return the pair it replaced
 };
 
+/// put's reply: header.revision is the write's.
 struct PutResponse {
   ResponseHeader header;
   std::optional<KeyValue> prevKv;
@@ -113,6 +115,7 @@ struct DeleteRequest {
   static DeleteRequest prefix(std::string_view prefix) { return DeleteRequest(std::string(prefix), prefixEnd(prefix)); }
 };
 
+/// deleteRange's reply: how many keys it deleted (0 is no error).
 struct DeleteResponse {
   ResponseHeader header;
   std::int64_t deleted = 0;
@@ -163,6 +166,7 @@ struct TxnRequest {
   std::vector<TxnOp> failure;
 };
 
+/// txn's reply.
 struct TxnResponse {
   ResponseHeader header;  ///< its revision is the transaction's (the new one if it wrote)
   bool succeeded = false;
@@ -206,7 +210,7 @@ struct WatchRequest {
   }
 };
 
-/// One message of a watch stream.
+/// One message of a watch stream (EtcdWatch hands out the events as WatchBatch).
 struct WatchMessage {
   ResponseHeader header;
   bool created = false;
