@@ -210,7 +210,9 @@ class EtcdClient {
       Endpoint& endpoint = endpoints_[preferred_];
       Attempt<T> attempt = co_await once(endpoint);
       if (!attempt.retry) co_return std::move(attempt.result);
-      note(endpoint, attempt.result.error().message());
+      std::string what = attempt.result.error().message();
+      if (!lastMessage_.empty()) what += ": " + std::exchange(lastMessage_, {});  // etcd's words, if it spoke
+      note(endpoint, what);
       preferred_ = (preferred_ + 1) % endpoints_.size();
       if (++failures % endpoints_.size() == 0) {
         const bool slept = co_await reactor_.sleepFor(backoff, co_await coio::currentStopToken());
