@@ -233,6 +233,29 @@ TEMPLATE_LIST_TEST_CASE("etcd: a leased key expires without keep-alives, stays w
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("etcd: a heartbeat keeps its lease across an etcd restart", "[etcd]", Reactors) {
+  EtcdCluster etcd;
+  Fixture<TestType> f(etcd.endpoints());
+  auto& c = *f.client;
+  f.run([&]() -> Task<void> {
+    auto lease = expectOk(co_await c.leaseGrant(2, kTimeout), f);
+    (void)expectOk(co_await c.put({"/servers/1", "alive", lease.id}, kTimeout), f);
+    coio::AsyncScope scope;
+    Result<void> keeper = std::errc::interrupted;
+    scope.spawn(keepInto(keeper, c, lease.id, scope.stopToken()));
+    co_await f.reactor.sleepFor(1s);
+    etcd.stop(0, SIGKILL);  // blocks the loop, as a stalled server would
+    etcd.start(0);
+    co_await f.reactor.sleepFor(2500ms);  // longer than the TTL: renewals must have gone on
+    auto still = expectOk(co_await c.range({"/servers/1"}, kTimeout), f);
+    CHECK(still.kvs.size() == 1);
+    CHECK(keeper.error() == std::errc::interrupted);  // still running
+    scope.requestStop();
+    co_await scope.join();
+    CHECK(keeper);
+  });
+}
+
 namespace {
 
 // Reads batches until `count` events came (each within kTimeout).
