@@ -58,6 +58,18 @@ TEST_CASE("http1: a response parses the same in pieces of any size", "[etcd]") {
   CHECK(!p.keepAlive());  // HTTP/1.0
 }
 
+TEST_CASE("http1: a long chunked stream ends with its trailers", "[etcd]") {
+  // A watch stream: thousands of chunk lines, more bytes than a head may
+  // hold, then the last chunk and a trailer.
+  std::string stream = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 5000; ++i) stream += "1\r\nx\r\n";
+  stream += "0\r\nX-Trailer: t\r\n\r\n";
+  ResponseParser parser(Limits{1024, 1u << 20});
+  coio::Result<std::string> body = parseInPieces(stream, 4096, parser);
+  REQUIRE(body);
+  CHECK(body->size() == 5000);
+}
+
 TEST_CASE("http1: limits hold and errors stay", "[etcd]") {
   ResponseParser p(Limits{64, 10});
   std::string body;

@@ -140,7 +140,8 @@ class ResponseParser {
       if (lf == std::string_view::npos) break;
       if (line_.size() < 2 || line_[line_.size() - 2] != '\r') return fail(malformedLine());
       const std::string_view line = std::string_view(line_).substr(0, line_.size() - 2);
-      headBytes_ += line_.size();
+      // Chunk lines are bounded one by one; the head's and the trailers' add up.
+      if (state_ != State::chunkSize && state_ != State::chunkEnd) headBytes_ += line_.size();
       if (coio::Result<void> ok = onLine(line); !ok) return fail(ok.error());
       line_.clear();
     }
