@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ clang libclang-rt-14-dev cmake make pkg-config python3 python3-venv
   catch2 libbenchmark-dev
-  liburing-dev libibverbs-dev
+  liburing-dev libibverbs-dev nlohmann-json3-dev
   fio doxygen
   iperf3 sockperf gnuplot-nox
 )
