@@ -43,7 +43,8 @@ constexpr const char* kUsage = R"(usage:
   coio-storage-server init --chains FILE --target ID --dir D [--chunks-per-file K]
       Creates target ID's dataset in D for the chain table FILE (CHAINS.md):
       the chunks of its chain, the same bytes on every replica of the chain.
-  coio-storage-server serve (--dir D | --target ID=DIR...) [--listen 127.0.0.1:9000] [--transport tcp|rdma]
+  coio-storage-server serve (--dir D | --target ID=DIR...) [--chains FILE] [--listen 127.0.0.1:9000]
+      [--transport tcp|rdma]
       [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
       [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--send-timeout-ms 10000]
@@ -54,7 +55,9 @@ constexpr const char* kUsage = R"(usage:
       per target, typically one per disk, several per disk allowed; a request
       names the target of each IO; all targets share each reactor's ring and
       pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to
-      finish). SIGUSR1 prints a line of figures: "stats: requests=N
+      finish). --chains takes each target's chain version from the chain
+      table FILE (CHAINS.md): an IO routed with an older one is answered
+      staleRouting (PROTOCOL.md); without it no IO is stale. SIGUSR1 prints a line of figures: "stats: requests=N
       connections=N buffers_in_use=N buffers=N send_timeouts=N".
       --metrics serves GET /metrics on ADDR:PORT (HTTP/1.0; port 0: any, as
       printed): the counters, latency histograms and each reactor's loop
@@ -198,6 +201,7 @@ struct ServeSettings {
   std::optional<coio::SocketAddress> metrics;  // --metrics
   std::chrono::milliseconds stallThreshold{0};  // --stall-threshold-ms; 0: no stall report
   std::chrono::milliseconds injectStall{0};     // --inject-stall-ms; 0: SIGUSR2 is not taken
+  std::optional<storage::ChainTable> routing;   // --chains: the targets' chain versions
 #if COIO_STORAGE_RDMA
   std::string rdmaDevice;
   std::size_t rdmaWrites = 256;
@@ -258,6 +262,7 @@ coio::Task<void> openShard(R& reactor, const ServeSettings& settings,
                            coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out, std::string& problem) {
   out = storage::StorageServer<R>::open(reactor, settings.targets, settings.server);
   if (!out) problem = "cannot open the targets' data files: " + out.error().message();
+  if (out && settings.routing) (*out)->updateRouting(*settings.routing);
 #if COIO_STORAGE_RDMA
   if (out && settings.device) {
     const std::size_t writes = (settings.rdmaWrites + settings.reactors - 1) / settings.reactors;
@@ -517,6 +522,14 @@ int serve(const Options& options) {
       settings.targets.push_back({0, value});
     } else if (name == "--target" && (target = parseTarget(value))) {
       settings.targets.push_back(*target);
+    } else if (name == "--chains") {
+      std::string why;
+      coio::Result<storage::ChainTable> table = storage::ChainTable::load(value, &why);
+      if (!table) {
+        std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+        return 1;
+      }
+      settings.routing = std::move(*table);
     } else if (name == "--listen") {
       listen = value;
     } else if (name == "--transport") {
