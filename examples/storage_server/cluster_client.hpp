@@ -726,6 +726,10 @@ class ClusterClient {
           server.lastError = fresh.error();
           continue;
         }
+        if (server.retired) {  // left the routing while connecting
+          co_await (*fresh)->close();
+          break;
+        }
         std::shared_ptr<Client> old = std::exchange(server.client, std::move(*fresh));
         co_await release(s, std::move(old));
       }
