@@ -96,8 +96,10 @@ struct ClusterOptions {
   /// Where reports go (a corrupted replica; a server down, back); empty: stderr.
   std::function<void(const std::string&)> log;
   /// Fetches a fresh routing when a server answers staleRouting (a file
-  /// re-read, a cluster manager asked); empty: a stale answer counts as a
-  /// failed replica. It must not call updateRouting() itself.
+  /// re-read, a cluster manager asked), under requestTimeout (it should
+  /// end when its stop token is stopped, as coio's operations do); empty:
+  /// a stale answer counts as a failed replica. It must not call
+  /// updateRouting() itself.
   std::function<coio::Task<coio::Result<ChainTable>>()> refreshRouting;
   /// Fresh routings one batchRead may fetch; its IOs still stale after
   /// that many are read from other replicas.
@@ -183,11 +185,13 @@ struct ClusterStats {
 ///   after the round, the batch asks `refreshRouting` for a fresh routing
 ///   (once for all batches that saw the same one stale), applies it, and
 ///   sends the IO again on it; at most maxRoutingRefreshes per batch,
-///   after which (or without refreshRouting, or if it fails) the replica
-///   counts as failed and the next is tried. Counted in stats().
-/// - Reads never wait on a cluster manager: the client reads with the
-///   routing it has until given another, and failover (down servers,
-///   retries, probes) works the same on any routing.
+///   after which (or without refreshRouting, or if it fails or misses the
+///   request deadline) the replica counts as failed and the next is tried.
+///   Counted in stats().
+/// - Reads never wait on a cluster manager beyond a refresh's deadline:
+///   the client reads with the routing it has until given another, and
+///   failover (down servers, retries, probes) works the same on any
+///   routing.
 /// - A request gets `requestTimeout` (coio::withTimeout over the whole
 ///   request): a hung server (SIGSTOP) costs a batch at most that, then is
 ///   marked down. A server marked down (its connection failed, a deadline
@@ -458,7 +462,10 @@ class ClusterClient {
     if (!options_.refreshRouting) co_return false;
     const coio::LockGuard<coio::Mutex> serialized = co_await routingLock_.scopedLock();
     if (routing_ != used) co_return true;  // refreshed (or updated) meanwhile
-    coio::Result<ChainTable> fresh = co_await options_.refreshRouting();
+    // Under the request deadline: a manager that does not answer costs a
+    // batch that much, then the other replicas are read.
+    coio::Result<ChainTable> fresh =
+        co_await coio::withTimeout(reactor_, options_.refreshRouting(), options_.requestTimeout);
     if (!fresh) {
       log("coio-storage: a server has a newer routing, and fetching one failed (" + fresh.error().message() +
           "): reading other replicas");

@@ -567,6 +567,30 @@ TEMPLATE_LIST_TEST_CASE("routing: a refresher that cannot give a fresh routing c
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("routing: a refresher that does not answer (a manager unreachable) costs the request "
+                        "deadline, then the other replica is read",
+                        "[storage][cluster][routing]", Setups) {
+  const storage::ChainTable versions = Cluster<TestType>::chainOneAtVersion3();
+  Cluster<TestType> f(&versions);
+  int fetched = 0;
+  storage::ClusterOptions o = f.options();
+  o.requestTimeout = 500ms;
+  o.refreshRouting = [&f, &fetched]() -> Task<Result<storage::ChainTable>> {
+    ++fetched;
+    co_await f.reactor.sleepFor(1h);  // stopped by the deadline
+    co_return f.table;
+  };
+  f.run(o, [&f, &fetched](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    const Clock::time_point start = Clock::now();
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(Clock::now() - start < 500ms + kSlack);
+    CHECK(fetched == 1);
+    CHECK(client.stats().routingRefreshes == 0);
+    CHECK(client.stats().failedIos == 0);
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("routing: a server no longer named gets no request and its connection closes once idle; "
                         "named again, it is connected and read",
                         "[storage][cluster][routing]", Setups) {
