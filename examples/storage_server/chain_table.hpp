@@ -98,17 +98,29 @@ struct RoutingRecords {
   friend bool operator==(const RoutingRecords&, const RoutingRecords&) = default;
 };
 
+namespace detail {
+
+// Takes target `targetId` out of `chain` if it is there in a state other
+// than `state`, with its state set to `state`.
+inline std::optional<TargetRecord> takeForChange(ChainRecord& chain, std::uint32_t targetId, ReplicaState state) {
+  const auto found = std::find_if(chain.targets.begin(), chain.targets.end(),
+                                  [&](const TargetRecord& t) { return t.id == targetId; });
+  if (found == chain.targets.end() || found->state == state) return std::nullopt;
+  TargetRecord target = *found;
+  target.state = state;
+  chain.targets.erase(found);
+  return target;
+}
+
+}  // namespace detail
+
 /// 3FS's rule for a target that failed: it moves to the end of its chain,
 /// offline, and the chain's version goes up by one. A target already
 /// offline, or not in the chain, changes nothing (the version stays).
 inline ChainRecord markTargetOffline(ChainRecord chain, std::uint32_t targetId) {
-  const auto found = std::find_if(chain.targets.begin(), chain.targets.end(),
-                                  [&](const TargetRecord& t) { return t.id == targetId; });
-  if (found == chain.targets.end() || found->state == ReplicaState::offline) return chain;
-  TargetRecord target = *found;
-  target.state = ReplicaState::offline;
-  chain.targets.erase(found);
-  chain.targets.push_back(std::move(target));
+  std::optional<TargetRecord> target = detail::takeForChange(chain, targetId, ReplicaState::offline);
+  if (!target) return chain;
+  chain.targets.push_back(std::move(*target));
   ++chain.version;
   return chain;
 }
@@ -118,15 +130,11 @@ inline ChainRecord markTargetOffline(ChainRecord chain, std::uint32_t targetId) 
 /// targets stay last), and the chain's version goes up by one. A target
 /// already serving, or not in the chain, changes nothing.
 inline ChainRecord markTargetServing(ChainRecord chain, std::uint32_t targetId) {
-  const auto found = std::find_if(chain.targets.begin(), chain.targets.end(),
-                                  [&](const TargetRecord& t) { return t.id == targetId; });
-  if (found == chain.targets.end() || found->state == ReplicaState::serving) return chain;
-  TargetRecord target = *found;
-  target.state = ReplicaState::serving;
-  chain.targets.erase(found);
+  std::optional<TargetRecord> target = detail::takeForChange(chain, targetId, ReplicaState::serving);
+  if (!target) return chain;
   const auto firstOffline = std::find_if(chain.targets.begin(), chain.targets.end(),
                                          [](const TargetRecord& t) { return t.state == ReplicaState::offline; });
-  chain.targets.insert(firstOffline, std::move(target));
+  chain.targets.insert(firstOffline, std::move(*target));
   ++chain.version;
   return chain;
 }
