@@ -139,9 +139,9 @@ inline ChainRecord markTargetServing(ChainRecord chain, std::uint32_t targetId) 
   return chain;
 }
 
-/// A parsed, checked chain table: a plain value.
+/// A parsed, checked chain table, the routing of a cluster: a plain value.
 ///
-/// Guarantees (what load()/parse() enforce, 3FS's rules):
+/// Guarantees (what load()/parse() and assemble() enforce, 3FS's rules):
 /// - every chain has at least one target (at most kMaxReplicas), and its targets are on
 ///   different servers (a server that fails takes at most one replica of
 ///   a chain with it);
@@ -149,7 +149,10 @@ inline ChainRecord markTargetServing(ChainRecord chain, std::uint32_t targetId) 
 ///   table); a server may hold many targets of different chains (several
 ///   targets per disk spread a failed server's reads over many survivors);
 /// - chunk `c` is held by chain `chains()[c % chains().size()]`, and every
-///   chain holds at least one chunk.
+///   chain holds at least one chunk;
+/// - a chain's offline targets come after its serving ones (a chain may
+///   have no serving target: its chunks cannot be read); a file's table
+///   has every chain at version 1 and every target serving.
 class ChainTable {
  public:
   /// At most this many targets in one chain.
