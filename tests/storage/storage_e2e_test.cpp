@@ -453,14 +453,18 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
     truncated.resize(storage::proto::kHeaderSize + 8 + storage::proto::kIoSize);
     std::vector<std::byte> unexpectedGrant;
     storage::proto::encodeEmpty(unexpectedGrant, storage::proto::MessageType::transmitGrant, 77);
-    const std::vector<std::pair<std::vector<std::byte>, ProtocolErrc>> cases = {
-        {header(0x12345678, 1, 0), ProtocolErrc::badMagic},
-        {header(storage::proto::kMagic, 9, 0), ProtocolErrc::unknownType},
-        {header(storage::proto::kMagic, 1, 0xFFFFFFFF), ProtocolErrc::payloadTooLarge},
-        {truncated, ProtocolErrc::truncated},
-        {unexpectedGrant, ProtocolErrc::unexpectedMessage},
+    std::vector<std::byte> versionThree = requestFrame(5, {{1, 0, 10, {}}});
+    versionThree[4] = std::byte{3};  // a version 3 peer: its IOs carry no chain version
+    // Each frame, the error it gets, and the requestId the Error frame carries.
+    const std::vector<std::tuple<std::vector<std::byte>, ProtocolErrc, std::uint64_t>> cases = {
+        {header(0x12345678, 1, 0), ProtocolErrc::badMagic, 0},
+        {header(storage::proto::kMagic, 9, 0), ProtocolErrc::unknownType, 42},
+        {header(storage::proto::kMagic, 1, 0xFFFFFFFF), ProtocolErrc::payloadTooLarge, 42},
+        {truncated, ProtocolErrc::truncated, 9},
+        {unexpectedGrant, ProtocolErrc::unexpectedMessage, 77},
+        {versionThree, ProtocolErrc::unsupportedVersion, 5},
     };
-    for (const auto& [bytes, expected] : cases) {
+    for (const auto& [bytes, expected, id] : cases) {
       auto raw = co_await fx.channel();
       co_await sendRaw(*raw, bytes);
       Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
@@ -469,7 +473,7 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
       Result<storage::proto::ErrorFrame> error = storage::proto::decodeError(frame->payload);
       REQUIRE(error);
       CHECK(error->code == expected);
-      CHECK(frame->header.requestId == (expected == ProtocolErrc::badMagic ? 0u : expected == ProtocolErrc::truncated ? 9u : expected == ProtocolErrc::unexpectedMessage ? 77u : 42u));
+      CHECK(frame->header.requestId == id);
       Result<storage::IncomingFrame> after = co_await readRaw(*raw);
       CHECK(after.error() == coio::Errc::eof);  // and then it closes
       co_await raw->close();
