@@ -108,6 +108,13 @@ coio::Result<T> parseJson(std::string_view text, std::string* why, Read read) {
 
 }  // namespace detail
 
+/// The key of the dataset record in a cluster manager: `/coio/dataset`.
+inline std::string datasetKey() { return "/coio/dataset"; }
+/// The key of server `name`'s record: `/coio/servers/<name>`.
+inline std::string serverKey(std::string_view name) { return "/coio/servers/" + std::string(name); }
+/// The key of chain `id`'s record: `/coio/chains/<id>`.
+inline std::string chainKey(std::uint32_t id) { return "/coio/chains/" + std::to_string(id); }
+
 /// `{"id":1,"version":3,"targets":[{"id":11,"server":"a","state":"serving"}]}`:
 /// members in this order, no spaces (the same record, the same text).
 inline std::string toJson(const ChainRecord& chain) {
