@@ -130,6 +130,9 @@ TEST_CASE("The JSON is canonical: the documented members, in order, no spaces", 
   CHECK(storage::toJson(server) == R"({"name":"a","address":"[::1]:9101","targets":[11,12]})");
   CHECK(storage::toJson(storage::DatasetRecord{6000, 65536, {1, 2, 3}}) ==
         R"({"chunks":6000,"chunk_size":65536,"chains":[1,2,3]})");
+  CHECK(storage::datasetKey() == "/coio/dataset");
+  CHECK(storage::serverKey("a") == "/coio/servers/a");
+  CHECK(storage::chainKey(7) == "/coio/chains/7");
   // Any member order and whitespace parse to the same record.
   const auto reordered = storage::parseChainRecord(
       R"( { "targets" : [ { "state":"offline", "server":"b", "id":21 } ], "version" : 2, "id" : 5 } )");
