@@ -227,7 +227,8 @@ struct ClusterStats {
 /// - Servers are numbered (serverStats(), ClusterOutcome::server) in the
 ///   order the client first met them: the first table's order, then each
 ///   new server of later routings; a number is never reused.
-/// - `co_await close()` before destruction, once no batchRead is pending.
+/// - `co_await close()` before destruction, once no batchRead or
+///   updateRouting is pending.
 template <coio::Reactor R>
 class ClusterClient {
  public:
@@ -355,7 +356,8 @@ class ClusterClient {
     co_return std::move(batch.outcomes);
   }
 
-  /// Stops probing and closes every connection. Once, with no batchRead pending.
+  /// Stops probing and closes every connection. Once, with no batchRead or
+  /// updateRouting pending.
   coio::Task<void> close() {
     probes_.requestStop();
     co_await probes_.join();
