@@ -6,9 +6,10 @@ set -euo pipefail
 packages=(
   g++ clang libclang-rt-14-dev cmake make pkg-config python3 python3-venv
   catch2 libbenchmark-dev
-  liburing-dev libibverbs-dev nlohmann-json3-dev
+  liburing-dev libibverbs-dev
   fio doxygen
   iperf3 sockperf gnuplot-nox
+  nlohmann-json3-dev etcd-server etcd-client
 )
 
 missing=()

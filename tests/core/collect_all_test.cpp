@@ -184,6 +184,53 @@ TEST_CASE("collectAllRange mixes children that finish as they start, nested fan-
   CHECK(blockingWait(collectAllRange(std::move(sync))) == std::vector<int>{3, 3, 3});
 }
 
+TEST_CASE("collectAllRange: long runs of children that finish as they start, broken by waiting and throwing ones",
+          "[collectAll]") {
+  // Each child that finishes as it starts starts the next one itself, up
+  // to a bounded run: 1,000 children cross several runs and every kind of
+  // break (a wait, an exception, the bound).
+  constexpr int kChildren = 1000;
+  std::vector<Baton> gates(kChildren);
+  auto child = [](coio::test::LifeTracker, Baton* gate, bool fail, int i) -> Task<int> {
+    if (gate) co_await *gate;
+    if (fail) throw std::runtime_error("child " + std::to_string(i));
+    co_return i;
+  };
+  for (const bool failing : {false, true}) {
+    std::vector<Task<int>> tasks;
+    for (int i = 0; i < kChildren; ++i) {
+      Baton* gate = i % 97 == 5 ? &gates[static_cast<std::size_t>(i)] : nullptr;
+      tasks.push_back(child(coio::test::LifeTracker{}, gate, failing && (i == 300 || i == 301), i));
+    }
+    bool done = false;
+    std::vector<int> results;
+    std::string message;
+    coio::testing::ManualExecutor ex;
+    auto parent = [](Task<std::vector<int>> all, std::vector<int>& results, std::string& message,
+                     bool& done) -> Task<void> {
+      try {
+        results = co_await std::move(all);
+      } catch (const std::runtime_error& e) {
+        message = e.what();
+      }
+      done = true;
+    };
+    ex.spawn(parent(collectAllRange(std::move(tasks)), results, message, done));
+    ex.drain();
+    CHECK_FALSE(done);
+    for (int i = 5; i < kChildren; i += 97) gates[static_cast<std::size_t>(i)].post();
+    CHECK(done);
+    CHECK(coio::test::LifeTracker::alive == 0);
+    if (failing) {
+      CHECK(message == "child 300");
+    } else {
+      REQUIRE(results.size() == static_cast<std::size_t>(kChildren));
+      for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i);
+    }
+    for (Baton& gate : gates) gate.reset();
+  }
+}
+
 TEST_CASE("collectAllRange keeps input order and handles empty and void ranges", "[collectAll]") {
   std::vector<Task<int>> tasks;
   for (int i = 0; i < 100; ++i) tasks.push_back(value(i));

@@ -67,14 +67,17 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 
 /// collectAll over a vector: results in input order. A vector of
 /// `Task<void>` yields `Task<void>`. Same threading, exception and stop
-/// token rules as collectAll.
+/// token rules as collectAll. A child that finishes as it starts starts
+/// the next one itself, by symmetric transfer: a run of such children
+/// takes constant stack where the compiler emits the tail call, and a
+/// bounded depth otherwise.
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    return detail::startChildren(children, latch, stop);
+    return latch.startChained(children, stop);
   });
   co_return detail::collectResults(children);
 }

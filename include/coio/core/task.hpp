@@ -22,13 +22,16 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
   // runs in constant stack space where the compiler emits the tail call. A
-  // collectAll child reports to its latch instead.
+  // collectAll child reports to its latch instead, or starts the next child
+  // of its range (continuation.hpp).
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
       TaskPromise& p = h.promise();
       if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
-        return fanIn->childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
+        if (p.outcome.hasException()) return fanIn->childFinished(h.address(), &p.outcome.exception());
+        if (fanIn->chainsFrom(h.address())) return p.startSuccessor(fanIn->template successor<Task<T>>());
+        return fanIn->childFinished(h.address(), nullptr);
       }
       return p.continuation_.handle();
     }
@@ -44,6 +47,11 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   void setStopToken(const std::stop_token* token) noexcept { this->outcome.setStopToken(token); }
 
   Continuation continuation_;
+
+ private:
+  // `next` reports where this child does and runs under the same token;
+  // it is now the child in its start.
+  std::coroutine_handle<> startSuccessor(Task<T>& next) noexcept;
 };
 
 // For collectAll and its relatives, which start a Task's coroutine
@@ -140,6 +148,16 @@ class [[nodiscard]] Task {
 template <typename T>
 Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
   return Task<T>{std::coroutine_handle<TaskPromise>::from_promise(*this)};
+}
+
+template <typename T>
+std::coroutine_handle<> detail::TaskPromise<T>::startSuccessor(Task<T>& next) noexcept {
+  const std::coroutine_handle<TaskPromise> h = next.handle_;
+  COIO_ASSERT(h, "collecting an empty coio::Task");
+  h.promise().continuation_ = continuation_;
+  h.promise().setStopToken(stopToken());
+  tlsChildStarting = h.address();
+  return h;
 }
 
 }  // namespace coio

@@ -2,6 +2,8 @@
 // measured in the same run (docs/benchmarks.md says what each row measures):
 //   - a bare hand-written lazy task (malloc'd frame) for Task and fan-out,
 //     and the same task with coio's frame pool to isolate the allocator,
+//     also 1,000 of them built in a vector and awaited one by one (what a
+//     fan-out of 1,000 costs without any coordination),
 //   - one uncontended atomic exchange for Baton and the semaphores,
 //   - std::mutex for coio::Mutex, uncontended and contended by two threads,
 //   - a std::mutex + condition_variable ping-pong for two-thread hand-offs,
@@ -191,6 +193,21 @@ void semaphoreAcquireRelease(benchmark::State& state) {
       sem.release(1);
     }
   }(state, sem);
+}
+
+// One op: build kFanOut tasks in a vector, then await them one by one: what
+// a fan-out of kFanOut costs at least, with every frame built before any
+// runs (the table divides by kFanOut).
+template <typename TaskT, int kFanOut>
+void taskAwaitEach(benchmark::State& state) {
+  [](benchmark::State& s) -> Driver {
+    for (auto _ : s) {
+      std::vector<TaskT> tasks;
+      tasks.reserve(kFanOut);
+      for (int i = 0; i < kFanOut; ++i) tasks.push_back(leaf<TaskT>(i));
+      for (TaskT& task : tasks) benchmark::DoNotOptimize(co_await std::move(task));
+    }
+  }(state);
 }
 
 // One op: build kFanOut Task<int>s and await collectAllRange over them; the
@@ -495,6 +512,7 @@ const Row kRows[] = {
     kBareChain,
     {"baseline/bare_task_pooled", &taskAwait<PooledTask>, {&kBareTask}},
     {"baseline/bare_task_pooled_chain10", &taskChain<PooledTask>, {&kBareChain}},
+    {"baseline/bare_task_pooled_each_of_1000", &taskAwaitEach<PooledTask, 1000>, {&kBareTask}, Measured::cpuTime, 1000},
     kExchange,
     kStdMutex,
     kStdMutexContended,

@@ -34,6 +34,14 @@
 #                    2 connections; fio iodepth D), "" to skip; SWEEP_SECONDS [3] per point
 #   PLOT [$TMPDIR/...] where the sweep's SVG plot goes (gnuplot; skipped with a notice without it)
 #   SERVER_ARGS [""]  more coio-storage-server serve flags, e.g. --zero-copy-send (an A/B of one flag)
+#   FLOOR [0]        1: also, in each round after coio, floor_bench (tests/bench/storage/floor_bench.cpp,
+#                    no coio: raw liburing, the same files, IO size, outstanding IOs, 128 KiB pieces
+#                    kept apart and connections) twice: --send copy (O_DIRECT, the server copies into
+#                    the socket: the floor of any O_DIRECT server over loopback) and --send splice
+#                    (buffered reads spliced file -> pipe -> socket, evicted after use: only the client
+#                    copies). Prints their throughput, CPU per GiB and disk queue beside coio's and
+#                    iperf3's, and the share of the splice run's bytes that came off the disk. Needs
+#                    Google Benchmark (the benchmarks' CMake).
 #
 # Workload per IO size ("outstanding" = IOs the bench keeps in flight):
 #   io size  batch  depth  connections  outstanding   fio iodepth   iperf3
@@ -86,6 +94,7 @@ latency=${LATENCY:-1}
 sweep=${SWEEP-1 2 4 8 16 32 64}
 sweep_seconds=${SWEEP_SECONDS:-3}
 cc=${CC-cubic}
+floor=${FLOOR:-0}
 
 die() { echo "run_storage_bench.sh: $*" >&2; exit 1; }
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds, not '$duration'"
@@ -96,10 +105,14 @@ done
 
 # --- build ------------------------------------------------------------------
 echo "== building coio-storage-server and coio-storage-bench in $build_dir" >&2
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target coio-storage-server coio-storage-bench >&2
+targets=(coio-storage-server coio-storage-bench) benchmarks=OFF
+if ((floor)); then targets+=(floor_bench) benchmarks=ON; fi
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=$benchmarks >/dev/null
+cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" >&2
 bin=$build_dir/examples/storage_server
 [[ -x $bin/coio-storage-server && -x $bin/coio-storage-bench ]] || die "the storage example was not built (needs liburing)"
+floor_bench=$build_dir/tests/bench/storage/floor_bench
+((floor == 0)) || [[ -x $floor_bench ]] || die "floor_bench was not built"
 
 # --- dataset, cleanup ---------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-sbench-XXXXXX")
@@ -264,6 +277,27 @@ PY
     { cat "$out" >&2; die "coio-storage-bench's output is unusable or reports errors"; }
 }
 
+run_floor() {  # size outstanding connections round send(copy|splice)
+  local size=$1 outstanding=$2 conns=$3 round=$4 send=$5 out=$work/floor.json t0 t1 d0 d1
+  t0=$(date +%s.%N) d0=$(cat "$diskstat")
+  "$floor_bench" --dir "$data" --send "$send" --io-size "$size" --outstanding "$outstanding" --connections "$conns" \
+    --seconds "$duration" ${cc:+--tcp-congestion "$cc"} >"$out" || die "floor_bench failed ($send, $size)"
+  t1=$(date +%s.%N) d1=$(cat "$diskstat")
+  python3 - "$out" "$size" "$round" "floor-$send" "$(disk_queue "$d0" "$d1" "$(python3 -c "print($t1 - $t0)")")" \
+    "$d0" "$d1" >>"$results" <<'PY' || die "floor_bench's output is unusable"
+import json, sys
+out, size, rnd, label, disk, d0, d1 = sys.argv[1:]
+queue, request = map(float, disk.split())
+d = json.load(open(out))
+assert d["bytes"] > 0, d
+print(json.dumps({"tool": label, "size": size, "round": int(rnd), "gib": d["gib_per_s"], "cpu_per_gib": d["cpu_per_gib"],
+                  "server_cpu": 100 * d["server_cpu"] / d["seconds"], "bench_cpu": 100 * d["client_cpu"] / d["seconds"],
+                  "queue": queue, "request": request,
+                  # bytes read off the disk over bytes moved (the whole run: also the drain after the measured interval)
+                  "from_disk": (int(d1.split()[2]) - int(d0.split()[2])) * 512 / d["bytes"]}))
+PY
+}
+
 # --- the runs -------------------------------------------------------------------
 declare -A batch_of=([4K]=8 [512K]=4 [4M]=1) depth_of=([4K]=16 [512K]=8 [4M]=8) conns_of=([4K]=2 [512K]=2 [4M]=2)
 for size in $sizes; do
@@ -278,6 +312,11 @@ for size in $sizes; do
     run_coio "$size" "$b" "$d" "$c" "$duration" "$round" "$verify"
     # CPU per GiB at the rate coio just reached: iperf3 flat out amortises more per wake-up.
     run_iperf3 "$size" "$c" "$round" "$(tail -n 1 "$results" | python3 -c 'import json, sys; print(json.load(sys.stdin)["gib"])')" iperf3-paced
+    if ((floor)); then
+      echo "== $size round $round/$rounds: floor_bench --send copy, then --send splice ($((b * d)) outstanding, $c connections)" >&2
+      run_floor "$size" $((b * d)) "$c" "$round" copy
+      run_floor "$size" $((b * d)) "$c" "$round" splice
+    fi
   done
 done
 
@@ -353,6 +392,24 @@ print("Goals beside the ratio: disk queue (in IOs) coio / fio >= 0.9; CPU s per 
     + (f", CPU {med(s, 'coio', 'cpu_per_gib') / med(s, 'iperf3', 'cpu_per_gib'):.2f} of iperf3's "
        f"({med(s, 'coio', 'cpu_per_gib') / med(s, 'iperf3-paced', 'cpu_per_gib'):.2f} at coio's rate)" if s != "4K" else "")
     for s in sizes if med(s, 'fio', 'queue') > 0))
+if any(r["tool"] == "floor-copy" for r in rows):
+    print()
+    print("Floor (floor_bench, no coio, same round): --send copy reads O_DIRECT and copies into the socket; "
+          "--send splice splices page-cache pages (buffered, evicted after use) into the socket.")
+    print()
+    print("| io size | GiB/s floor copy / splice / coio | CPU % floor copy server / client | CPU s per GiB iperf3 / floor copy / splice / coio | floor copy / iperf3 | coio / floor copy | splice / floor copy | disk queue in IOs fio / floor copy / splice / coio | coio / floor copy queue | splice bytes off the disk |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for s in sizes:
+        m = lambda t, k="gib": med(s, t, k)
+        print(f"| {s} | {m('floor-copy'):.3f} / {m('floor-splice'):.3f} / {m('coio'):.3f} | "
+              f"{m('floor-copy', 'server_cpu'):.0f} / {m('floor-copy', 'bench_cpu'):.0f} | "
+              f"{m('iperf3', 'cpu_per_gib'):.2f} / {m('floor-copy', 'cpu_per_gib'):.2f} / {m('floor-splice', 'cpu_per_gib'):.2f} / "
+              f"{m('coio', 'cpu_per_gib'):.2f} | {m('floor-copy', 'cpu_per_gib') / m('iperf3', 'cpu_per_gib'):.2f} | "
+              f"{m('coio', 'cpu_per_gib') / m('floor-copy', 'cpu_per_gib'):.2f} | "
+              f"{m('floor-splice', 'cpu_per_gib') / m('floor-copy', 'cpu_per_gib'):.2f} | "
+              f"{m('fio', 'queue_ios'):.1f} / {m('floor-copy', 'queue_ios'):.1f} / {m('floor-splice', 'queue_ios'):.1f} / "
+              f"{m('coio', 'queue_ios'):.1f} | {m('coio', 'queue_ios') / m('floor-copy', 'queue_ios'):.2f} | "
+              f"{m('floor-splice', 'from_disk'):.2f} |")
 qd1 = [r for r in rows if r["tool"] in ("fio-qd1", "sockperf", "coio-qd1")]
 if qd1:
     f = next(r["p50_ms"] for r in qd1 if r["tool"] == "fio-qd1") * 1e3

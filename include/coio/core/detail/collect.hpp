@@ -9,7 +9,8 @@
 // Arriving is an atomic read-modify-write, as much as a small child costs
 // in all. A child that finishes before its start returns (on the starting
 // thread, without suspending for long) skips it: its start settles it and
-// counts it, and the parent arrives for all those at once.
+// counts it, and the parent arrives for all those at once. collectAllRange
+// goes further: such a child starts the next one itself (startChained).
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/continuation.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
@@ -64,8 +65,6 @@ struct ArrivingLatch : CollectLatch {
   }
 };
 
-struct AllLatch final : ArrivingLatch<AllLatch> {};
-
 // Ties `task` to `latch` and to the token it runs under; resuming the
 // handle returned starts it.
 template <typename T>
@@ -77,6 +76,46 @@ std::coroutine_handle<TaskPromise<T>> bindChild(Task<T>& task, FanIn& latch, con
   return h;
 }
 
+// Settles a child that finished in its start, where it did not arrive.
+template <typename Latch, typename T>
+void settleStarted(Latch& latch, std::coroutine_handle<TaskPromise<T>> h) noexcept {
+  const Outcome<T>& outcome = h.promise().outcome;
+  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+}
+
+struct AllLatch final : ArrivingLatch<AllLatch> {
+  // Starts the children in input order; returns how many finished while
+  // starting. A child that finishes in its start without throwing starts
+  // the next one (continuation.hpp), which therefore needs no settling
+  // here: settle does nothing for such a child. At most kMaxChain in a
+  // row, so that where symmetric transfer is no tail call (unoptimised or
+  // sanitised builds) the stack stays bounded.
+  template <typename T>
+  std::size_t startChained(std::vector<Task<T>>& children, const std::stop_token* stop) noexcept {
+    constexpr std::ptrdiff_t kMaxChain = 256;
+    Task<T>* next = children.data();
+    Task<T>* const end = next + children.size();
+    std::size_t waiting = 0;
+    while (next != end) {
+      const std::coroutine_handle<TaskPromise<T>> h = bindChild(*next, *this, stop);
+      chainNext_ = next + 1;
+      chainLimit_ = end - next > kMaxChain ? next + kMaxChain : end;
+      tlsChildStarting = h.address();
+      h.resume();
+      // Back here once the last child started suspends, throws, or ends the chain.
+      next = static_cast<Task<T>*>(chainNext_);
+      if (tlsChildStarting != nullptr) {
+        ++waiting;  // it arrives itself
+        continue;
+      }
+      settleStarted(*this, TaskAccess::handle(next[-1]));
+    }
+    chainNext_ = nullptr;
+    chainLimit_ = nullptr;
+    return children.size() - waiting;
+  }
+};
+
 // Binds `task` and runs it on this thread until its first suspension. True
 // if it finished meanwhile: then it did not arrive, and this settled it
 // (the caller counts it).
@@ -86,8 +125,7 @@ bool startChild(Task<T>& task, Latch& latch, const std::stop_token* stop) noexce
   tlsChildStarting = h.address();
   h.resume();
   if (tlsChildStarting != nullptr) return false;
-  const Outcome<T>& outcome = h.promise().outcome;
-  latch.settle(h.address(), outcome.hasException() ? &outcome.exception() : nullptr);
+  settleStarted(latch, h);
   return true;
 }
 
@@ -153,8 +191,8 @@ RangeResult<T> collectResults(std::vector<Task<T>>& children) {
 
 // Starts `count` children when awaited, through `startAll`, which gets the
 // token the awaiting coroutine runs under and returns how many children
-// startChild said finished; resumes the awaiting coroutine once every
-// child has finished.
+// finished in their start (without arriving); resumes the awaiting
+// coroutine once every child has finished.
 template <typename StartAll>
 class CollectAwaiter {
  public:

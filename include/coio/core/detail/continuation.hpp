@@ -3,6 +3,11 @@
 // child of collectAll and its relatives, the latch it reports to. Reporting
 // straight from the child's final suspend saves a wrapper coroutine per
 // child; the tag costs a Task one test in its final suspend.
+//
+// A child that finishes in its start (see tlsChildStarting) may go on to
+// start the next child of its range itself, by symmetric transfer, rather
+// than return to the start loop, which would resume that next child: one
+// jump per child instead of a return, a call and the loop's bookkeeping.
 #include <coroutine>
 #include <cstdint>
 #include <exception>
@@ -30,6 +35,21 @@ class FanIn {
     return childDone(child, exception);
   }
 
+  /// Whether the child whose frame is at `child`, finished without
+  /// throwing, is to start the next child of its range (successor) rather
+  /// than report through childFinished: it finished in its start, and its
+  /// start loop chains (AllLatch::startChained, collect.hpp) and has
+  /// children left to chain. It then counts as finished in its start.
+  bool chainsFrom(void* child) const noexcept { return tlsChildStarting == child && chainNext_ != chainLimit_; }
+  /// After chainsFrom: the next child, of the same type Child as every
+  /// child of its range.
+  template <typename Child>
+  Child& successor() noexcept {
+    auto* const next = static_cast<Child*>(chainNext_);
+    chainNext_ = next + 1;
+    return *next;
+  }
+
  protected:
   FanIn() = default;
   FanIn(const FanIn&) = default;
@@ -38,6 +58,13 @@ class FanIn {
 
   /// childFinished for a child that finished elsewhere than in its start.
   virtual std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept = 0;
+
+  // The children a chaining start loop has not started yet: [chainNext_,
+  // chainLimit_) of its range, type-erased (every child of a range has the
+  // same type). Only the starting thread touches them, while it starts.
+  // Empty (both null) when the loop does not chain.
+  void* chainNext_ = nullptr;
+  const void* chainLimit_ = nullptr;
 };
 
 /// A coroutine handle or a FanIn, in one word (the FanIn tagged in the low
@@ -60,7 +87,11 @@ class Continuation {
 
  private:
   static constexpr std::uintptr_t kFanIn = 1;
-  std::uintptr_t bits_ = 0;
+  // Left uninitialised by default: whoever starts the coroutine sets it
+  // before its body runs, and creating a Task costs no store for it (one
+  // store less in the ramp made a 1,000-child collectAllRange 5-8% faster
+  // with g++ 12).
+  std::uintptr_t bits_;
 };
 
 }  // namespace coio::detail
