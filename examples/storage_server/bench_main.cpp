@@ -238,30 +238,35 @@ void reportCluster(const Settings& settings, const ClusterFigures& cluster, doub
   const storage::ClusterStats& c = cluster.stats;
   if (settings.json) {
     std::printf(",\"cluster\":{\"file\":\"%s\",\"servers\":%zu,\"chains\":%zu,\"retries\":%llu,\"failovers\":%llu,"
-                "\"hedges\":%llu,\"hedge_wins\":%llu,\"corrupt_replicas\":%llu,\"failed_ios\":%llu},\"servers\":[",
+                "\"hedges\":%llu,\"hedge_wins\":%llu,\"corrupt_replicas\":%llu,\"failed_ios\":%llu,"
+                "\"routing_updates\":%llu,\"routing_refreshes\":%llu,\"stale_routing_retries\":%llu},\"servers\":[",
                 settings.clusterFile.c_str(), cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers),
-                u(c.hedges), u(c.hedgeWins), u(c.corruptReplicas), u(c.failedIos));
+                u(c.hedges), u(c.hedgeWins), u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates),
+                u(c.routingRefreshes), u(c.staleRoutingRetries));
     for (std::size_t i = 0; i < cluster.servers.size(); ++i) {
       const auto& [address, s] = cluster.servers[i];
       std::printf("%s{\"address\":\"%s\",\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,\"gib_per_s\":%.4f,"
-                  "\"requests\":%llu,\"failed_requests\":%llu,\"timeouts\":%llu,\"downs\":%llu,\"ups\":%llu}",
+                  "\"requests\":%llu,\"failed_requests\":%llu,\"timeouts\":%llu,\"downs\":%llu,\"ups\":%llu,"
+                  "\"stale_ios\":%llu}",
                   i == 0 ? "" : ",", address.c_str(), u(s.ios), u(s.bytes), static_cast<double>(s.ios) / elapsed,
                   static_cast<double>(s.bytes) / elapsed / (1u << 30), u(s.requests), u(s.failedRequests),
-                  u(s.timeouts), u(s.downs), u(s.ups));
+                  u(s.timeouts), u(s.downs), u(s.ups), u(s.staleIos));
     }
     std::printf("]");
     return;
   }
   std::printf("  cluster         %zu servers, %zu chains: retries %llu, failovers %llu, hedges %llu (won %llu), "
-              "corrupt replicas %llu, failed IOs %llu\n",
+              "corrupt replicas %llu, failed IOs %llu\n"
+              "  routing         updates %llu, refreshes on staleRouting %llu, IOs sent again on them %llu\n",
               cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers), u(c.hedges), u(c.hedgeWins),
-              u(c.corruptReplicas), u(c.failedIos));
+              u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates), u(c.routingRefreshes),
+              u(c.staleRoutingRetries));
   for (const auto& [address, s] : cluster.servers) {
     std::printf("  %-22s %10.0f IOPS  %8.3f GiB/s  requests %llu (failed %llu, timed out %llu), down %llux, "
-                "back %llux\n",
+                "back %llux, stale IOs %llu\n",
                 address.c_str(), static_cast<double>(s.ios) / elapsed,
                 static_cast<double>(s.bytes) / elapsed / (1u << 30), u(s.requests), u(s.failedRequests),
-                u(s.timeouts), u(s.downs), u(s.ups));
+                u(s.timeouts), u(s.downs), u(s.ups), u(s.staleIos));
   }
 }
 
@@ -423,6 +428,10 @@ coio::Task<int> runCluster(R& reactor, const Settings& settings) {
   options.requestTimeout = settings.requestTimeout;
   options.hedgeAfter = settings.hedge;
   options.maxTransmissionsPerServer = settings.maxTransmissions;
+  // A server with a newer chain version (serve --chains): the file, read again.
+  options.refreshRouting = [&settings]() -> coio::Task<coio::Result<storage::ChainTable>> {
+    co_return storage::ChainTable::load(settings.clusterFile);
+  };
   typename storage::ClusterClient<R>::ConnectorFactory factory;
 #if COIO_STORAGE_RDMA
   if (settings.device) {
@@ -445,8 +454,8 @@ coio::Task<int> runCluster(R& reactor, const Settings& settings) {
   std::vector<storage::ClusterClient<R>*> one(1, client.get());
   const double elapsed = co_await runWorkers(reactor, settings, std::move(one), memory, tallies);
   ClusterFigures figures{settings.table->chains().size(), client->stats(), {}};
-  for (std::size_t s = 0; s < settings.table->servers().size(); ++s) {
-    figures.servers.emplace_back(settings.table->servers()[s].toString(), client->serverStats(s));
+  for (std::size_t s = 0; s < client->servers(); ++s) {
+    figures.servers.emplace_back(client->serverAddress(s).toString(), client->serverStats(s));
   }
   co_await client->close();
   co_return finish(settings, tallies, elapsed, &figures);

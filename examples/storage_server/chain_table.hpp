@@ -1,8 +1,11 @@
 #pragma once
 // The chain table (CHAINS.md is the normative text): the servers of a
-// cluster, their targets grouped into chains of replicas, and which chain
-// holds a chunk. Loading it enforces 3FS's rules, each violation an error
-// that names its line.
+// cluster, their targets grouped into chains of replicas, which chain holds
+// a chunk, and each chain's version and its targets' states: a cluster's
+// routing. Loading it enforces 3FS's rules, each violation an error that
+// names its line; assemble() builds one from per-key records (an etcd
+// watch's), and markTargetOffline/markTargetServing are 3FS's rules for a
+// chain's changes.
 #include "chunk_store.hpp"
 #include "cli.hpp"
 
@@ -22,22 +25,123 @@
 
 namespace storage {
 
+/// Whether a replica is read. 3FS has two more states, syncing and
+/// waiting, for a replica that catches up on writes it missed; coio's
+/// chunks are immutable and identical on every replica, so a target that
+/// comes back has nothing to catch up on and serves at once (CHAINS.md).
+enum class ReplicaState : std::uint8_t {
+  serving,  ///< read by clients
+  offline,  ///< not read: its server failed (or was taken out)
+};
+
+/// "serving" or "offline".
+inline const char* toString(ReplicaState state) noexcept {
+  return state == ReplicaState::serving ? "serving" : "offline";
+}
+
 /// One copy of a chain's chunks: a target on a server.
 struct Replica {
   std::size_t server = 0;     ///< index into ChainTable::servers()
   std::uint32_t targetId = 0;
+  ReplicaState state = ReplicaState::serving;
   friend bool operator==(const Replica&, const Replica&) = default;
 };
 
 /// An ordered list of replicas holding the same chunks, byte for byte.
 struct Chain {
   std::uint32_t id = 0;
-  std::vector<Replica> replicas;  ///< at least one, each on a different server
+  /// Goes up by one with every change of the chain (markTargetOffline,
+  /// markTargetServing); 1 for a chain read from a file.
+  std::uint32_t version = 1;
+  std::vector<Replica> replicas;  ///< at least one, each on a different server; offline ones last
 };
 
-/// A parsed, checked chain table: a plain value.
+/// One target of a ChainRecord: its server by name.
+struct TargetRecord {
+  std::uint32_t id = 0;
+  std::string server;
+  ReplicaState state = ReplicaState::serving;
+  friend bool operator==(const TargetRecord&, const TargetRecord&) = default;
+};
+
+/// One chain as a cluster manager stores it (one per key, /coio/chains/<id>):
+/// a plain value, its servers named (routing_json.hpp serializes it).
+struct ChainRecord {
+  std::uint32_t id = 0;
+  std::uint32_t version = 1;
+  std::vector<TargetRecord> targets;
+  friend bool operator==(const ChainRecord&, const ChainRecord&) = default;
+};
+
+/// One server as a cluster manager stores it (/coio/servers/<name>).
+struct ServerRecord {
+  std::string name;
+  coio::SocketAddress address;
+  std::vector<std::uint32_t> targets;  ///< the targets it serves
+  friend bool operator==(const ServerRecord&, const ServerRecord&) = default;
+};
+
+/// The dataset's shape and the order of its chains (chunk c is on chain
+/// `chains[c mod chains.size()]`), stored once (/coio/dataset).
+struct DatasetRecord {
+  std::uint64_t chunks = 0;
+  std::uint32_t chunkSize = 0;
+  std::vector<std::uint32_t> chains;  ///< chain ids, in the table's order
+  friend bool operator==(const DatasetRecord&, const DatasetRecord&) = default;
+};
+
+/// Everything a ChainTable holds, as records (ChainTable::records(), assemble()).
+struct RoutingRecords {
+  DatasetRecord dataset;
+  std::vector<ServerRecord> servers;
+  std::vector<ChainRecord> chains;
+  friend bool operator==(const RoutingRecords&, const RoutingRecords&) = default;
+};
+
+namespace detail {
+
+// Takes target `targetId` out of `chain` if it is there in a state other
+// than `state`, with its state set to `state`.
+inline std::optional<TargetRecord> takeForChange(ChainRecord& chain, std::uint32_t targetId, ReplicaState state) {
+  const auto found = std::find_if(chain.targets.begin(), chain.targets.end(),
+                                  [&](const TargetRecord& t) { return t.id == targetId; });
+  if (found == chain.targets.end() || found->state == state) return std::nullopt;
+  TargetRecord target = *found;
+  target.state = state;
+  chain.targets.erase(found);
+  return target;
+}
+
+}  // namespace detail
+
+/// 3FS's rule for a target that failed: it moves to the end of its chain,
+/// offline, and the chain's version goes up by one. A target already
+/// offline, or not in the chain, changes nothing (the version stays).
+inline ChainRecord markTargetOffline(ChainRecord chain, std::uint32_t targetId) {
+  std::optional<TargetRecord> target = detail::takeForChange(chain, targetId, ReplicaState::offline);
+  if (!target) return chain;
+  chain.targets.push_back(std::move(*target));
+  ++chain.version;
+  return chain;
+}
+
+/// 3FS's rule for a target that is back: it serves again behind the
+/// targets that kept serving (and ahead of those still offline: offline
+/// targets stay last), and the chain's version goes up by one. A target
+/// already serving, or not in the chain, changes nothing.
+inline ChainRecord markTargetServing(ChainRecord chain, std::uint32_t targetId) {
+  std::optional<TargetRecord> target = detail::takeForChange(chain, targetId, ReplicaState::serving);
+  if (!target) return chain;
+  const auto firstOffline = std::find_if(chain.targets.begin(), chain.targets.end(),
+                                         [](const TargetRecord& t) { return t.state == ReplicaState::offline; });
+  chain.targets.insert(firstOffline, std::move(*target));
+  ++chain.version;
+  return chain;
+}
+
+/// A parsed, checked chain table, the routing of a cluster: a plain value.
 ///
-/// Guarantees (what load()/parse() enforce, 3FS's rules):
+/// Guarantees (what load()/parse() and assemble() enforce, 3FS's rules):
 /// - every chain has at least one target (at most kMaxReplicas), and its targets are on
 ///   different servers (a server that fails takes at most one replica of
 ///   a chain with it);
@@ -45,7 +149,10 @@ struct Chain {
 ///   table); a server may hold many targets of different chains (several
 ///   targets per disk spread a failed server's reads over many survivors);
 /// - chunk `c` is held by chain `chains()[c % chains().size()]`, and every
-///   chain holds at least one chunk.
+///   chain holds at least one chunk;
+/// - a chain's offline targets come after its serving ones (a chain may
+///   have no serving target: its chunks cannot be read); a file's table
+///   has every chain at version 1 and every target serving.
 class ChainTable {
  public:
   /// At most this many targets in one chain.
@@ -78,8 +185,64 @@ class ChainTable {
   std::uint64_t chunks() const noexcept { return chunks_; }
   /// Every chunk's size in bytes.
   std::uint32_t chunkSize() const noexcept { return chunkSize_; }
-  /// The servers, in order of first mention.
+  /// Builds a table from records (a cluster manager's keys), checking the
+  /// same rules as parse() (chain order: `records.dataset.chains`), and
+  /// that every chain of that list has one record, and no other; that
+  /// server names and addresses are unique; and that a chain's target is
+  /// on a server that lists it. Errors: Errc::invalidArgument, `why` (if
+  /// given) saying what is wrong.
+  static coio::Result<ChainTable> assemble(const RoutingRecords& records, std::string* why = nullptr) {
+    std::string message;
+    coio::Result<ChainTable> table = assembleChecked(records, message);
+    if (!table && why != nullptr) *why = std::move(message);
+    return table;
+  }
+
+  /// The table as records: assemble(records()) is an equal table. A
+  /// server read from a file is named by its address ("127.0.0.1:9101").
+  RoutingRecords records() const {
+    RoutingRecords out{{chunks_, chunkSize_, {}}, {}, {}};
+    for (std::size_t s = 0; s < servers_.size(); ++s) out.servers.push_back({serverNames_[s], servers_[s], {}});
+    for (std::size_t c = 0; c < chains_.size(); ++c) {
+      out.dataset.chains.push_back(chains_[c].id);
+      out.chains.push_back(chainRecord(c));
+      for (const Replica& r : chains_[c].replicas) out.servers[r.server].targets.push_back(r.targetId);
+    }
+    return out;
+  }
+
+  /// The chain at `index` of chains() as a record.
+  ChainRecord chainRecord(std::size_t index) const {
+    const Chain& chain = chains_.at(index);
+    ChainRecord record{chain.id, chain.version, {}};
+    for (const Replica& r : chain.replicas) record.targets.push_back({r.targetId, serverNames_[r.server], r.state});
+    return record;
+  }
+
+  /// This table with the chain of `chain.id` replaced by `chain` (errors as
+  /// assemble(); a chain id not in the table is one).
+  coio::Result<ChainTable> withChain(const ChainRecord& chain, std::string* why = nullptr) const {
+    RoutingRecords all = records();
+    const auto found = std::find_if(all.chains.begin(), all.chains.end(),
+                                    [&](const ChainRecord& c) { return c.id == chain.id; });
+    if (found == all.chains.end()) {
+      if (why != nullptr) *why = "chain " + std::to_string(chain.id) + " is not in the table";
+      return coio::Errc::invalidArgument;
+    }
+    *found = chain;
+    return assemble(all, why);
+  }
+
+  /// The servers, in order of first mention (a file) or of the records.
   const std::vector<coio::SocketAddress>& servers() const noexcept { return servers_; }
+  /// The name of server `server` (an index into servers()).
+  const std::string& serverName(std::size_t server) const { return serverNames_.at(server); }
+  /// The position in servers() of the server named `name`.
+  std::optional<std::size_t> serverIndexOf(std::string_view name) const noexcept {
+    const auto found = std::find(serverNames_.begin(), serverNames_.end(), name);
+    if (found == serverNames_.end()) return std::nullopt;
+    return static_cast<std::size_t>(found - serverNames_.begin());
+  }
   /// The chains, in the table's order.
   const std::vector<Chain>& chains() const noexcept { return chains_; }
   /// The position in chains() of the chain that holds chunk `chunkId`.
@@ -102,6 +265,14 @@ class ChainTable {
     const std::uint64_t stride = chains_.size();
     return ChunkStoreLayout{(chunks_ - *chain + stride - 1) / stride, chunkSize_, chunksPerFile, *chain, stride};
   }
+  /// The version of the chain target `targetId` belongs to; nullopt if none.
+  std::optional<std::uint32_t> chainVersionOfTarget(std::uint32_t targetId) const noexcept {
+    const std::optional<std::size_t> chain = chainIndexOfTarget(targetId);
+    if (!chain) return std::nullopt;
+    return chains_[*chain].version;
+  }
+
+  friend bool operator==(const ChainTable& a, const ChainTable& b) { return a.records() == b.records(); }
 
  private:
   // Reads the table line by line; the first error stops it (message()).
@@ -128,7 +299,7 @@ class ChainTable {
         } else if (words[0] == "chunks") {
           ok = setOnce(line, words, chunksLine_, "\"chunks N\", 1 <= N <= 2^40", [&](std::string_view v) {
             const std::optional<std::uint64_t> n = cli::parseCount(v);
-            if (!n || *n == 0 || *n > (std::uint64_t{1} << 40)) return false;
+            if (!n || !goodChunks(*n)) return false;
             chunks_ = *n;
             return true;
           });
@@ -136,7 +307,7 @@ class ChainTable {
           const char* expected = "\"chunk-size S\", a multiple of 4K up to 2G (suffixes K, M, G)";
           ok = setOnce(line, words, chunkSizeLine_, expected, [&](std::string_view v) {
             const std::optional<std::uint64_t> n = cli::parseSize(v);
-            if (!n || *n == 0 || *n % 4096 != 0 || *n > (std::uint64_t{1} << 31)) return false;
+            if (!n || !goodChunkSize(*n)) return false;
             chunkSize_ = static_cast<std::uint32_t>(*n);
             return true;
           });
@@ -160,6 +331,7 @@ class ChainTable {
       ChainTable table;
       table.chunks_ = chunks_;
       table.chunkSize_ = chunkSize_;
+      for (const coio::SocketAddress& address : servers_) table.serverNames_.push_back(address.toString());
       table.servers_ = std::move(servers_);
       table.chains_ = std::move(chains_);
       return table;
@@ -228,7 +400,7 @@ class ChainTable {
                        " targets: at most " + std::to_string(kMaxReplicas));
         return false;
       }
-      Chain chain{chainId, {}};
+      Chain chain{chainId, 1, {}};
       for (std::size_t w = 2; w < words.size(); ++w) {
         const std::optional<Replica> replica = parseReplica(line, words[w]);
         if (!replica) return false;
@@ -284,9 +456,101 @@ class ChainTable {
     std::unordered_map<std::uint32_t, std::pair<std::uint32_t, std::size_t>> targetLines_;  // target -> chain, line
   };
 
+  static bool goodChunks(std::uint64_t n) noexcept { return n != 0 && n <= (std::uint64_t{1} << 40); }
+  static bool goodChunkSize(std::uint64_t n) noexcept { return n != 0 && n % 4096 == 0 && n <= (std::uint64_t{1} << 31); }
+
+  static coio::Result<ChainTable> assembleChecked(const RoutingRecords& records, std::string& why) {
+    const auto fail = [&why](std::string what) {
+      why = std::move(what);
+      return coio::Errc::invalidArgument;
+    };
+    const DatasetRecord& dataset = records.dataset;
+    if (!goodChunks(dataset.chunks)) return fail("chunks " + std::to_string(dataset.chunks) + ": expected 1 to 2^40");
+    if (!goodChunkSize(dataset.chunkSize)) {
+      return fail("chunk size " + std::to_string(dataset.chunkSize) + ": expected a multiple of 4K up to 2G");
+    }
+    if (dataset.chains.empty()) return fail("no chain: the dataset lists none");
+    if (dataset.chunks < dataset.chains.size()) {
+      return fail("chunks " + std::to_string(dataset.chunks) + " is fewer than the " +
+                  std::to_string(dataset.chains.size()) + " chains: a chain would hold no chunk");
+    }
+    ChainTable table;
+    table.chunks_ = dataset.chunks;
+    table.chunkSize_ = dataset.chunkSize;
+    std::unordered_map<std::uint32_t, std::size_t> targetServer;  // target -> the server that lists it
+    for (const ServerRecord& server : records.servers) {
+      if (server.name.empty()) return fail("a server has an empty name");
+      if (table.serverIndexOf(server.name)) return fail("server \"" + server.name + "\" given twice");
+      if (std::find(table.servers_.begin(), table.servers_.end(), server.address) != table.servers_.end()) {
+        return fail("server \"" + server.name + "\" has the address " + server.address.toString() +
+                    " of another server");
+      }
+      for (std::uint32_t target : server.targets) {
+        if (!targetServer.emplace(target, table.servers_.size()).second) {
+          return fail("target " + std::to_string(target) + " is listed by two servers");
+        }
+      }
+      table.serverNames_.push_back(server.name);
+      table.servers_.push_back(server.address);
+    }
+    std::unordered_map<std::uint32_t, std::uint32_t> targetChain;  // target -> its chain
+    for (std::uint32_t id : dataset.chains) {
+      const auto count = std::count_if(records.chains.begin(), records.chains.end(),
+                                       [id](const ChainRecord& c) { return c.id == id; });
+      if (count != 1) {
+        return fail("chain " + std::to_string(id) + (count == 0 ? " has no record" : " has several records"));
+      }
+      if (std::count(dataset.chains.begin(), dataset.chains.end(), id) != 1) {
+        return fail("chain " + std::to_string(id) + " is listed twice in the dataset");
+      }
+      const ChainRecord& record =
+          *std::find_if(records.chains.begin(), records.chains.end(), [id](const ChainRecord& c) { return c.id == id; });
+      const std::string name = "chain " + std::to_string(id);
+      if (record.targets.empty()) return fail(name + " has no target: a chain needs at least one");
+      if (record.targets.size() > kMaxReplicas) {
+        return fail(name + " has " + std::to_string(record.targets.size()) + " targets: at most " +
+                    std::to_string(kMaxReplicas));
+      }
+      Chain chain{id, record.version, {}};
+      for (const TargetRecord& t : record.targets) {
+        const std::string target = "target " + std::to_string(t.id);
+        const std::optional<std::size_t> server = table.serverIndexOf(t.server);
+        if (!server) return fail(name + ": " + target + " is on an unknown server \"" + t.server + "\"");
+        const auto listed = targetServer.find(t.id);
+        if (listed == targetServer.end() || listed->second != *server) {
+          return fail(name + ": " + target + " is not listed by its server \"" + t.server + "\"");
+        }
+        if (const auto seen = targetChain.find(t.id); seen != targetChain.end()) {
+          return fail(name + ": " + target + " is already in chain " + std::to_string(seen->second) +
+                      ": a target belongs to at most one chain");
+        }
+        for (const Replica& other : chain.replicas) {
+          if (other.server == *server) {
+            return fail(name + " has targets " + std::to_string(other.targetId) + " and " + std::to_string(t.id) +
+                        " on the same server \"" + t.server + "\": a chain's targets must be on different servers");
+          }
+        }
+        if (!chain.replicas.empty() && chain.replicas.back().state == ReplicaState::offline &&
+            t.state == ReplicaState::serving) {
+          return fail(name + ": serving " + target + " after an offline one: offline targets come last");
+        }
+        targetChain.emplace(t.id, id);
+        chain.replicas.push_back({*server, t.id, t.state});
+      }
+      table.chains_.push_back(std::move(chain));
+    }
+    for (const ChainRecord& record : records.chains) {
+      if (std::find(dataset.chains.begin(), dataset.chains.end(), record.id) == dataset.chains.end()) {
+        return fail("chain " + std::to_string(record.id) + " is not in the dataset's list of chains");
+      }
+    }
+    return table;
+  }
+
   std::uint64_t chunks_ = 0;
   std::uint32_t chunkSize_ = 0;
   std::vector<coio::SocketAddress> servers_;
+  std::vector<std::string> serverNames_;  // per server; a file's: its address
   std::vector<Chain> chains_;
 };
 

@@ -2,7 +2,10 @@
 // ClusterClient: reads a dataset spread over many storage servers by a
 // chain table (CHAINS.md), and keeps reading when servers fail, as 3FS's
 // batchReadWithRetry does: a batch is split by chain, each IO goes to one
-// replica of its chain, and what a replica fails is read from the next.
+// serving replica of its chain, and what a replica fails is read from the
+// next. The routing is live: updateRouting() applies a new one (a cluster
+// manager's), and a server that answers staleRouting makes the client
+// fetch a fresh one (ClusterOptions::refreshRouting).
 #include "chain_table.hpp"
 #include "replica_router.hpp"
 #include "storage_client.hpp"
@@ -11,6 +14,7 @@
 #include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
 #include <coio/core/collect_any.hpp>
+#include <coio/core/mutex.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
 #include <coio/net/socket_address.hpp>
@@ -23,14 +27,47 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <system_error>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+namespace storage {
+
+/// Why a ClusterClient could not send an IO at all (ClusterOutcome::error).
+enum class ClusterErrc {
+  noServingTarget = 1,  ///< every target of the IO's chain is offline in the routing
+};
+
+/// The category of ClusterErrc ("storage-cluster").
+inline const std::error_category& clusterCategory() noexcept {
+  struct Category final : std::error_category {
+    const char* name() const noexcept override { return "storage-cluster"; }
+    std::string message(int ev) const override {
+      if (static_cast<ClusterErrc>(ev) == ClusterErrc::noServingTarget) {
+        return "no serving target: every target of the chunk's chain is offline";
+      }
+      return "unknown cluster error";
+    }
+  };
+  static const Category category;
+  return category;
+}
+inline std::error_code make_error_code(ClusterErrc e) noexcept {  // NOLINT: ADL name fixed by the standard
+  return {static_cast<int>(e), clusterCategory()};
+}
+
+}  // namespace storage
+
+template <>
+struct std::is_error_code_enum<storage::ClusterErrc> : std::true_type {};
 
 namespace storage {
 
@@ -58,6 +95,15 @@ struct ClusterOptions {
   std::size_t maxIosPerRequest = 256;
   /// Where reports go (a corrupted replica; a server down, back); empty: stderr.
   std::function<void(const std::string&)> log;
+  /// Fetches a fresh routing when a server answers staleRouting (a file
+  /// re-read, a cluster manager asked), under requestTimeout (it should
+  /// end when its stop token is stopped, as coio's operations do); empty:
+  /// a stale answer counts as a failed replica. It must not call
+  /// updateRouting() itself.
+  std::function<coio::Task<coio::Result<ChainTable>>()> refreshRouting;
+  /// Fresh routings one batchRead may fetch; its IOs still stale after
+  /// that many are read from other replicas.
+  unsigned maxRoutingRefreshes = 3;
 };
 
 /// One IO's outcome from a ClusterClient: the last replica's answer.
@@ -69,8 +115,8 @@ struct ClusterOutcome {
   std::uint32_t bytes = 0;
   std::uint32_t checksum = 0;
   bool checksumMismatch = false;  ///< the last replica's bytes failed their checksum (a corrupt replica)
-  std::error_code error;          ///< why the last request failed as a whole, if it did
-  std::size_t server = SIZE_MAX;  ///< the last replica's server (ChainTable::servers() index); none: SIZE_MAX
+  std::error_code error;          ///< why the last request failed as a whole (or nothing was sent), if it did
+  std::size_t server = SIZE_MAX;  ///< the last replica's server (ClusterClient's server index); none: SIZE_MAX
   std::uint32_t attempts = 0;     ///< replicas asked
   /// The bytes are there and passed their checksum.
   bool ok() const noexcept { return status == proto::IoStatus::ok && !checksumMismatch; }
@@ -85,6 +131,7 @@ struct ClusterServerStats {
   std::uint64_t timeouts = 0;        ///< ... of which missed their deadline
   std::uint64_t downs = 0;           ///< times marked down
   std::uint64_t ups = 0;             ///< times found back
+  std::uint64_t staleIos = 0;        ///< IOs it answered staleRouting
 };
 
 /// Figures of the whole client (ClusterClient::stats).
@@ -95,38 +142,64 @@ struct ClusterStats {
   std::uint64_t hedgeWins = 0;        ///< ... whose hedge delivered first
   std::uint64_t corruptReplicas = 0;  ///< (target, chunk) copies found corrupt
   std::uint64_t failedIos = 0;        ///< IOs that failed on every replica
+  std::uint64_t routingUpdates = 0;   ///< routings applied that changed something (updateRouting, refreshes)
+  std::uint64_t routingRefreshes = 0; ///< fresh routings fetched after a staleRouting answer
+  std::uint64_t staleRoutingRetries = 0;  ///< IOs sent again on a fresh routing after a staleRouting answer
 };
 
-/// A client of a cluster of storage servers (a ChainTable): one
-/// StorageClient (one connection) per server.
+/// A client of a cluster of storage servers (a ChainTable, its routing):
+/// one StorageClient (one connection) per server.
 ///
 /// Guarantees:
 /// - Used on its reactor's loop thread only; every awaitable resumes there.
 /// - `co_await batchRead(ios)` yields one outcome per IO, in request order,
 ///   whatever happens to the servers (it never fails as a whole). It
-///   splits the batch by chain: each IO reads one replica of its chunk's
-///   chain (ReplicaRouter: the least loaded), the IOs for one server go in
-///   one request (at most maxIosPerRequest IOs), and the requests to
-///   different servers run concurrently. A ReadOp's targetId is ignored:
-///   the chain table decides.
+///   splits the batch by chain: each IO reads one serving replica of its
+///   chunk's chain (ReplicaRouter: the least loaded; an offline target is
+///   never read), the IOs for one server go in one request (at most
+///   maxIosPerRequest IOs), and the requests to different servers run
+///   concurrently. A ReadOp's targetId and chainVersion are ignored: the
+///   routing decides, and each IO carries its chain's version in it.
 /// - Retries as 3FS's batchReadWithRetry: an IO whose replica fails it (the
 ///   connection fails, the request misses its deadline, or the status is
 ///   unavailable, timedOut, ioError, internalError, targetNotFound,
 ///   chunkNotFound, or the bytes fail their checksum) is read from another
 ///   replica of its chain in the next round; it fails only when every
-///   replica has failed it (or is on a server marked down), with the last
-///   status. Statuses that blame the request (rangeOutsideChunk,
+///   serving replica has failed it (or is on a server marked down), with
+///   the last status. Statuses that blame the request (rangeOutsideChunk,
 ///   bufferTooSmall, batchTooLarge) are final; so is an IO that the table
 ///   says cannot exist (a chunk id past the dataset: chunkNotFound; a range
 ///   past the chunk: rangeOutsideChunk; a destination too small:
-///   bufferTooSmall), which is not sent.
+///   bufferTooSmall), which is not sent. An IO whose chain has no serving
+///   target fails `unavailable` with ClusterErrc::noServingTarget, unsent.
+/// - Live routing: `co_await updateRouting(table)` applies a new routing:
+///   servers new in it are connected (within requestTimeout; one that does
+///   not answer starts marked down), servers no longer in it get no new
+///   request and their connections close once their requests in flight
+///   are done. Each round of a batch routes with the routing current when
+///   it starts and keeps it (a shared, immutable snapshot) until its
+///   requests are done, so a routing applied meanwhile never pulls one
+///   from under them; the next round uses the new one.
+/// - Stale routing (PROTOCOL.md): an IO answered `staleRouting` (the
+///   server knows a newer version of its chain) is not a failed replica:
+///   after the round, the batch asks `refreshRouting` for a fresh routing
+///   (once for all batches that saw the same one stale), applies it, and
+///   sends the IO again on it; at most maxRoutingRefreshes per batch,
+///   after which (or without refreshRouting, or if it fails or misses the
+///   request deadline) the replica counts as failed and the next is tried.
+///   Counted in stats().
+/// - Reads never wait on a cluster manager beyond a refresh's deadline:
+///   the client reads with the routing it has until given another, and
+///   failover (down servers, retries, probes) works the same on any
+///   routing.
 /// - A request gets `requestTimeout` (coio::withTimeout over the whole
 ///   request): a hung server (SIGSTOP) costs a batch at most that, then is
 ///   marked down. A server marked down (its connection failed, a deadline
 ///   missed, or it answered `unavailable`: draining) gets no requests; a
 ///   task in the client reconnects if needed and probes it (a one-byte read
-///   that must come back in time, not `unavailable`) after reconnectMin,
-///   doubling up to reconnectMax, until it answers; then it is used again.
+///   of one of its serving targets, that must come back in time, not
+///   `unavailable`) after reconnectMin, doubling up to reconnectMax, until
+///   it answers; then it is used again.
 /// - Hedging (hedgeAfter > 0): a request unanswered after hedgeAfter is
 ///   also sent to other replicas (every IO must have one left, else no
 ///   hedge), into memory of the client's own; coio::collectAny races the
@@ -151,7 +224,11 @@ struct ClusterStats {
 /// - A batchRead whose awaiting task is stopped (coio::currentStopToken)
 ///   cancels its requests and starts no new round: the IOs not delivered
 ///   fail (`unavailable`, error operation_canceled).
-/// - `co_await close()` before destruction, once no batchRead is pending.
+/// - Servers are numbered (serverStats(), ClusterOutcome::server) in the
+///   order the client first met them: the first table's order, then each
+///   new server of later routings; a number is never reused.
+/// - `co_await close()` before destruction, once no batchRead or
+///   updateRouting is pending.
 template <coio::Reactor R>
 class ClusterClient {
  public:
@@ -165,22 +242,34 @@ class ClusterClient {
   /// are probed as any other down server.
   static coio::Task<std::unique_ptr<ClusterClient>> connect(R& reactor, ChainTable table, ClusterOptions options = {},
                                                             ConnectorFactory connectorFor = {}) {
-    auto client = std::unique_ptr<ClusterClient>(
-        new ClusterClient(reactor, std::move(table), std::move(options), std::move(connectorFor)));
-    std::vector<coio::Task<void>> connects;
-    for (std::size_t s = 0; s < client->servers_.size(); ++s) connects.push_back(client->connectFirst(s));
-    co_await coio::collectAllRange(std::move(connects));
+    auto client =
+        std::unique_ptr<ClusterClient>(new ClusterClient(reactor, std::move(options), std::move(connectorFor)));
+    co_await client->apply(std::move(table));
     co_return std::move(client);
   }
 
   ClusterClient(const ClusterClient&) = delete;
   ClusterClient& operator=(const ClusterClient&) = delete;
 
-  const ChainTable& table() const noexcept { return table_; }
+  /// The routing in use (valid until the next routing is applied).
+  const ChainTable& table() const noexcept { return routing_->table; }
+  /// The routing in use, and which server number each of its servers has.
+  std::shared_ptr<const RoutedTable> routing() const noexcept { return routing_; }
   const ClusterStats& stats() const noexcept { return stats_; }
+  /// How many servers the client has met (numbers 0 .. servers() - 1).
+  std::size_t servers() const noexcept { return servers_.size(); }
   const ClusterServerStats& serverStats(std::size_t server) const { return servers_.at(server).stats; }
+  const coio::SocketAddress& serverAddress(std::size_t server) const { return servers_.at(server).address; }
   /// Whether `server` is marked down right now.
   bool isDown(std::size_t server) const { return router_.isDown(server); }
+  /// Whether `server` has a connection (a server no longer in the routing
+  /// loses it once idle).
+  bool isConnected(std::size_t server) const { return servers_.at(server).client != nullptr; }
+  /// IOs sent to target `targetId` so far (requests and probes).
+  std::uint64_t iosSentTo(std::uint32_t targetId) const {
+    const auto found = targetIos_.find(targetId);
+    return found == targetIos_.end() ? 0 : found->second;
+  }
 
   /// Registers memory that IOs may land in with every server's connection,
   /// now and on every reconnection (RDMA needs it; TCP: nothing to do).
@@ -194,19 +283,29 @@ class ClusterClient {
     return {};
   }
 
+  /// Applies `table` as the routing (see the class comment); resumes once
+  /// its new servers are connected (or found down). A table equal to the
+  /// one in use changes nothing.
+  coio::Task<void> updateRouting(ChainTable table) {
+    const coio::LockGuard<coio::Mutex> serialized = co_await routingLock_.scopedLock();
+    co_await apply(std::move(table));
+  }
+
   /// Reads every IO (see the class comment).
   coio::Task<std::vector<ClusterOutcome>> batchRead(std::span<const ReadOp> ios) {
+    std::shared_ptr<const RoutedTable> routing = routing_;
     Batch batch(ios);
     std::vector<std::size_t> pending;
     for (std::size_t i = 0; i < ios.size(); ++i) {
-      if (!admit(ios[i], batch.outcomes[i])) continue;
+      if (!admit(routing->table, ios[i], batch.outcomes[i])) continue;
       pending.push_back(i);
       // A copy known to be corrupt counts as a replica that failed the IO.
-      batch.tried[i] = router_.corruptMask(ios[i].chunkId);
+      batch.tried[i] = router_.corruptMask(routing->table, ios[i].chunkId);
       if (batch.tried[i] != 0) batch.outcomes[i] = {proto::IoStatus::ok, 0, 0, true, {}, SIZE_MAX, 0};
     }
     const std::stop_token caller = co_await coio::currentStopToken();
     bool sent = false;
+    unsigned refreshes = 0;
     while (!pending.empty()) {
       if (caller.stop_requested()) {  // no more rounds: what is not delivered fails
         for (std::size_t io : pending) {
@@ -215,17 +314,39 @@ class ClusterClient {
         }
         break;
       }
-      ReplicaRouter::Routes routes = router_.route(batch.chunkIds, pending, batch.tried, options_.maxIosPerRequest);
-      for (std::size_t io : routes.unroutable) unroutable(batch, io);
+      if (routing != routing_) {  // a newer routing: this round uses it
+        for (std::size_t io : pending) {
+          batch.tried[io] = remapTried(routing->table, routing_->table, batch.chunkIds[io], batch.tried[io]);
+        }
+        routing = routing_;
+      }
+      ReplicaRouter::Routes routes =
+          router_.route(*routing, batch.chunkIds, pending, batch.tried, options_.maxIosPerRequest);
+      for (std::size_t io : routes.unroutable) unroutable(*routing, batch, io);
       std::vector<coio::Task<void>> requests;
       for (SubBatch& sub : routes.batches) {
         for (std::size_t io : sub.ios) stats_.retries += batch.outcomes[io].attempts > 0;
-        requests.push_back(serve(batch, std::move(sub)));
+        requests.push_back(serve(batch, routing, std::move(sub)));
       }
       if (requests.empty()) break;
       sent = true;
       co_await coio::collectAllRange(std::move(requests));
       pending = std::exchange(batch.retry, {});
+      if (!batch.stale.empty()) {
+        bool fresh = false;  // not `a && co_await b`: g++ 12 miscompiles co_await in such expressions
+        if (refreshes < options_.maxRoutingRefreshes) fresh = co_await refresh(routing);
+        refreshes += fresh ? 1 : 0;
+        for (const auto& [io, position] : batch.stale) {
+          // Fresh routing: the IO is sent again on it, the same target allowed. Else the replica failed it.
+          if (fresh) {
+            ++stats_.staleRoutingRetries;
+          } else {
+            batch.tried[io] |= 1u << position;
+          }
+          pending.push_back(io);
+        }
+        batch.stale.clear();
+      }
       std::sort(pending.begin(), pending.end());
     }
     for (const ClusterOutcome& o : batch.outcomes) stats_.failedIos += !o.ok();
@@ -235,7 +356,8 @@ class ClusterClient {
     co_return std::move(batch.outcomes);
   }
 
-  /// Stops probing and closes every connection. Once, with no batchRead pending.
+  /// Stops probing and closes every connection. Once, with no batchRead or
+  /// updateRouting pending.
   coio::Task<void> close() {
     probes_.requestStop();
     co_await probes_.join();
@@ -246,12 +368,14 @@ class ClusterClient {
 
  private:
   struct Server {
+    std::string name;
     coio::SocketAddress address;
     std::unique_ptr<TransmissionLimiter> limiter;
-    std::shared_ptr<Client> client;  // none while down without a connection
+    std::shared_ptr<Client> client;  // none while down without a connection, or once retired
     std::error_code lastError;       // why it was last marked down
     unsigned lostHedges = 0;         // its requests cancelled by a winning hedge, in a row
     bool probing = false;
+    bool retired = false;            // not in the routing (any more)
     ClusterServerStats stats;
   };
 
@@ -263,9 +387,10 @@ class ClusterClient {
     }
     std::span<const ReadOp> ops;
     std::vector<std::uint64_t> chunkIds;
-    std::vector<std::uint32_t> tried;  // per IO: replica positions asked (or known corrupt)
+    std::vector<std::uint32_t> tried;  // per IO: replica positions asked (or known corrupt), in the round's routing
     std::vector<ClusterOutcome> outcomes;
     std::vector<std::size_t> retry;  // IOs for the next round
+    std::vector<std::pair<std::size_t, std::uint32_t>> stale;  // IOs answered staleRouting, with their position
   };
 
   // A request's answer, or why it failed as a whole.
@@ -274,15 +399,10 @@ class ClusterClient {
   static constexpr unsigned kLostHedgesForDown = 3;
   static constexpr std::uint32_t kProbeBytes = 1;
 
-  ClusterClient(R& reactor, ChainTable table, ClusterOptions options, ConnectorFactory connectorFor)
-      : reactor_(reactor), table_(std::move(table)), options_(std::move(options)),
-        connectorFor_(std::move(connectorFor)), router_(table_), servers_(table_.servers().size()),
-        probeMemory_(table_.servers().size() * kProbeBytes) {
+  ClusterClient(R& reactor, ClusterOptions options, ConnectorFactory connectorFor)
+      : reactor_(reactor), options_(std::move(options)), connectorFor_(std::move(connectorFor)),
+        probeMemory_(kProbeBytes) {
     options_.connection.verifyChecksums = true;
-    for (std::size_t s = 0; s < servers_.size(); ++s) {
-      servers_[s].address = table_.servers()[s];
-      servers_[s].limiter = std::make_unique<TransmissionLimiter>(options_.maxTransmissionsPerServer);
-    }
     memory_.push_back(probeMemory_);
   }
 
@@ -294,11 +414,92 @@ class ClusterClient {
     }
   }
 
+  // Makes `table` the routing: numbers its servers (new ones get the next
+  // numbers and are connected before it is used), retires the servers it
+  // no longer names. The caller holds routingLock_ (or is connect()).
+  coio::Task<void> apply(ChainTable table) {
+    if (routing_ && routing_->table == table) co_return;
+    RoutedTable next{std::move(table), {}};
+    std::vector<std::size_t> joining;
+    for (std::size_t i = 0; i < next.table.servers().size(); ++i) {
+      const std::string& name = next.table.serverName(i);
+      const coio::SocketAddress& address = next.table.servers()[i];
+      auto found = std::find_if(servers_.begin(), servers_.end(),
+                                [&](const Server& s) { return s.name == name && s.address == address; });
+      if (found == servers_.end()) {
+        servers_.push_back({name, address, std::make_unique<TransmissionLimiter>(options_.maxTransmissionsPerServer),
+                            {}, {}, 0, false, true, {}});
+        router_.addSlot();
+        found = std::prev(servers_.end());
+      }
+      const auto slot = static_cast<std::size_t>(found - servers_.begin());
+      next.slots.push_back(slot);
+      if (found->retired) {
+        found->retired = false;
+        router_.setDown(slot, false);
+        joining.push_back(slot);
+      }
+    }
+    std::vector<coio::Task<void>> connects;
+    for (std::size_t slot : joining) connects.push_back(connectFirst(slot));
+    co_await coio::collectAllRange(std::move(connects));
+    if (routing_) ++stats_.routingUpdates;
+    routing_ = std::make_shared<const RoutedTable>(std::move(next));
+    for (std::size_t slot = 0; slot < servers_.size(); ++slot) {
+      if (servers_[slot].retired || std::find(routing_->slots.begin(), routing_->slots.end(), slot) !=
+                                        routing_->slots.end()) {
+        continue;
+      }
+      Server& gone = servers_[slot];
+      gone.retired = true;
+      log("coio-storage: server " + gone.address.toString() + " is no longer in the routing");
+      co_await release(slot, std::move(gone.client));  // closed now if idle, else by its last request
+    }
+  }
+
+  // After a round answered staleRouting with `used`: a fresh routing from
+  // refreshRouting, applied; true if the batch should send its stale IOs
+  // again. Batches that saw the same routing stale share one refresh.
+  coio::Task<bool> refresh(const std::shared_ptr<const RoutedTable>& used) {
+    if (!options_.refreshRouting) co_return false;
+    const coio::LockGuard<coio::Mutex> serialized = co_await routingLock_.scopedLock();
+    if (routing_ != used) co_return true;  // refreshed (or updated) meanwhile
+    // Under the request deadline: a manager that does not answer costs a
+    // batch that much, then the other replicas are read.
+    coio::Result<ChainTable> fresh =
+        co_await coio::withTimeout(reactor_, options_.refreshRouting(), options_.requestTimeout);
+    if (!fresh) {
+      log("coio-storage: a server has a newer routing, and fetching one failed (" + fresh.error().message() +
+          "): reading other replicas");
+      co_return false;
+    }
+    ++stats_.routingRefreshes;
+    co_await apply(std::move(*fresh));
+    co_return true;
+  }
+
+  // `tried` (positions in `from`'s chain of `chunkId`) as positions in
+  // `to`'s: target ids are what stays.
+  static std::uint32_t remapTried(const ChainTable& from, const ChainTable& to, std::uint64_t chunkId,
+                                  std::uint32_t tried) {
+    if (tried == 0) return 0;
+    const Chain& before = from.chains()[from.chainIndexOf(chunkId)];
+    const Chain& after = to.chains()[to.chainIndexOf(chunkId)];
+    std::uint32_t out = 0;
+    for (std::size_t p = 0; p < before.replicas.size(); ++p) {
+      if ((tried >> p & 1u) == 0) continue;
+      for (std::size_t q = 0; q < after.replicas.size(); ++q) {
+        if (after.replicas[q].targetId == before.replicas[p].targetId) out |= 1u << q;
+      }
+    }
+    return out;
+  }
+
   // False (and the IO's final outcome set) for an IO the table says cannot be served.
-  bool admit(const ReadOp& op, ClusterOutcome& outcome) const {
-    if (op.chunkId >= table_.chunks()) {
+  static bool admit(const ChainTable& table, const ReadOp& op, ClusterOutcome& outcome) {
+    if (op.chunkId >= table.chunks()) {
       outcome.status = proto::IoStatus::chunkNotFound;
-    } else if (std::uint64_t{op.offset} + op.length > table_.chunkSize()) {
+    } else if (std::uint64_t{op.offset} + op.length > table.chunkSize()) {
       outcome.status = proto::IoStatus::rangeOutsideChunk;
     } else if (op.into.size() < op.length) {
       outcome.status = proto::IoStatus::bufferTooSmall;
@@ -309,27 +510,36 @@ class ClusterClient {
   }
 
   // An IO with no replica left: it keeps its last outcome; never sent at
-  // all (every replica's server down), it fails with the servers' error.
-  void unroutable(Batch& batch, std::size_t io) {
+  // all, it fails with why (no serving target, or its servers' error).
+  void unroutable(const RoutedTable& routing, Batch& batch, std::size_t io) {
     ClusterOutcome& outcome = batch.outcomes[io];
     if (outcome.attempts > 0 || outcome.checksumMismatch) return;
-    const Chain& chain = table_.chains()[table_.chainIndexOf(batch.chunkIds[io])];
+    const Chain& chain = routing.table.chains()[routing.table.chainIndexOf(batch.chunkIds[io])];
     outcome.status = proto::IoStatus::unavailable;
-    outcome.error = servers_[chain.replicas.front().server].lastError;
+    const auto serving = std::find_if(chain.replicas.begin(), chain.replicas.end(),
+                                      [](const Replica& r) { return r.state == ReplicaState::serving; });
+    if (serving == chain.replicas.end()) {
+      outcome.error = ClusterErrc::noServingTarget;
+      return;
+    }
+    outcome.error = servers_[routing.slots[serving->server]].lastError;
     if (!outcome.error) outcome.error = std::make_error_code(std::errc::host_unreachable);
   }
 
-  // One request of a round, hedged if so configured; records what it got.
-  coio::Task<void> serve(Batch& batch, SubBatch sub) {
-    std::vector<ReadOp> ops = opsOf(batch, sub);
+  // `routing` (the round's) is held until the request is done.
+  coio::Task<void> serve(Batch& batch, std::shared_ptr<const RoutedTable> routing, SubBatch sub) {
+    std::vector<ReadOp> ops = opsOf(routing->table, batch, sub);
     std::optional<ReplicaRouter::Routes> alternatives;
-    if (options_.hedgeAfter > std::chrono::steady_clock::duration::zero()) alternatives = hedgeRoutes(batch, sub);
+    if (options_.hedgeAfter > std::chrono::steady_clock::duration::zero()) {
+      alternatives = hedgeRoutes(*routing, batch, sub);
+    }
     if (!alternatives) {
       record(batch, sub, co_await request(sub.server, ops));
       co_return;
     }
     std::vector<std::byte> scratch;
-    auto first = co_await coio::collectAny(request(sub.server, ops), hedge(batch, *alternatives, scratch));
+    auto first =
+        co_await coio::collectAny(request(sub.server, ops), hedge(routing->table, batch, *alternatives, scratch));
     if (first.index() == 0) {
       record(batch, sub, std::get<0>(first));
       co_return;
@@ -355,10 +565,11 @@ class ClusterClient {
 
   // Where a request's IOs could go instead: another replica each, none on
   // the request's server; nullopt if some IO has none.
-  std::optional<ReplicaRouter::Routes> hedgeRoutes(const Batch& batch, const SubBatch& sub) const {
+  std::optional<ReplicaRouter::Routes> hedgeRoutes(const RoutedTable& routing, const Batch& batch,
+                                                   const SubBatch& sub) const {
     std::vector<std::uint32_t> tried(batch.tried);
     for (std::size_t k = 0; k < sub.ios.size(); ++k) tried[sub.ios[k]] |= 1u << sub.positions[k];
-    ReplicaRouter::Routes routes = router_.route(batch.chunkIds, sub.ios, tried, options_.maxIosPerRequest);
+    ReplicaRouter::Routes routes = router_.route(routing, batch.chunkIds, sub.ios, tried, options_.maxIosPerRequest);
     if (!routes.unroutable.empty()) return std::nullopt;
     return routes;
   }
@@ -366,8 +577,8 @@ class ClusterClient {
   // The hedge: after hedgeAfter, the same IOs from other replicas, into
   // `scratch`. Finishes only with every IO delivered intact (then it wins
   // collectAny); otherwise it waits to be cancelled by the request.
-  coio::Task<std::vector<Answer>> hedge(const Batch& batch, const ReplicaRouter::Routes& routes,
-                                        std::vector<std::byte>& scratch) {
+  coio::Task<std::vector<Answer>> hedge(const ChainTable& table, const Batch& batch,
+                                        const ReplicaRouter::Routes& routes, std::vector<std::byte>& scratch) {
     if (!co_await reactor_.sleepFor(options_.hedgeAfter, {})) co_return std::vector<Answer>{};  // answered in time
     ++stats_.hedges;
     std::size_t total = 0;
@@ -378,7 +589,7 @@ class ClusterClient {
     std::vector<std::vector<ReadOp>> ops;
     std::size_t at = 0;
     for (const SubBatch& alt : routes.batches) {
-      ops.push_back(opsOf(batch, alt));
+      ops.push_back(opsOf(table, batch, alt));
       for (ReadOp& op : ops.back()) {
         op.into = std::span(scratch).subspan(at, op.length);
         at += op.length;
@@ -399,12 +610,14 @@ class ClusterClient {
     co_return answers;
   }
 
-  std::vector<ReadOp> opsOf(const Batch& batch, const SubBatch& sub) const {
+  // The sub-batch's IOs, each naming its replica's target and chain version.
+  static std::vector<ReadOp> opsOf(const ChainTable& table, const Batch& batch, const SubBatch& sub) {
     std::vector<ReadOp> ops;
     ops.reserve(sub.ios.size());
     for (std::size_t k = 0; k < sub.ios.size(); ++k) {
       ReadOp op = batch.ops[sub.ios[k]];
       op.targetId = sub.targets[k];
+      op.chainVersion = table.chains()[table.chainIndexOf(op.chunkId)].version;
       ops.push_back(op);
     }
     return ops;
@@ -418,6 +631,7 @@ class ClusterClient {
     if (!client) co_return server.lastError ? server.lastError : make_error_code(coio::Errc::closed);
     router_.addLoad(s, ops.size());
     ++server.stats.requests;
+    for (const ReadOp& op : ops) ++targetIos_[op.targetId];
     Answer answer = co_await coio::withTimeout(reactor_, client->batchRead(ops), options_.requestTimeout);
     router_.removeLoad(s, ops.size());
     co_await release(s, std::move(client));
@@ -436,6 +650,7 @@ class ClusterClient {
         ++server.stats.ios;
         server.stats.bytes += o.bytes;
       }
+      server.stats.staleIos += o.status == proto::IoStatus::staleRouting;
     }
     const bool draining = std::any_of(answer->begin(), answer->end(),
                                       [](const ReadOutcome& o) { return o.status == proto::IoStatus::unavailable; });
@@ -453,13 +668,19 @@ class ClusterClient {
   }
 
   // Records a request's answer for its IOs; those to read elsewhere go to
-  // the next round.
+  // the next round, those answered staleRouting wait for batchRead's
+  // refresh (their replica not yet counted as tried).
   void record(Batch& batch, const SubBatch& sub, const Answer& answer) {
     for (std::size_t k = 0; k < sub.ios.size(); ++k) {
       const std::size_t io = sub.ios[k];
       ClusterOutcome& outcome = batch.outcomes[io];
-      batch.tried[io] |= 1u << sub.positions[k];
       const std::uint32_t attempts = outcome.attempts + 1;
+      if (answer && (*answer)[k].status == proto::IoStatus::staleRouting) {
+        outcome = {proto::IoStatus::staleRouting, 0, 0, false, {}, sub.server, attempts};
+        batch.stale.emplace_back(io, sub.positions[k]);
+        continue;
+      }
+      batch.tried[io] |= 1u << sub.positions[k];
       if (!answer) {
         const bool late = answer.error() == std::errc::timed_out;
         outcome = {late ? proto::IoStatus::timedOut : proto::IoStatus::unavailable, 0, 0, false, answer.error(),
@@ -478,15 +699,15 @@ class ClusterClient {
     if (!router_.markCorrupt(sub.targets[k], chunkId)) return;
     ++stats_.corruptReplicas;
     log("coio-storage: chunk " + std::to_string(chunkId) + " of target " + std::to_string(sub.targets[k]) + " on " +
-        servers_[sub.server].address.toString() +
+        servers_.at(sub.server).address.toString() +
         " failed its checksum: a corrupt replica, not read again; reading another replica");
   }
 
-  // Stops using `s` and starts probing it (once).
+  // Stops using `s` and starts probing it (once; not a retired server).
   void markDown(std::size_t s, std::error_code why) {
     Server& server = servers_[s];
     server.lastError = why;
-    if (router_.isDown(s)) return;
+    if (router_.isDown(s) || server.retired) return;
     router_.setDown(s, true);
     ++server.stats.downs;
     ++stats_.failovers;
@@ -505,6 +726,7 @@ class ClusterClient {
     std::chrono::steady_clock::duration backoff = options_.reconnectMin;
     for (;;) {
       if (!co_await reactor_.sleepFor(backoff, {})) break;  // close()
+      if (server.retired) break;  // no longer in the routing: nothing to probe
       backoff = std::min(backoff * 2, options_.reconnectMax);
       if (!server.client || server.client->failure()) {
         coio::Result<std::shared_ptr<Client>> fresh =
@@ -512,6 +734,10 @@ class ClusterClient {
         if (!fresh) {
           server.lastError = fresh.error();
           continue;
+        }
+        if (server.retired) {  // left the routing while connecting
+          co_await (*fresh)->close();
+          break;
         }
         std::shared_ptr<Client> old = std::exchange(server.client, std::move(*fresh));
         co_await release(s, std::move(old));
@@ -527,21 +753,25 @@ class ClusterClient {
     server.probing = false;
   }
 
-  // A one-byte read of the first chunk of `s`'s first target, in time and
-  // not `unavailable` (draining).
+  // A one-byte read of the first chunk of a target of `s` (a serving one
+  // if it has one), in time and not `unavailable` (draining).
   coio::Task<bool> answers(std::size_t s) {
-    for (std::size_t c = 0; c < table_.chains().size(); ++c) {
-      for (const Replica& r : table_.chains()[c].replicas) {
-        if (r.server != s) continue;
-        const ReadOp op{c, 0, kProbeBytes, std::span(probeMemory_).subspan(s * kProbeBytes, kProbeBytes), r.targetId};
-        std::shared_ptr<Client> client = servers_[s].client;
-        Answer answer = co_await coio::withTimeout(reactor_, client->batchRead(std::span(&op, 1)),
-                                                   options_.requestTimeout);
-        co_await release(s, std::move(client));
-        co_return answer && answer->front().status != proto::IoStatus::unavailable;
+    const std::shared_ptr<const RoutedTable> routing = routing_;
+    std::optional<ReadOp> probe;
+    for (std::size_t c = 0; c < routing->table.chains().size(); ++c) {
+      const Chain& chain = routing->table.chains()[c];
+      for (const Replica& r : chain.replicas) {
+        if (routing->slots[r.server] != s || (probe && r.state != ReplicaState::serving)) continue;
+        probe = ReadOp{c, 0, kProbeBytes, probeMemory_, r.targetId, chain.version};
       }
     }
-    co_return false;  // a server with no target: the table never routes to it
+    if (!probe) co_return false;  // a server with no target: the routing never routes to it
+    ++targetIos_[probe->targetId];
+    std::shared_ptr<Client> client = servers_[s].client;
+    Answer answer =
+        co_await coio::withTimeout(reactor_, client->batchRead(std::span(&*probe, 1)), options_.requestTimeout);
+    co_await release(s, std::move(client));
+    co_return answer && answer->front().status != proto::IoStatus::unavailable;
   }
 
   coio::Task<void> connectFirst(std::size_t s) {
@@ -589,13 +819,16 @@ class ClusterClient {
   }
 
   R& reactor_;
-  ChainTable table_;
   ClusterOptions options_;
   ConnectorFactory connectorFor_;
+  std::shared_ptr<const RoutedTable> routing_;  // the routing new rounds use
+  coio::Mutex routingLock_;  // one routing change at a time (updateRouting, refresh)
   ReplicaRouter router_;
-  std::vector<Server> servers_;
-  std::vector<std::byte> probeMemory_;  // one probe byte per server
+  std::deque<Server> servers_;  // by server number; a deque: probes hold references across growth
+  // The probes' landing byte, shared: its content is never read.
+  std::vector<std::byte> probeMemory_;
   std::vector<std::span<std::byte>> memory_;  // registered with every connection
+  std::unordered_map<std::uint32_t, std::uint64_t> targetIos_;  // IOs sent, by target
   ClusterStats stats_;
   coio::AsyncScope probes_;  // one probe task per server marked down
 };

@@ -16,7 +16,7 @@
 namespace storage::proto {
 
 inline constexpr std::uint32_t kMagic = 0x4F494F43;  // the bytes "COIO"
-inline constexpr std::uint16_t kVersion = 3;
+inline constexpr std::uint16_t kVersion = 4;
 inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::uint32_t kMaxPayload = 1u << 20;  // control payloads; data travels outside frames
 inline constexpr std::size_t kIoSize = 40;              // one ReadIo on the wire
@@ -49,6 +49,7 @@ enum class IoStatus : std::int32_t {
   internalError = 7,
   unavailable = 8,        // the server is shutting down: nothing was read, ask another replica
   targetNotFound = 9,     // the server serves no target of that id
+  staleRouting = 10,      // the IO's chainVersion is older than the server's: nothing was read, refresh the routing
 };
 
 /// Why a frame was rejected; carried in Error frames.
@@ -88,6 +89,9 @@ struct ReadIo {
   std::uint32_t length = 0;
   RemoteBuffer remote;  // RDMA only; zero over TCP
   std::uint32_t targetId = 0;  // which of the server's targets holds the chunk (first on the wire)
+  /// The version of the target's chain in the routing the client chose
+  /// the target with; 0: no routing (never stale).
+  std::uint32_t chainVersion = 0;
   friend bool operator==(const ReadIo&, const ReadIo&) = default;
 };
 
@@ -238,7 +242,7 @@ inline void encode(std::vector<std::byte>& out, std::uint64_t requestId, const B
   w.put(static_cast<std::uint32_t>(req.ios.size()));
   for (const ReadIo& io : req.ios) {
     w.put(io.targetId);
-    w.put(std::uint32_t{0});
+    w.put(io.chainVersion);
     w.put(io.chunkId);
     w.put(io.offset);
     w.put(io.length);
@@ -324,7 +328,7 @@ inline coio::Result<BatchReadRequest> decodeBatchReadRequest(std::span<const std
   req.ios.resize(count);
   for (ReadIo& io : req.ios) {
     io.targetId = r.get<std::uint32_t>();
-    if (r.get<std::uint32_t>() != 0) return ProtocolErrc::reservedNotZero;
+    io.chainVersion = r.get<std::uint32_t>();
     io.chunkId = r.get<std::uint64_t>();
     io.offset = r.get<std::uint32_t>();
     io.length = r.get<std::uint32_t>();
@@ -346,7 +350,7 @@ inline coio::Result<BatchReadResponse> decodeBatchReadResponse(std::span<const s
   resp.results.resize(count);
   for (IoResult& res : resp.results) {
     const auto status = r.get<std::int32_t>();
-    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::targetNotFound)) return ProtocolErrc::badStatus;
+    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::staleRouting)) return ProtocolErrc::badStatus;
     res.status = static_cast<IoStatus>(status);
     res.bytes = r.get<std::uint32_t>();
     res.checksum = r.get<std::uint32_t>();

@@ -3,7 +3,9 @@
 #include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
+#include "cluster_status.hpp"
 #include "metrics_http.hpp"
+#include "routing_json.hpp"
 #include "server_metrics.hpp"
 #include "storage_server.hpp"
 #if COIO_STORAGE_RDMA
@@ -43,9 +45,10 @@ constexpr const char* kUsage = R"(usage:
   coio-storage-server init --chains FILE --target ID --dir D [--chunks-per-file K]
       Creates target ID's dataset in D for the chain table FILE (CHAINS.md):
       the chunks of its chain, the same bytes on every replica of the chain.
-  coio-storage-server serve (--dir D | --target ID=DIR...) [--listen 127.0.0.1:9000] [--transport tcp|rdma]
-      [--reactors 1] [--reactor uring|epoll] [--max-batch 256] [--max-batch-bytes 64M]
-      [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M] [--piece-size 128K]
+  coio-storage-server serve (--dir D | --target ID=DIR...) [--chains FILE] [--listen 127.0.0.1:9000]
+      [--transport tcp|rdma] [--reactors 1] [--reactor uring|epoll] [--max-batch 256]
+      [--max-batch-bytes 64M] [--transmit-timeout-ms 10000] [--max-requests 256] [--pool 128M]
+      [--piece-size 128K]
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--send-timeout-ms 10000]
       [--max-connections N] [--tcp-congestion NAME] [--zero-copy-send] [--poison-buffers]
       [--metrics ADDR:PORT] [--stall-threshold-ms N] [--inject-stall-ms N]
@@ -56,6 +59,9 @@ constexpr const char* kUsage = R"(usage:
       pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to
       finish). SIGUSR1 prints a line of figures: "stats: requests=N
       connections=N buffers_in_use=N buffers=N send_timeouts=N".
+      --chains takes each target's chain version from the chain table FILE
+      (CHAINS.md): an IO routed with an older one is answered staleRouting
+      (PROTOCOL.md); without it no IO is stale.
       --metrics serves GET /metrics on ADDR:PORT (HTTP/1.0; port 0: any, as
       printed): the counters, latency histograms and each reactor's loop
       figures in Prometheus' text format; it also times the loops.
@@ -87,6 +93,11 @@ constexpr const char* kUsage = R"(usage:
       picks the device (default: the first with an ACTIVE port),
       --rdma-writes bounds the RDMA WRITEs in flight on it (split between
       the reactors).
+  coio-storage-server routing --chains FILE [--keys]
+      Prints the routing of the chain table FILE (CHAINS.md): its servers,
+      targets and chains with their states and versions; with --keys, one
+      line per record instead, "KEY JSON", as a cluster manager stores them
+      (CHAINS.md, "Routing in a cluster manager").
 )";
 
 int usage(const char* problem = nullptr) {
@@ -198,6 +209,7 @@ struct ServeSettings {
   std::optional<coio::SocketAddress> metrics;  // --metrics
   std::chrono::milliseconds stallThreshold{0};  // --stall-threshold-ms; 0: no stall report
   std::chrono::milliseconds injectStall{0};     // --inject-stall-ms; 0: SIGUSR2 is not taken
+  std::optional<storage::ChainTable> routing;   // --chains: the targets' chain versions
 #if COIO_STORAGE_RDMA
   std::string rdmaDevice;
   std::size_t rdmaWrites = 256;
@@ -258,6 +270,7 @@ coio::Task<void> openShard(R& reactor, const ServeSettings& settings,
                            coio::Result<std::unique_ptr<storage::StorageServer<R>>>& out, std::string& problem) {
   out = storage::StorageServer<R>::open(reactor, settings.targets, settings.server);
   if (!out) problem = "cannot open the targets' data files: " + out.error().message();
+  if (out && settings.routing) (*out)->updateRouting(*settings.routing);
 #if COIO_STORAGE_RDMA
   if (out && settings.device) {
     const std::size_t writes = (settings.rdmaWrites + settings.reactors - 1) / settings.reactors;
@@ -517,6 +530,14 @@ int serve(const Options& options) {
       settings.targets.push_back({0, value});
     } else if (name == "--target" && (target = parseTarget(value))) {
       settings.targets.push_back(*target);
+    } else if (name == "--chains") {
+      std::string why;
+      coio::Result<storage::ChainTable> table = storage::ChainTable::load(value, &why);
+      if (!table) {
+        std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+        return 1;
+      }
+      settings.routing = std::move(*table);
     } else if (name == "--listen") {
       listen = value;
     } else if (name == "--transport") {
@@ -631,16 +652,52 @@ int serve(const Options& options) {
 
 }  // namespace
 
+// routing --chains FILE [--keys]: the table as people or a cluster manager read it.
+int routing(const Options& options) {
+  std::string chains;
+  bool keys = false;
+  for (const auto& [name, value] : options) {
+    if (name == "--chains") {
+      chains = value;
+    } else if (name == "--keys") {
+      keys = true;
+    } else {
+      return usage(("unknown option " + name + " for routing").c_str());
+    }
+  }
+  if (chains.empty()) return usage("routing needs --chains FILE");
+  std::string why;
+  const coio::Result<storage::ChainTable> table = storage::ChainTable::load(chains, &why);
+  if (!table) {
+    std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+    return 1;
+  }
+  if (!keys) {
+    std::fputs(storage::clusterStatus(*table).c_str(), stdout);
+    return 0;
+  }
+  const storage::RoutingRecords records = table->records();
+  std::printf("%s %s\n", storage::datasetKey().c_str(), storage::toJson(records.dataset).c_str());
+  for (const storage::ServerRecord& server : records.servers) {
+    std::printf("%s %s\n", storage::serverKey(server.name).c_str(), storage::toJson(server).c_str());
+  }
+  for (const storage::ChainRecord& chain : records.chains) {
+    std::printf("%s %s\n", storage::chainKey(chain.id).c_str(), storage::toJson(chain).c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) return usage("missing command: init or serve");
+  if (argc < 2) return usage("missing command: init, serve or routing");
   const std::string_view command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") return usage();
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--help") return usage();
   }
-  const auto options = parseOptions(argc, argv, {"--buffered", "--zero-copy-send", "--poison-buffers"});
+  const auto options = parseOptions(argc, argv, {"--buffered", "--zero-copy-send", "--poison-buffers", "--keys"});
   if (!options) return usage("options are --name value pairs");
   if (command == "init") return init(*options);
   if (command == "serve") return serve(*options);
+  if (command == "routing") return routing(*options);
   return usage(("unknown command " + std::string(command)).c_str());
 }

@@ -40,6 +40,7 @@ inline void addStats(ServerStats& sum, const ServerStats& shard) noexcept {
   sum.idleTimeouts += shard.idleTimeouts;
   sum.refusedConnections += shard.refusedConnections;
   sum.acceptErrors += shard.acceptErrors;
+  sum.staleIos += shard.staleIos;
   sum.connections += shard.connections;
   sum.transmitting += shard.transmitting;
   sum.maxTransmitting = std::max(sum.maxTransmitting, shard.maxTransmitting);
@@ -97,6 +98,8 @@ inline std::string renderMetrics(const std::vector<ShardSnapshot>& shards) {
   server("storage_refused_connections_total", "counter", "Connections closed at once over --max-connections.",
          all.server.refusedConnections);
   server("storage_accept_errors_total", "counter", "Failed accepts (each backs off 10 ms).", all.server.acceptErrors);
+  server("storage_stale_routing_ios_total", "counter", "IOs answered staleRouting: routed with an older chain version.",
+         all.server.staleIos);
   server("storage_connections", "gauge", "Connections open.", all.server.connections);
   server("storage_transmitting", "gauge", "Requests whose data is being sent.", all.server.transmitting);
   server("storage_read_buffers_in_use", "gauge", "Read buffers held by requests.", all.buffersInUse);

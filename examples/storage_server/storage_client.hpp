@@ -34,13 +34,16 @@ namespace storage {
 
 /// One IO of a batchRead: `length` bytes at `offset` of chunk `chunkId` on
 /// the server's target `targetId`, delivered into `into` (at least `length`
-/// bytes, valid until batchRead returns).
+/// bytes, valid until batchRead returns). `chainVersion`: the version of the
+/// target's chain in the routing that chose it (PROTOCOL.md; 0: no routing,
+/// never stale).
 struct ReadOp {
   std::uint64_t chunkId = 0;
   std::uint32_t offset = 0;
   std::uint32_t length = 0;
   std::span<std::byte> into;
   std::uint32_t targetId = 0;
+  std::uint32_t chainVersion = 0;
 };
 
 /// One IO's outcome: the server's status, byte count and checksum, and
@@ -150,7 +153,7 @@ class ClientConnection {
       if (op.into.size() < op.length) co_return coio::Errc::invalidArgument;
       coio::Result<proto::RemoteBuffer> remote = channel_->remoteBuffer(op.into.first(op.length));
       if (!remote) co_return remote.error();
-      request.ios.push_back({op.chunkId, op.offset, op.length, *remote, op.targetId});
+      request.ios.push_back({op.chunkId, op.offset, op.length, *remote, op.targetId, op.chainVersion});
     }
     // The caller's stop (the token its task runs under: a collectAny it
     // lost, a withTimeout deadline) ends the call as its own timeout does.

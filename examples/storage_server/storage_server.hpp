@@ -2,6 +2,7 @@
 // The storage server of one reactor: serves BatchReadRequests (PROTOCOL.md)
 // from its targets (chunk stores) over TCP or RDMA (a Transport). A multi-reactor server
 // runs one per reactor and lets one of them accept for all (serve()).
+#include "chain_table.hpp"
 #include "channel.hpp"
 #include "chunk_store.hpp"
 #include "crc32c.hpp"
@@ -113,6 +114,8 @@ struct ServerStats {
   std::uint64_t refusedConnections = 0;
   /// Failed accepts (e.g. EMFILE), each followed by a 10 ms back-off (on the accepting shard).
   std::uint64_t acceptErrors = 0;
+  /// IOs answered staleRouting: their chain version was older than the server's.
+  std::uint64_t staleIos = 0;
   std::size_t connections = 0;
   std::size_t transmitting = 0;      ///< requests between grant and the end of their data
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
@@ -182,6 +185,10 @@ struct ServerLatencies {
 ///   see the connection close). It resumes once all is done and must
 ///   complete before the server is destroyed.
 /// - The transport is TCP unless useTransport() set another (RDMA).
+/// - Routing (PROTOCOL.md, "Chain versions"): each target knows the version
+///   of its chain, 0 (unknown) until updateRouting() says otherwise; an IO
+///   that names an older, non-zero version is answered `staleRouting`, not
+///   read. A multi-reactor server is fed on each shard.
 template <coio::Reactor R>
 class StorageServer {
  public:
@@ -245,6 +252,18 @@ class StorageServer {
   const std::string& note() const noexcept { return note_; }
   /// The read-buffer pool's whole mapping (to register it for RDMA).
   std::span<std::byte> bufferMemory() const noexcept { return {pool_.data(), pool_.size()}; }
+  /// Takes each served target's chain version from `routing` (a target it
+  /// does not list: 0, never stale). Loop thread; requests decoded from
+  /// now on are checked against it.
+  void updateRouting(const ChainTable& routing) {
+    for (Target& t : targets_) t.chainVersion = routing.chainVersionOfTarget(t.id).value_or(0);
+  }
+  /// The chain version target `targetId` knows (0: unknown); nullopt if not served.
+  std::optional<std::uint32_t> chainVersion(std::uint32_t targetId) const noexcept {
+    const Target* target = findTarget(targetId);
+    if (target == nullptr) return std::nullopt;
+    return target->chainVersion;
+  }
   /// Serves new connections over `transport` (before serve()/adopt()).
   void useTransport(std::unique_ptr<Transport<R>> transport) { transport_ = std::move(transport); }
   const Transport<R>& transport() const noexcept { return *transport_; }
@@ -287,6 +306,7 @@ class StorageServer {
     std::uint32_t id;
     ChunkStoreIndex index;
     std::vector<coio::File> files;
+    std::uint32_t chainVersion = 0;  // of its chain, as last routed (updateRouting); 0: unknown
   };
 
   const Target* findTarget(std::uint32_t id) const noexcept {
@@ -298,7 +318,7 @@ class StorageServer {
     coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(spec.dir);
     if (!index) return index.error();
     if (index->layout.chunkSize % 4096 != 0) return coio::Errc::invalidArgument;
-    Target target{spec.id, std::move(*index), {}};
+    Target target{spec.id, std::move(*index), {}, 0};
     for (std::uint32_t f = 0; f < target.index.layout.files(); ++f) {
       const std::string path = ChunkStoreLayout::dataFileName(spec.dir, f);
       coio::Result<coio::File> file = coio::File::open(disk_, path.c_str(), {.direct = options_.directIo});
@@ -631,7 +651,7 @@ class StorageServer {
   // Validates every IO: ok, or the IO's own error status. Records each
   // valid IO's target in `plans`.
   std::vector<proto::IoResult> validate(const proto::BatchReadRequest& request, const Channel<R>& channel,
-                                        std::vector<IoPlan>& plans) const {
+                                        std::vector<IoPlan>& plans) {
     std::vector<proto::IoResult> results(request.ios.size());
     if (stopping_) {
       for (proto::IoResult& r : results) r.status = proto::IoStatus::unavailable;
@@ -643,6 +663,9 @@ class StorageServer {
       const Target* target = findTarget(io.targetId);
       if (target == nullptr) {
         results[i].status = proto::IoStatus::targetNotFound;
+      } else if (io.chainVersion != 0 && io.chainVersion < target->chainVersion) {
+        results[i].status = proto::IoStatus::staleRouting;
+        ++stats_.staleIos;
       } else if (!target->index.layout.holds(io.chunkId)) {
         results[i].status = proto::IoStatus::chunkNotFound;
       } else if (std::uint64_t{io.offset} + io.length > target->index.layout.chunkSize) {

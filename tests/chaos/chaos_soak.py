@@ -170,10 +170,11 @@ class Soak:
         s.connect(("127.0.0.1", self.ports["C"]))
         requested = 0
         for rid in range(1, 9):
+            # Each IO: target 31, chain version 0 (no routing: never stale), chunk, offset, length, remote.
             ios = b"".join(struct.pack("<IIQIIQII", 31, 0, 1 + 3 * ((rid * 64 + i) % (CHUNKS // 3)), 0, CHUNK, 0, 0, 0)
                            for i in range(64))
             payload = struct.pack("<BBHI", 1, 1, 0, 64) + ios
-            s.sendall(struct.pack("<IHHQII", 0x4F494F43, 3, 1, rid, len(payload), 0) + payload)
+            s.sendall(struct.pack("<IHHQII", 0x4F494F43, 4, 1, rid, len(payload), 0) + payload)  # protocol version 4
             requested += 64 * CHUNK
         time.sleep(SEND_TIMEOUT_MS / 1000 * 1.25 + 1.5)
         s.settimeout(3.0)

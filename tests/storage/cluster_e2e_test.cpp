@@ -54,7 +54,8 @@ struct Cluster {
   static constexpr std::size_t kServers = S::rdma ? 2 : 3;
   static constexpr std::uint64_t kChunks = 20 * kServers;
 
-  Cluster() : arena(8u << 20) {
+  // `firstRouting`: the chain versions server 0 starts with (none: it knows none).
+  explicit Cluster(const storage::ChainTable* firstRouting = nullptr) : arena(8u << 20) {
     std::vector<std::uint16_t> placeholders;
     for (std::size_t s = 0; s < kServers; ++s) placeholders.push_back(static_cast<std::uint16_t>(1 + s));
     // The chunks of a target depend on its chain, not on addresses.
@@ -64,7 +65,7 @@ struct Cluster {
         dirs.emplace(t.id, std::make_unique<storage::testing::TempDir>(*shape.targetLayout(t.id, 8)));
       }
     }
-    for (std::size_t s = 0; s < kServers; ++s) start(s, 0);
+    for (std::size_t s = 0; s < kServers; ++s) start(s, 0, s == 0 ? firstRouting : nullptr);
     std::vector<std::uint16_t> ports;
     for (const auto& server : servers) ports.push_back(server.port());
     std::string why;
@@ -100,17 +101,28 @@ struct Cluster {
     return {{firstTarget(s), dirOf(firstTarget(s))}, {secondTarget(s), dirOf(secondTarget(s))}};
   }
 
-  // Starts server `s` on `port` (0: any; a restart takes its old one).
-  void start(std::size_t s, std::uint16_t port) {
+  // Starts server `s` on `port` (0: any; a restart takes its old one),
+  // with `routing`'s chain versions if given.
+  void start(std::size_t s, std::uint16_t port, const storage::ChainTable* routing = nullptr) {
     storage::ServerOptions o;
     o.pieceSize = 16 * 1024;
     o.poolBytes = 4u << 20;
-    servers[s].template start<R>(targetsOf(s), o, port, S::rdma);
+    servers[s].template start<R>(targetsOf(s), o, port, S::rdma, routing);
   }
   void restart(std::size_t s) {
     const std::uint16_t port = servers[s].port();
     servers[s].kill();
     start(s, port);
+  }
+  // The table (any ports: versions go by target) with chain 1 (targets 1
+  // on server 0, 12 on server 1) moved on to version 3: target 12 went
+  // offline and came back.
+  static storage::ChainTable chainOneAtVersion3() {
+    std::vector<std::uint16_t> ports;
+    for (std::size_t s = 0; s < kServers; ++s) ports.push_back(static_cast<std::uint16_t>(1 + s));
+    storage::ChainTable t = *storage::ChainTable::parse(tableText(ports), "newer");
+    t = t.withChain(storage::markTargetOffline(t.chainRecord(0), 12)).value();
+    return t.withChain(storage::markTargetServing(t.chainRecord(0), 12)).value();
   }
 
   // Fast failure handling, and the log captured.
@@ -423,6 +435,194 @@ TEMPLATE_LIST_TEST_CASE("StorageClient: a batchRead whose task is stopped ends a
     CHECK(storage::matchesChunkBytes(0, 0, op.into));
     co_await (*client)->close();
   }(f));
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: targets marked offline get no IO, their chains read from the others; serving "
+                        "again, they are read again",
+                        "[storage][cluster][routing]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(client.iosSentTo(1) > 0);  // target 1: chain 1 on server 0
+    CHECK(client.iosSentTo(2) > 0);  // target 2: chain 3 on server 0
+    // Both of server 0's targets offline: it has nothing to serve.
+    storage::ChainTable offline = client.table();
+    offline = offline.withChain(storage::markTargetOffline(offline.chainRecord(0), 1)).value();
+    offline = offline.withChain(storage::markTargetOffline(offline.chainRecord(2), 2)).value();
+    co_await client.updateRouting(offline);
+    CHECK(client.stats().routingUpdates == 1);
+    CHECK(client.table().chains()[0].version == 2);
+    const std::uint64_t sent1 = client.iosSentTo(1), sent2 = client.iosSentTo(2);
+    const std::uint64_t requests0 = client.serverStats(0).requests;
+    (void)co_await f.readAll(client, wholeChunks(0, 2 * kChunks, kChunks));
+    CHECK(client.iosSentTo(1) == sent1);
+    CHECK(client.iosSentTo(2) == sent2);
+    CHECK(client.serverStats(0).requests == requests0);
+    // The same routing again changes nothing.
+    co_await client.updateRouting(offline);
+    CHECK(client.stats().routingUpdates == 1);
+    storage::ChainTable back = offline.withChain(storage::markTargetServing(offline.chainRecord(0), 1)).value();
+    back = back.withChain(storage::markTargetServing(back.chainRecord(2), 2)).value();
+    co_await client.updateRouting(back);
+    CHECK(client.stats().routingUpdates == 2);
+    (void)co_await f.readAll(client, wholeChunks(0, 2 * kChunks, kChunks));
+    CHECK(client.iosSentTo(1) > sent1);
+    CHECK(client.iosSentTo(2) > sent2);
+    CHECK(client.stats().failedIos == 0);
+    CHECK(client.stats().retries == 0);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: a chain with no serving target fails its IOs unsent (noServingTarget); the rest "
+                        "are read",
+                        "[storage][cluster][routing]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    storage::ChainTable dead = client.table();  // chain 1: targets 1 and 12
+    dead = dead.withChain(storage::markTargetOffline(dead.chainRecord(0), 1)).value();
+    dead = dead.withChain(storage::markTargetOffline(dead.chainRecord(0), 12)).value();
+    co_await client.updateRouting(dead);
+    std::vector<ReadOp> ios = wholeChunks(0, kChunks, kChunks);
+    for (ReadOp& op : ios) op.into = f.buffer(op.length);
+    const std::vector<ClusterOutcome> outcomes = co_await client.batchRead(ios);
+    for (std::size_t i = 0; i < ios.size(); ++i) {
+      INFO("chunk " << ios[i].chunkId);
+      if (ios[i].chunkId % Cluster<TestType>::kServers == 0) {
+        CHECK(outcomes[i].status == IoStatus::unavailable);
+        CHECK(outcomes[i].error == storage::ClusterErrc::noServingTarget);
+        CHECK(outcomes[i].attempts == 0);
+      } else {
+        CHECK(outcomes[i].ok());
+      }
+    }
+    CHECK(client.iosSentTo(1) == 0);
+    CHECK(client.iosSentTo(12) == 0);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: a server that knows a newer chain version answers staleRouting; the client "
+                        "refreshes through its refresher and the batch succeeds",
+                        "[storage][cluster][routing]", Setups) {
+  // Chain 1 moved on to version 3; server 0 knows it, the client not.
+  const storage::ChainTable versions = Cluster<TestType>::chainOneAtVersion3();
+  Cluster<TestType> f(&versions);
+  storage::ChainTable newer = f.table;
+  newer = newer.withChain(storage::markTargetOffline(newer.chainRecord(0), 12)).value();
+  newer = newer.withChain(storage::markTargetServing(newer.chainRecord(0), 12)).value();
+  REQUIRE(newer.chains()[0].version == 3);
+  int fetched = 0;
+  storage::ClusterOptions o = f.options();
+  o.refreshRouting = [&newer, &fetched]() -> Task<Result<storage::ChainTable>> {
+    ++fetched;
+    co_return newer;
+  };
+  f.run(o, [&f, &fetched](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    // Two batches at once: both see chain 1 stale, one refresh serves both.
+    auto [first, second] = co_await coio::collectAll(f.readAll(client, wholeChunks(0, kChunks, kChunks)),
+                                                     f.readAll(client, wholeChunks(0, kChunks, kChunks)));
+    CHECK(first.size() == kChunks);
+    CHECK(second.size() == kChunks);
+    CHECK(fetched == 1);
+    CHECK(client.stats().routingRefreshes == 1);
+    CHECK(client.stats().routingUpdates == 1);
+    CHECK(client.stats().staleRoutingRetries > 0);
+    CHECK(client.serverStats(0).staleIos == client.stats().staleRoutingRetries);
+    CHECK(client.table().chains()[0].version == 3);
+    CHECK(client.stats().failedIos == 0);
+    // On the fresh routing nothing is stale.
+    const std::uint64_t stale = client.serverStats(0).staleIos;
+    const std::uint64_t sent = client.iosSentTo(1);
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(client.serverStats(0).staleIos == stale);
+    CHECK(client.iosSentTo(1) > sent);
+    CHECK(fetched == 1);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: a refresher that cannot give a fresh routing costs a bounded number of tries, "
+                        "then the other replica is read",
+                        "[storage][cluster][routing]", Setups) {
+  const storage::ChainTable versions = Cluster<TestType>::chainOneAtVersion3();
+  Cluster<TestType> f(&versions);
+  int fetched = 0;
+  storage::ClusterOptions o = f.options();
+  o.maxRoutingRefreshes = 2;
+  o.refreshRouting = [&f, &fetched]() -> Task<Result<storage::ChainTable>> {
+    ++fetched;
+    co_return f.table;  // as stale as before
+  };
+  f.run(o, [&f, &fetched](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    const std::vector<ClusterOutcome> outcomes = co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(fetched == 2);
+    CHECK(client.stats().routingUpdates == 0);
+    for (const ClusterOutcome& o : outcomes) {
+      if (o.server == 0) CHECK(o.attempts == 1);  // chain 3's IOs: target 2 has no newer version
+    }
+    CHECK(client.serverStats(0).staleIos > 0);
+    CHECK(client.stats().failedIos == 0);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: a refresher that does not answer (a manager unreachable) costs the request "
+                        "deadline, then the other replica is read",
+                        "[storage][cluster][routing]", Setups) {
+  const storage::ChainTable versions = Cluster<TestType>::chainOneAtVersion3();
+  Cluster<TestType> f(&versions);
+  int fetched = 0;
+  storage::ClusterOptions o = f.options();
+  o.requestTimeout = 500ms;
+  o.refreshRouting = [&f, &fetched]() -> Task<Result<storage::ChainTable>> {
+    ++fetched;
+    co_await f.reactor.sleepFor(1h);  // stopped by the deadline
+    co_return f.table;
+  };
+  f.run(o, [&f, &fetched](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    const Clock::time_point start = Clock::now();
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(Clock::now() - start < 500ms + kSlack);
+    CHECK(fetched == 1);
+    CHECK(client.stats().routingRefreshes == 0);
+    CHECK(client.stats().failedIos == 0);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: a server no longer named gets no request and its connection closes once idle; "
+                        "named again, it is connected and read",
+                        "[storage][cluster][routing]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    // Server 2 leaves: chains 2 and 3 lose its targets (22, 21).
+    storage::RoutingRecords records = f.table.records();
+    for (storage::ChainRecord& chain : records.chains) {
+      std::erase_if(chain.targets, [](const storage::TargetRecord& t) { return t.id == 21 || t.id == 22; });
+      ++chain.version;
+    }
+    records.servers.pop_back();
+    std::string why;
+    const Result<storage::ChainTable> without = storage::ChainTable::assemble(records, &why);
+    INFO(why);
+    REQUIRE(without);
+    CHECK(client.isConnected(2));
+    co_await client.updateRouting(*without);
+    CHECK_FALSE(client.isConnected(2));
+    const std::uint64_t requests2 = client.serverStats(2).requests;
+    (void)co_await f.readAll(client, wholeChunks(0, 2 * kChunks, kChunks));
+    CHECK(client.serverStats(2).requests == requests2);
+    // Back: the same server number, connected again, read again.
+    co_await client.updateRouting(f.table);
+    CHECK(client.servers() == Cluster<TestType>::kServers);
+    CHECK(client.isConnected(2));
+    (void)co_await f.readAll(client, wholeChunks(0, 2 * kChunks, kChunks));
+    CHECK(client.serverStats(2).requests > requests2);
+    CHECK(client.stats().failedIos == 0);
+  });
 }
 
 #endif  // !COIO_E2E_RDMA

@@ -69,11 +69,13 @@ inline std::string rdmaDeviceName() {
 
 /// In a forked child, with its own reactor (and RDMA device): serves
 /// `targets` with `options` on 127.0.0.1:`port` (0: any) over TCP, or RDMA
-/// if `rdma`, writes the port it bound to `ready`, then serves until
-/// killed. Never returns; no Catch2 here (exit codes say where it failed).
+/// if `rdma`, with the chain versions of `routing` (if given), writes the
+/// port it bound to `ready`, then serves until killed. Never returns; no
+/// Catch2 here (exit codes say where it failed).
 template <typename R>
 [[noreturn]] void serveInChild(const std::vector<storage::TargetSpec>& targets, storage::ServerOptions options,
-                               std::uint16_t port, bool rdma, int ready, pid_t parent) {
+                               std::uint16_t port, bool rdma, const storage::ChainTable* routing, int ready,
+                               pid_t parent) {
   // Dies with the test, however the test ends (a timeout's SIGTERM included).
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
 #if COIO_E2E_RDMA
@@ -85,6 +87,7 @@ template <typename R>
   R reactor;
   auto server = storage::StorageServer<R>::open(reactor, targets, options);
   if (!server) ::_exit(3);
+  if (routing != nullptr) (*server)->updateRouting(*routing);
 #if COIO_E2E_RDMA
   if (rdma) {
     auto transport = storage::RdmaTransport<R>::create(reactor, **device, (*server)->bufferMemory(), 256);
@@ -112,11 +115,11 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
   ~ServerProcess() { kill(); }
 
-  /// Starts it and waits (blocking, up to 10 s) until it listens; the
-  /// test fails if it does not.
+  /// Starts it (with `routing`'s chain versions, if given) and waits
+  /// (blocking, up to 10 s) until it listens; the test fails if it does not.
   template <typename R>
   void start(const std::vector<storage::TargetSpec>& targets, storage::ServerOptions options, std::uint16_t port,
-             bool rdma) {
+             bool rdma, const storage::ChainTable* routing = nullptr) {
     REQUIRE(pid_ == 0);
     int fds[2];
     REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
@@ -125,7 +128,7 @@ class ServerProcess {
     REQUIRE(child >= 0);
     if (child == 0) {
       ::close(fds[0]);
-      serveInChild<R>(targets, options, port, rdma, fds[1], parent);
+      serveInChild<R>(targets, options, port, rdma, routing, fds[1], parent);
     }
     ::close(fds[1]);
     pollfd ready{fds[0], POLLIN, 0};

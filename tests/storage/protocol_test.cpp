@@ -45,7 +45,7 @@ TEST_CASE("The header is little-endian with the documented layout", "[protocol]"
   std::vector<std::byte> frame;
   encodeEmpty(frame, MessageType::transmitGrant, 0x0102030405060708);
   REQUIRE(frame.size() == kHeaderSize);
-  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 3, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 4, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                                                0,   0,   0,   0,   0, 0, 0, 0};
   CHECK(std::memcmp(frame.data(), expected, kHeaderSize) == 0);
 }
@@ -92,7 +92,8 @@ TEST_CASE("Bad headers are rejected with a reason", "[protocol]") {
   CHECK(corrupt(0, 'X') == ProtocolErrc::badMagic);
   CHECK(corrupt(4, 1) == ProtocolErrc::unsupportedVersion);  // a version 1 peer
   CHECK(corrupt(4, 2) == ProtocolErrc::unsupportedVersion);  // a version 2 peer: its IOs name no target
-  CHECK(corrupt(4, 4) == ProtocolErrc::unsupportedVersion);
+  CHECK(corrupt(4, 3) == ProtocolErrc::unsupportedVersion);  // a version 3 peer: its IOs carry no chain version
+  CHECK(corrupt(4, 5) == ProtocolErrc::unsupportedVersion);
   CHECK(corrupt(6, 0) == ProtocolErrc::unknownType);
   CHECK(corrupt(6, 77) == ProtocolErrc::unknownType);
   CHECK(corrupt(20, 1) == ProtocolErrc::reservedNotZero);
@@ -121,14 +122,14 @@ TEST_CASE("Request bodies: IO count limit, checksum mode and reserved bytes are 
   CHECK(decodeBatchReadRequest(payloadOf(copy), 0xFFFFFFFFu).error() == ProtocolErrc::truncated);
 }
 
-TEST_CASE("An IO is 40 bytes: target id, reserved, chunk id, offset, length, remote buffer", "[protocol]") {
+TEST_CASE("An IO is 40 bytes: target id, chain version, chunk id, offset, length, remote buffer", "[protocol]") {
   BatchReadRequest req;
   req.ios.push_back({0x1122334455667788, 0x01020304, 0x0A0B0C0D, {0x8877665544332211, 0x10203040, 0x50607080},
-                     0xDEADBEEF});
+                     0xDEADBEEF, 0xCAFEF00D});
   std::vector<std::byte> frame;
   encode(frame, 1, req);
   REQUIRE(frame.size() == kHeaderSize + 8 + 40);
-  const unsigned char io[40] = {0xEF, 0xBE, 0xAD, 0xDE, 0,    0,    0,    0,                    // target, reserved
+  const unsigned char io[40] = {0xEF, 0xBE, 0xAD, 0xDE, 0x0D, 0xF0, 0xFE, 0xCA,                 // target, chain version
                                 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,                 // chunk id
                                 0x04, 0x03, 0x02, 0x01, 0x0D, 0x0C, 0x0B, 0x0A,                 // offset, length
                                 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,                 // remote.addr
@@ -137,23 +138,25 @@ TEST_CASE("An IO is 40 bytes: target id, reserved, chunk id, offset, length, rem
   auto back = decodeBatchReadRequest(payloadOf(frame), 256);
   REQUIRE(back);
   CHECK(back->ios == req.ios);
-  for (std::size_t at = 4; at < 8; ++at) {  // the reserved word after the target id
-    auto copy = frame;
-    copy[kHeaderSize + 8 + at] = std::byte{1};
-    CHECK(decodeBatchReadRequest(payloadOf(copy), 256).error() == ProtocolErrc::reservedNotZero);
-  }
+  CHECK(back->ios[0].chainVersion == 0xCAFEF00D);
+  // Any chain version is well-formed (0: a client without routing); whether it is stale is the server's call.
+  auto copy = frame;
+  for (std::size_t at = 4; at < 8; ++at) copy[kHeaderSize + 8 + at] = std::byte{0};
+  back = decodeBatchReadRequest(payloadOf(copy), 256);
+  REQUIRE(back);
+  CHECK(back->ios[0].chainVersion == 0);
   CHECK(kMaxIosPerFrame == (kMaxPayload - 8) / 40);
 }
 
-TEST_CASE("Statuses 0 to 9 decode; 10 is a protocol error", "[protocol]") {
-  for (std::int32_t status = 0; status <= 10; ++status) {
+TEST_CASE("Statuses 0 to 10 decode; 11 is a protocol error", "[protocol]") {
+  for (std::int32_t status = 0; status <= 11; ++status) {
     BatchReadResponse resp;
     resp.results.push_back({IoStatus::ok, 0, 0});
     std::vector<std::byte> frame;
     encode(frame, 1, resp);
     frame[kHeaderSize + 8] = static_cast<std::byte>(status);
     auto back = decodeBatchReadResponse(payloadOf(frame), 1);
-    if (status <= 9) {
+    if (status <= 10) {
       REQUIRE(back);
       CHECK(back->results[0].status == static_cast<IoStatus>(status));
     } else {
@@ -161,6 +164,7 @@ TEST_CASE("Statuses 0 to 9 decode; 10 is a protocol error", "[protocol]") {
     }
   }
   CHECK(static_cast<int>(IoStatus::targetNotFound) == 9);
+  CHECK(static_cast<int>(IoStatus::staleRouting) == 10);
 }
 
 TEST_CASE("The granted flag is the request's second byte", "[protocol]") {

@@ -397,6 +397,40 @@ TEMPLATE_LIST_TEST_CASE("a server serves several targets: each IO reads its own;
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("chain versions: an IO routed with an older one is answered staleRouting, unread; 0 never is",
+                        "[storage][e2e]", Setups) {
+  const storage::ChunkStoreLayout seven{3, 8192, 2};
+  Fixture<TestType> f(Fixture<TestType>::small(), 64, {kChunks, kChunkSize, 5}, {{7, seven}});
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    CHECK(fx.server->chainVersion(0) == 0u);  // no routing yet: never stale
+    CHECK_FALSE(fx.server->chainVersion(99));
+    // Target 7's chain at version 3 (a table whose chain 5 holds it, bumped twice); target 0 in no chain.
+    storage::ChainTable routing = *storage::ChainTable::parse(
+        "coio-chains 1\nchunks 3\nchunk-size 8K\nchain 5 127.0.0.1:1/7 127.0.0.1:2/8\n", "routing");
+    routing = *routing.withChain(storage::markTargetOffline(routing.chainRecord(0), 8));
+    routing = *routing.withChain(storage::markTargetServing(routing.chainRecord(0), 8));
+    fx.server->updateRouting(routing);
+    CHECK(fx.server->chainVersion(7) == 3u);
+    CHECK(fx.server->chainVersion(0) == 0u);
+    auto client = co_await fx.client();
+    std::vector<ReadOp> ios = {
+        {1, 0, 100, {}, 7, 2},  // older: stale
+        {1, 0, 100, {}, 7, 3},  // the server's
+        {1, 0, 100, {}, 7, 4},  // newer (the server lags): served
+        {1, 0, 100, {}, 7, 0},  // no routing: served
+        {1, 0, 100, {}, 0, 9},  // a target whose chain the server does not know: served
+        {1, 0, 100, {}, 99, 1}, // no such target: that comes first
+    };
+    const std::vector<ReadOutcome> outcomes = co_await readAndCheck(fx, *client, ios);
+    CHECK(outcomes[0].status == IoStatus::staleRouting);
+    CHECK(outcomes[0].bytes == 0);
+    for (std::size_t i = 1; i < 5; ++i) CHECK(outcomes[i].status == IoStatus::ok);
+    CHECK(outcomes[5].status == IoStatus::targetNotFound);
+    CHECK(fx.server->stats().staleIos == 1);
+    co_await client->close();
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other clients keep being served",
                         "[storage][e2e]", Setups) {
   using storage::proto::ProtocolErrc;
@@ -419,14 +453,18 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
     truncated.resize(storage::proto::kHeaderSize + 8 + storage::proto::kIoSize);
     std::vector<std::byte> unexpectedGrant;
     storage::proto::encodeEmpty(unexpectedGrant, storage::proto::MessageType::transmitGrant, 77);
-    const std::vector<std::pair<std::vector<std::byte>, ProtocolErrc>> cases = {
-        {header(0x12345678, 1, 0), ProtocolErrc::badMagic},
-        {header(storage::proto::kMagic, 9, 0), ProtocolErrc::unknownType},
-        {header(storage::proto::kMagic, 1, 0xFFFFFFFF), ProtocolErrc::payloadTooLarge},
-        {truncated, ProtocolErrc::truncated},
-        {unexpectedGrant, ProtocolErrc::unexpectedMessage},
+    std::vector<std::byte> versionThree = requestFrame(5, {{1, 0, 10, {}}});
+    versionThree[4] = std::byte{3};  // a version 3 peer: its IOs carry no chain version
+    // Each frame, the error it gets, and the requestId the Error frame carries.
+    const std::vector<std::tuple<std::vector<std::byte>, ProtocolErrc, std::uint64_t>> cases = {
+        {header(0x12345678, 1, 0), ProtocolErrc::badMagic, 0},
+        {header(storage::proto::kMagic, 9, 0), ProtocolErrc::unknownType, 42},
+        {header(storage::proto::kMagic, 1, 0xFFFFFFFF), ProtocolErrc::payloadTooLarge, 42},
+        {truncated, ProtocolErrc::truncated, 9},
+        {unexpectedGrant, ProtocolErrc::unexpectedMessage, 77},
+        {versionThree, ProtocolErrc::unsupportedVersion, 5},
     };
-    for (const auto& [bytes, expected] : cases) {
+    for (const auto& [bytes, expected, id] : cases) {
       auto raw = co_await fx.channel();
       co_await sendRaw(*raw, bytes);
       Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
@@ -435,7 +473,7 @@ TEMPLATE_LIST_TEST_CASE("bad frames get an Error frame and a close; other client
       Result<storage::proto::ErrorFrame> error = storage::proto::decodeError(frame->payload);
       REQUIRE(error);
       CHECK(error->code == expected);
-      CHECK(frame->header.requestId == (expected == ProtocolErrc::badMagic ? 0u : expected == ProtocolErrc::truncated ? 9u : expected == ProtocolErrc::unexpectedMessage ? 77u : 42u));
+      CHECK(frame->header.requestId == id);
       Result<storage::IncomingFrame> after = co_await readRaw(*raw);
       CHECK(after.error() == coio::Errc::eof);  // and then it closes
       co_await raw->close();

@@ -16,12 +16,12 @@ int main(int argc, char** argv) {
   };
   std::vector<std::byte> f;
   BatchReadRequest req{ChecksumMode::crc32c, true,
-                       {{1, 0, 4096, {}, 0}, {2, 512, 100, {0x7f0000001000, 4096, 77}, 0x10203}}};
+                       {{1, 0, 4096, {}, 0, 0}, {2, 512, 100, {0x7f0000001000, 4096, 77}, 0x10203, 7}}};
   encode(f, 1, req);
   write("batch_read_request", f);
   f.clear();
   encode(f, 2, BatchReadResponse{{{IoStatus::ok, 4096, 0x1234}, {IoStatus::chunkNotFound, 0, 0},
-                                  {IoStatus::targetNotFound, 0, 0}}});
+                                  {IoStatus::targetNotFound, 0, 0}, {IoStatus::staleRouting, 0, 0}}});
   write("batch_read_response", f);
   f.clear();
   encode(f, 3, ErrorFrame{ProtocolErrc::unknownType, "unknown message type 9"});
