@@ -57,9 +57,9 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
                              the table gives the dataset (--address, --dir, --chunks,
                              --chunk-size, --target, --connections do not apply), and
                              --max-transmissions is per server
-  --etcd URL[,URL...]        with --cluster instead of FILE: the routing from etcd (the
-                             records under /coio/, CHAINS.md), read once, then followed
-                             through a watch; reads never wait on etcd
+  --etcd URL[,URL...]        as --cluster, with the routing from etcd instead of a file
+                             (the records under /coio/, CHAINS.md): read once, then
+                             followed through a watch; reads never wait on etcd
   --request-timeout-ms 2000  cluster: a request's deadline (finds a hung server)
   --hedge-ms 0               cluster: also ask other replicas for a request unanswered
                              this long (0: off)
@@ -240,7 +240,7 @@ bool writeLatencyLog(const Settings& settings, const Tally& tally) {
   return static_cast<bool>(out);
 }
 
-// Seconds since the follower's last update; -1: none.
+// Seconds since the follower's last update; -1: none (JSON's value for none).
 double sinceLastUpdate(const storage::EtcdRoutingStats& e) {
   if (e.updates == 0) return -1;
   return std::chrono::duration<double>(Clock::now() - e.lastUpdate).count();
@@ -282,9 +282,10 @@ void reportCluster(const Settings& settings, const ClusterFigures& cluster, doub
               u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates), u(c.routingRefreshes),
               u(c.staleRoutingRetries));
   if (const auto& e = cluster.etcd) {
-    std::printf("  etcd routing    updates %llu (last %.3f s ago), reloads %llu, refreshes %llu, bad records %llu, "
-                "revision %lld\n",
-                u(e->updates), sinceLastUpdate(*e), u(e->reloads), u(e->refreshes), u(e->badRecords),
+    char last[48] = "";
+    if (e->updates != 0) std::snprintf(last, sizeof last, " (the last %.3f s ago)", sinceLastUpdate(*e));
+    std::printf("  etcd routing    updates %llu%s, reloads %llu, refreshes %llu, bad records %llu, revision %lld\n",
+                u(e->updates), last, u(e->reloads), u(e->refreshes), u(e->badRecords),
                 static_cast<long long>(e->revision));
   }
   for (const auto& [address, s] : cluster.servers) {
