@@ -93,6 +93,21 @@ Task<void> readUntil(F& f, C& client, const bool& done, ReadTally& tally) {
   }
 }
 
+// Reads the cluster (readUntil) while `drive()` runs, and until it ends,
+// however it ends, counting in `tally`.
+template <typename F, typename C>
+Task<void> readWhile(F& f, C& client, ReadTally& tally, Task<void> drive) {
+  bool done = false;
+  auto driving = [&done](Task<void> task) -> Task<void> {
+    const SetOnExit stopReads{done};
+    co_await std::move(task);
+  };
+  std::vector<Task<void>> tasks;
+  tasks.push_back(readUntil(f, client, done, tally));
+  tasks.push_back(driving(std::move(drive)));
+  co_await coio::collectAllRange(std::move(tasks));
+}
+
 template <typename C>
 std::uint64_t timeouts(const C& client) {
   std::uint64_t n = 0;
@@ -221,11 +236,9 @@ TEST_CASE("etcd routing: etcd down (SIGTERM) for 10 s under continuous reads: no
   EtcdFixture<S> e;
   auto& f = e.f;
   e.run([&](EtcdFixture<S>::Client& client) -> Task<void> {
-    bool done = false;
     ReadTally tally;
     std::uint64_t duringOutage = 0;
     auto outage = [&]() -> Task<void> {
-      const SetOnExit stopReads{done};
       co_await f.reactor.sleepFor(300ms);
       e.etcdCluster.stop(0, SIGTERM);
       const std::uint64_t okBefore = tally.ok;
@@ -237,10 +250,7 @@ TEST_CASE("etcd routing: etcd down (SIGTERM) for 10 s under continuous reads: no
       e.etcdCluster.start(0);
       co_await f.reactor.sleepFor(300ms);
     };
-    std::vector<Task<void>> tasks;
-    tasks.push_back(readUntil(f, client, done, tally));
-    tasks.push_back(outage());
-    co_await coio::collectAllRange(std::move(tasks));
+    co_await readWhile(f, client, tally, outage());
     CHECK(tally.failed == 0);
     CHECK(duringOutage > 100);  // the reads went on, unhindered
     CHECK(timeouts(client) == 0);
@@ -262,24 +272,18 @@ TEMPLATE_LIST_TEST_CASE("etcd routing: a three-member etcd loses the member the 
   EtcdFixture<TestType> e(3);
   auto& f = e.f;
   e.run([&](typename EtcdFixture<TestType>::Client& client) -> Task<void> {
-    bool done = false;
     ReadTally tally;
-    std::int64_t changed = 0;
     std::uint64_t updates = 0;
     auto kill = [&]() -> Task<void> {
-      const SetOnExit stopReads{done};
       co_await f.reactor.sleepFor(300ms);
       e.etcdCluster.stop(0, SIGKILL);  // the first endpoint: the one the client and its watch use
       co_await f.reactor.sleepFor(500ms);
       updates = e.routing->stats().updates;
-      changed = co_await markOffline(*e.etcd, e.routing->table(), Cluster<TestType>::secondTarget(kDead));
+      const std::int64_t changed = co_await markOffline(*e.etcd, e.routing->table(), Cluster<TestType>::secondTarget(kDead));
       (void)co_await e.seen(changed);
       co_await f.reactor.sleepFor(300ms);
     };
-    std::vector<Task<void>> tasks;
-    tasks.push_back(readUntil(f, client, done, tally));
-    tasks.push_back(kill());
-    co_await coio::collectAllRange(std::move(tasks));
+    co_await readWhile(f, client, tally, kill());
     CHECK(tally.failed == 0);
     CHECK(tally.ok > 0);
     CHECK(timeouts(client) == 0);
