@@ -6,6 +6,7 @@
 #include "chunk_store.hpp"
 #include "cli.hpp"
 #include "cluster_client.hpp"
+#include "etcd_routing.hpp"
 #include "storage_client.hpp"
 #if COIO_STORAGE_RDMA
 #include "rdma_channel.hpp"
@@ -56,6 +57,9 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
                              the table gives the dataset (--address, --dir, --chunks,
                              --chunk-size, --target, --connections do not apply), and
                              --max-transmissions is per server
+  --etcd URL[,URL...]        as --cluster, with the routing from etcd instead of a file
+                             (the records under /coio/, CHAINS.md): read once, then
+                             followed through a watch; reads never wait on etcd
   --request-timeout-ms 2000  cluster: a request's deadline (finds a hung server)
   --hedge-ms 0               cluster: also ask other replicas for a request unanswered
                              this long (0: off)
@@ -74,7 +78,8 @@ struct Settings {
   std::string transport = "tcp";
   std::string latencyLog;
   std::string clusterFile;                   // --cluster: read through ClusterClient
-  std::optional<storage::ChainTable> table;  // ... loaded from it
+  std::vector<std::string> etcdEndpoints;    // --etcd: the routing from there, not from clusterFile
+  std::optional<storage::ChainTable> table;  // ... loaded from the file (etcd's: in runCluster)
   std::chrono::milliseconds requestTimeout{2000}, hedge{0};
 #if COIO_STORAGE_RDMA
   std::unique_ptr<coio::rdma::Device> device;  // opened for --transport rdma
@@ -188,9 +193,11 @@ coio::Task<void> worker(Client& client, const Settings& settings, Clock::time_po
 
 // What a cluster run reports beyond a single server's figures.
 struct ClusterFigures {
+  std::string source;  // the file, or "etcd URL,..."
   std::size_t chains = 0;
   storage::ClusterStats stats;
   std::vector<std::pair<std::string, storage::ClusterServerStats>> servers;  // address, figures
+  std::optional<storage::EtcdRoutingStats> etcd;  // --etcd: the follower's figures
 };
 
 // The live line, on a terminal only.
@@ -233,16 +240,29 @@ bool writeLatencyLog(const Settings& settings, const Tally& tally) {
   return static_cast<bool>(out);
 }
 
+// Seconds since the follower's last update; -1: none (JSON's value for none).
+double sinceLastUpdate(const storage::EtcdRoutingStats& e) {
+  if (e.updates == 0) return -1;
+  return std::chrono::duration<double>(Clock::now() - e.lastUpdate).count();
+}
+
 void reportCluster(const Settings& settings, const ClusterFigures& cluster, double elapsed) {
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   const storage::ClusterStats& c = cluster.stats;
   if (settings.json) {
     std::printf(",\"cluster\":{\"file\":\"%s\",\"servers\":%zu,\"chains\":%zu,\"retries\":%llu,\"failovers\":%llu,"
                 "\"hedges\":%llu,\"hedge_wins\":%llu,\"corrupt_replicas\":%llu,\"failed_ios\":%llu,"
-                "\"routing_updates\":%llu,\"routing_refreshes\":%llu,\"stale_routing_retries\":%llu},\"servers\":[",
-                settings.clusterFile.c_str(), cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers),
+                "\"routing_updates\":%llu,\"routing_refreshes\":%llu,\"stale_routing_retries\":%llu",
+                cluster.source.c_str(), cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers),
                 u(c.hedges), u(c.hedgeWins), u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates),
                 u(c.routingRefreshes), u(c.staleRoutingRetries));
+    if (const auto& e = cluster.etcd) {
+      std::printf(",\"etcd\":{\"updates\":%llu,\"reloads\":%llu,\"refreshes\":%llu,\"bad_records\":%llu,"
+                  "\"revision\":%lld,\"last_update_s_ago\":%.3f}",
+                  u(e->updates), u(e->reloads), u(e->refreshes), u(e->badRecords), static_cast<long long>(e->revision),
+                  sinceLastUpdate(*e));
+    }
+    std::printf("},\"servers\":[");
     for (std::size_t i = 0; i < cluster.servers.size(); ++i) {
       const auto& [address, s] = cluster.servers[i];
       std::printf("%s{\"address\":\"%s\",\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,\"gib_per_s\":%.4f,"
@@ -261,6 +281,13 @@ void reportCluster(const Settings& settings, const ClusterFigures& cluster, doub
               cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers), u(c.hedges), u(c.hedgeWins),
               u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates), u(c.routingRefreshes),
               u(c.staleRoutingRetries));
+  if (const auto& e = cluster.etcd) {
+    char last[48] = "";
+    if (e->updates != 0) std::snprintf(last, sizeof last, " (the last %.3f s ago)", sinceLastUpdate(*e));
+    std::printf("  etcd routing    updates %llu%s, reloads %llu, refreshes %llu, bad records %llu, revision %lld\n",
+                u(e->updates), last, u(e->reloads), u(e->refreshes), u(e->badRecords),
+                static_cast<long long>(e->revision));
+  }
   for (const auto& [address, s] : cluster.servers) {
     std::printf("  %-22s %10.0f IOPS  %8.3f GiB/s  requests %llu (failed %llu, timed out %llu), down %llux, "
                 "back %llux, stale IOs %llu\n",
@@ -292,7 +319,7 @@ void report(const Settings& settings, Tally& tally, double elapsed, const Cluste
     std::printf("}\n");
     return;
   }
-  const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + settings.clusterFile + ")"
+  const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + cluster->source + ")"
                                  : settings.server.toString();
   std::printf("coio-storage-bench: %s to %s, %s reactor, %zu connection(s), depth %zu, batch %zu x %u bytes, "
               "verify %s\n",
@@ -420,18 +447,57 @@ coio::Task<int> run(R& reactor, const Settings& settings) {
   co_return finish(settings, tallies, elapsed, nullptr);
 }
 
-// --cluster: every server of the table through one ClusterClient.
+// --etcd: the routing read from etcd; the dataset's shape taken from it.
 template <coio::Reactor R>
-coio::Task<int> runCluster(R& reactor, const Settings& settings) {
+coio::Task<std::unique_ptr<storage::EtcdRouting<R>>> loadEtcdRouting(storage::etcd::EtcdClient<R>& etcd,
+                                                                     Settings& settings) {
+  std::string why;
+  coio::Result<std::unique_ptr<storage::EtcdRouting<R>>> routing = co_await storage::EtcdRouting<R>::load(
+      etcd, std::chrono::seconds(5), [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); },
+      &why);
+  if (!routing) {
+    std::fprintf(stderr, "coio-storage-bench: no routing from etcd: %s\n", why.c_str());
+    co_return nullptr;
+  }
+  const storage::ChainTable& table = (*routing)->table();
+  if (settings.ioSize > table.chunkSize()) {
+    std::fprintf(stderr, "coio-storage-bench: --io-size is larger than a chunk (%u bytes)\n", table.chunkSize());
+    co_return nullptr;
+  }
+  settings.layout = {table.chunks(), table.chunkSize(), 1};
+  settings.table = table;
+  co_return std::move(*routing);
+}
+
+// --cluster: every server of the table (a file's, or etcd's) through one ClusterClient.
+template <coio::Reactor R>
+coio::Task<int> runCluster(R& reactor, Settings& settings) {
   storage::ClusterOptions options;
   options.connection.timeout = settings.timeout;
   options.requestTimeout = settings.requestTimeout;
   options.hedgeAfter = settings.hedge;
   options.maxTransmissionsPerServer = settings.maxTransmissions;
-  // A server with a newer chain version (serve --chains): the file, read again.
-  options.refreshRouting = [&settings]() -> coio::Task<coio::Result<storage::ChainTable>> {
-    co_return storage::ChainTable::load(settings.clusterFile);
-  };
+  std::unique_ptr<storage::etcd::EtcdClient<R>> etcd;
+  std::unique_ptr<storage::EtcdRouting<R>> routing;
+  if (!settings.etcdEndpoints.empty()) {
+    storage::etcd::EtcdOptions etcdOptions;
+    etcdOptions.endpoints = settings.etcdEndpoints;
+    coio::Result<std::unique_ptr<storage::etcd::EtcdClient<R>>> created =
+        storage::etcd::EtcdClient<R>::create(reactor, std::move(etcdOptions));
+    if (!created) {
+      std::fprintf(stderr, "coio-storage-bench: --etcd takes http://IP:PORT[,...]\n");
+      co_return 2;
+    }
+    etcd = std::move(*created);
+    routing = co_await loadEtcdRouting(*etcd, settings);
+    if (!routing) co_return 1;
+    options.refreshRouting = routing->refresher(settings.requestTimeout);
+  } else {
+    // A server with a newer chain version (serve --chains): the file, read again.
+    options.refreshRouting = [&settings]() -> coio::Task<coio::Result<storage::ChainTable>> {
+      co_return storage::ChainTable::load(settings.clusterFile);
+    };
+  }
   typename storage::ClusterClient<R>::ConnectorFactory factory;
 #if COIO_STORAGE_RDMA
   if (settings.device) {
@@ -444,16 +510,26 @@ coio::Task<int> runCluster(R& reactor, const Settings& settings) {
 #endif
   std::unique_ptr<storage::ClusterClient<R>> client =
       co_await storage::ClusterClient<R>::connect(reactor, *settings.table, options, std::move(factory));
+  if (routing) routing->follow(*client);
   std::vector<std::byte> memory(settings.depth * settings.batch * settings.ioSize);
-  if (coio::Result<void> registered = client->registerMemory(memory); !registered) {
+  coio::Result<void> registered = client->registerMemory(memory);
+  std::vector<Tally> tallies(settings.depth);
+  double elapsed = 0;
+  if (registered) {
+    std::vector<storage::ClusterClient<R>*> one(1, client.get());
+    elapsed = co_await runWorkers(reactor, settings, std::move(one), memory, tallies);
+  }
+  ClusterFigures figures{settings.clusterFile, settings.table->chains().size(), client->stats(), {}, {}};
+  if (routing) {
+    co_await routing->close();
+    figures.etcd = routing->stats();
+    figures.source = "etcd " + settings.etcdEndpoints.front() + (settings.etcdEndpoints.size() > 1 ? ",..." : "");
+  }
+  if (!registered) {
     std::fprintf(stderr, "coio-storage-bench: cannot register memory: %s\n", registered.error().message().c_str());
     co_await client->close();
     co_return 1;
   }
-  std::vector<Tally> tallies(settings.depth);
-  std::vector<storage::ClusterClient<R>*> one(1, client.get());
-  const double elapsed = co_await runWorkers(reactor, settings, std::move(one), memory, tallies);
-  ClusterFigures figures{settings.table->chains().size(), client->stats(), {}};
   for (std::size_t s = 0; s < client->servers(); ++s) {
     figures.servers.emplace_back(client->serverAddress(s).toString(), client->serverStats(s));
   }
@@ -537,6 +613,9 @@ int main(int argc, char** argv) {
     } else if (name == "--hedge-ms") {
       ok = count && *count <= 24 * 3600 * 1000;
       settings.hedge = std::chrono::milliseconds(count.value_or(0));
+    } else if (name == "--etcd") {
+      settings.etcdEndpoints = storage::cli::splitList(value);
+      ok = !settings.etcdEndpoints.empty();
     } else if (name == "--reactor") {
       ok = coio::parseReactorKind(value).hasValue();
       if (ok) settings.kind = *coio::parseReactorKind(value);
@@ -548,7 +627,10 @@ int main(int argc, char** argv) {
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-bench", rdmaDevice, settings)) return 1;
-  if (!settings.clusterFile.empty()) {
+  if (!settings.etcdEndpoints.empty()) {
+    if (!settings.clusterFile.empty()) return usage("--etcd replaces --cluster FILE: give one");
+    settings.layout = {1, settings.ioSize, 1};  // a placeholder: etcd's routing gives the shape (runCluster)
+  } else if (!settings.clusterFile.empty()) {
     std::string why;
     coio::Result<storage::ChainTable> table = storage::ChainTable::load(settings.clusterFile, &why);
     if (!table) {
@@ -578,6 +660,7 @@ int main(int argc, char** argv) {
     settings.kind = usable;
   }
   return coio::withReactor(settings.kind, [&](auto& reactor) {
-    return reactor.runUntil(settings.table ? runCluster(reactor, settings) : run(reactor, settings));
+    const bool cluster = settings.table || !settings.etcdEndpoints.empty();
+    return reactor.runUntil(cluster ? runCluster(reactor, settings) : run(reactor, settings));
   });
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace storage::cli {
 
@@ -42,6 +43,18 @@ inline std::optional<std::uint64_t> parseCount(std::string_view text) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
   return value;
+}
+
+/// "a,b,c" as its items; none if any item is empty ("a,,b", "", "a,").
+inline std::vector<std::string> splitList(std::string_view text) {
+  std::vector<std::string> items;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    if (comma == start) return {};
+    items.emplace_back(text.substr(start, comma - start));
+    if (comma == text.size()) return items;
+    start = comma + 1;
+  }
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (allowed without
