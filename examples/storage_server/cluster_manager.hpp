@@ -111,7 +111,18 @@ template <coio::Reactor R>
 coio::Task<coio::Result<std::int64_t>> loadRouting(etcd::EtcdClient<R>& client, const ChainTable& table, bool force) {
   const RoutingRecords records = table.records();
   std::vector<etcd::TxnOp> writes;
-  if (force) writes.emplace_back(etcd::DeleteRequest::prefix(chainPrefix()));
+  if (force) {
+    // etcd refuses a put and a delete of one key in a transaction: delete only the chains the table drops.
+    etcd::RangeRequest keys = etcd::RangeRequest::prefix(chainPrefix());
+    keys.keysOnly = true;
+    coio::Result<etcd::RangeResponse> old = co_await client.range(std::move(keys), kEtcdCallTimeout);
+    if (!old) co_return old.error();
+    for (const etcd::KeyValue& kv : old->kvs) {
+      const bool kept = std::any_of(records.chains.begin(), records.chains.end(),
+                                    [&](const ChainRecord& c) { return chainKey(c.id) == kv.key; });
+      if (!kept) writes.emplace_back(etcd::DeleteRequest(kv.key));
+    }
+  }
   writes.emplace_back(etcd::PutRequest(datasetKey(), toJson(records.dataset)));
   for (const ServerRecord& server : records.servers) writes.emplace_back(etcd::PutRequest(serverKey(server.name), toJson(server)));
   for (const ChainRecord& chain : records.chains) writes.emplace_back(etcd::PutRequest(chainKey(chain.id), toJson(chain)));

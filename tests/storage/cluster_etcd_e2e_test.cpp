@@ -1,0 +1,378 @@
+// The storage cluster in etcd end to end: a real etcd on loopback
+// (etcd_fixture.hpp), the real coio-storage-server binary as `cluster
+// load`, `mgmtd`s and `serve --etcd` child processes, and the chains read
+// from etcd in this process. A server killed with SIGKILL has its targets
+// offline within its lease's TTL + 1 s, one SIGTERMed at once, a restarted
+// one serves again; the leading manager killed, the other leads within the
+// TTL and handles the next death; every chain's history is versions 1, 2,
+// 3, ... with no gap and no duplicate.
+#include "cluster_manager.hpp"
+#include "etcd_fixture.hpp"
+
+#include "../killed_at_end.hpp"
+
+#include <coio/reactor/epoll_reactor.hpp>
+
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using coio::Task;
+using R = coio::EpollReactor;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::int64_t kServerTtl = 3;   // seconds: SIGTERM must be much faster
+constexpr std::int64_t kManagerTtl = 2;  // seconds
+constexpr auto kSlack = 1s;              // what the issue allows past a TTL
+
+// A child process of the server binary, its stdout and stderr into `log`;
+// SIGKILLed and reaped at the end of the test whatever happens.
+struct Child {
+  Child(std::vector<std::string> args, const std::string& log) : log(log) {
+    const pid_t parent = ::getpid();
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(120);
+      const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (out < 0 || ::dup2(out, STDOUT_FILENO) < 0 || ::dup2(out, STDERR_FILENO) < 0) ::_exit(121);
+      std::vector<char*> argv{const_cast<char*>(COIO_STORAGE_SERVER_BIN)};
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(122);
+    }
+    guard.emplace(pid);
+  }
+
+  // Sends `signal` and reaps the child (within 20 s); its exit status.
+  int stop(int signal) {
+    REQUIRE(::kill(pid, signal) == 0);
+    for (int i = 0; i < 2000; ++i) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        guard.reset();
+        return status;
+      }
+      ::usleep(10000);
+    }
+    FAIL("child did not end within 20 s of signal " << signal << "; its log:\n" << output());
+    return -1;
+  }
+
+  std::string output() const {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  pid_t pid = 0;
+  std::string log;
+  std::optional<coio::testing::KilledAtEnd> guard;
+};
+
+// Runs the binary to its end; its exit code (and output in `out`).
+int runTool(std::vector<std::string> args, const std::string& log, std::string* out = nullptr) {
+  Child tool(std::move(args), log);
+  for (int i = 0; i < 2000; ++i) {
+    int status = 0;
+    if (::waitpid(tool.pid, &status, WNOHANG) == tool.pid) {
+      tool.guard.reset();
+      if (out != nullptr) *out = tool.output();
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    ::usleep(10000);
+  }
+  FAIL("tool did not end within 20 s: " << tool.output());
+  return -1;
+}
+
+// A cluster of two servers (each two targets) and two chains of two
+// replicas, its data in a temporary directory, etcd on loopback, and a
+// client of that etcd in this process.
+struct Cluster {
+  storage::testing::EtcdCluster etcd;
+  std::filesystem::path dir;
+  std::vector<std::string> addresses;  // server 0, server 1
+  R reactor;
+  std::unique_ptr<storage::etcd::EtcdClient<R>> client;
+
+  Cluster() {
+    std::string tmpl = (std::filesystem::exists("/dev/shm") ? std::string("/dev/shm") : std::string("/tmp")) +
+                       "/coio-cluster-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    for (int i = 0; i < 2; ++i) {
+      addresses.push_back("127.0.0.1:" + std::to_string(storage::testing::freeLoopbackPort()));
+    }
+    std::ofstream(dir / "chains") << "coio-chains 1\nchunks 40\nchunk-size 4K\n"
+                                  << "chain 1 " << addresses[0] << "/11 " << addresses[1] << "/21\n"
+                                  << "chain 2 " << addresses[1] << "/22 " << addresses[0] << "/12\n";
+    for (const int target : {11, 12, 21, 22}) {
+      const std::string data = (dir / std::to_string(target)).string();
+      REQUIRE(runTool({"init", "--chains", (dir / "chains").string(), "--target", std::to_string(target), "--dir", data},
+                      (dir / "init.log").string()) == 0);
+    }
+    storage::etcd::EtcdOptions options;
+    options.endpoints = etcd.endpoints();
+    auto made = storage::etcd::EtcdClient<R>::create(reactor, std::move(options));
+    REQUIRE(made);
+    client = std::move(*made);
+  }
+  ~Cluster() {
+    client.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+
+  std::vector<std::string> etcdFlag() const { return {"--etcd", etcd.endpoints().front()}; }
+
+  int load(bool force, std::string* out = nullptr) {
+    std::vector<std::string> args{"cluster", "load", (dir / "chains").string(), "--etcd", etcd.endpoints().front()};
+    if (force) args.push_back("--force");
+    return runTool(args, (dir / "load.log").string(), out);
+  }
+
+  std::unique_ptr<Child> server(int index) {
+    const std::string a = std::to_string(index == 0 ? 11 : 21), b = std::to_string(index == 0 ? 12 : 22);
+    return std::make_unique<Child>(
+        std::vector<std::string>{"serve", "--target", a + "=" + (dir / a).string(), "--target", b + "=" + (dir / b).string(),
+                                 "--listen", addresses[index], "--buffered", "--reactor", "epoll", "--etcd",
+                                 etcd.endpoints().front(), "--ttl", std::to_string(kServerTtl)},
+        (dir / ("server" + std::to_string(index) + ".log")).string());
+  }
+
+  std::unique_ptr<Child> manager(const std::string& id) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{"mgmtd", "--etcd", etcd.endpoints().front(), "--id", id, "--ttl", std::to_string(kManagerTtl)},
+        (dir / ("mgmtd-" + id + ".log")).string());
+  }
+
+  // What etcd holds now.
+  storage::StoredRouting read() {
+    coio::Result<storage::StoredRouting> stored = coio::Errc::closed;
+    std::string why;
+    reactor.runUntil([](storage::etcd::EtcdClient<R>& c, coio::Result<storage::StoredRouting>& out, std::string& w) -> Task<void> {
+      out = co_await storage::readRouting(c, &w);
+    }(*client, stored, why));
+    INFO(why);
+    REQUIRE(stored);
+    return std::move(*stored);
+  }
+
+  // The leader key's value ("" if none).
+  std::string leader() {
+    coio::Result<storage::etcd::RangeResponse> got = coio::Errc::closed;
+    reactor.runUntil([](storage::etcd::EtcdClient<R>& c, coio::Result<storage::etcd::RangeResponse>& out) -> Task<void> {
+      out = co_await c.range({storage::leaderKey()}, 2s);
+    }(*client, got));
+    REQUIRE(got);
+    return got->kvs.empty() ? std::string() : got->kvs.front().value;
+  }
+
+  // Every version chain `id`'s key had, from its creation on (a watch from
+  // its create revision up to its current mod revision).
+  std::vector<std::uint32_t> history(std::uint32_t id) {
+    std::vector<std::uint32_t> versions;
+    reactor.runUntil([](storage::etcd::EtcdClient<R>& c, std::uint32_t chain, std::vector<std::uint32_t>& out) -> Task<void> {
+      coio::Result<storage::etcd::RangeResponse> now = co_await c.range({storage::chainKey(chain)}, 2s);
+      REQUIRE(now);
+      REQUIRE(now->kvs.size() == 1);
+      const storage::etcd::KeyValue last = now->kvs.front();
+      auto watch = co_await c.watch({storage::chainKey(chain), {}, last.createRevision}, 2s);
+      REQUIRE(watch);
+      for (std::int64_t seen = 0; seen < last.modRevision;) {
+        coio::Result<storage::etcd::WatchBatch> batch = co_await (*watch)->next(2s);
+        REQUIRE(batch);
+        for (const storage::etcd::Event& event : batch->events) {
+          REQUIRE(event.type == storage::etcd::Event::Type::put);
+          coio::Result<storage::ChainRecord> record = storage::parseChainRecord(event.kv.value);
+          REQUIRE(record);
+          out.push_back(record->version);
+          seen = event.kv.modRevision;
+        }
+      }
+    }(*client, id, versions));
+    return versions;
+  }
+
+  // Polls etcd (every 20 ms, up to `limit`) until `done(routing)`; the time it took.
+  Clock::duration waitFor(const std::function<bool(const storage::StoredRouting&)>& done, Clock::duration limit,
+                          const std::string& what) {
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      const storage::StoredRouting now = read();
+      if (done(now)) return Clock::now() - start;
+      if (Clock::now() - start > limit) {
+        std::ostringstream chains;
+        for (const storage::ChainRecord& c : now.records.chains) chains << storage::toJson(c) << "\n";
+        FAIL("not within " << std::chrono::duration_cast<std::chrono::milliseconds>(limit).count() << " ms: " << what
+                           << "\nchains:\n" << chains.str());
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+};
+
+// Whether every target of server `name` is in `state`.
+bool targetsOf(const storage::StoredRouting& r, const std::string& name, storage::ReplicaState state) {
+  for (const storage::ChainRecord& chain : r.records.chains) {
+    for (const storage::TargetRecord& t : chain.targets) {
+      if (t.server == name && t.state != state) return false;
+    }
+  }
+  return true;
+}
+
+bool allServing(const storage::StoredRouting& r) {
+  for (const storage::ChainRecord& chain : r.records.chains) {
+    for (const storage::TargetRecord& t : chain.targets) {
+      if (t.state != storage::ReplicaState::serving) return false;
+    }
+  }
+  return true;
+}
+
+// Every chain's history is 1, 2, 3, ... up to its version now.
+void checkHistories(Cluster& cluster) {
+  for (const storage::ChainRecord& chain : cluster.read().records.chains) {
+    const std::vector<std::uint32_t> versions = cluster.history(chain.id);
+    INFO("chain " << chain.id);
+    REQUIRE(versions.size() == chain.version);
+    for (std::size_t i = 0; i < versions.size(); ++i) CHECK(versions[i] == i + 1);
+  }
+}
+
+std::int64_t ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+}  // namespace
+
+TEST_CASE("cluster load writes the table once, status prints it", "[etcd][cluster]") {
+  Cluster cluster;
+  std::string out;
+  REQUIRE(cluster.load(false, &out) == 0);
+  CHECK(out.find("loaded 2 chains and 2 servers") != std::string::npos);
+  const storage::StoredRouting first = cluster.read();
+  REQUIRE(first.records.chains.size() == 2);
+  REQUIRE(cluster.load(false, &out) == 1);  // chains exist: refused, nothing written
+  CHECK(out.find("--force") != std::string::npos);
+  CHECK(cluster.read().revision == first.revision);
+  REQUIRE(cluster.load(true) == 0);
+  CHECK(cluster.read().revision > first.revision);
+  // A bad table: the parser's error, naming the line, and etcd untouched.
+  std::ofstream(cluster.dir / "bad") << "coio-chains 1\nchunks 4\nchunk-size 4K\nchain 1 nowhere/1\n";
+  const storage::StoredRouting before = cluster.read();
+  REQUIRE(runTool({"cluster", "load", (cluster.dir / "bad").string(), "--etcd", cluster.etcd.endpoints().front()},
+                  (cluster.dir / "bad.log").string(), &out) == 1);
+  CHECK(out.find("bad:4:") != std::string::npos);
+  CHECK(cluster.read().revision == before.revision);
+  REQUIRE(runTool({"cluster", "status", "--etcd", cluster.etcd.endpoints().front()}, (cluster.dir / "status.log").string(),
+                  &out) == 0);
+  CHECK(out.find("CHAIN  VERSION") != std::string::npos);
+  CHECK(out.find("registered: none") != std::string::npos);
+}
+
+TEST_CASE("servers register; killed, stopped and restarted servers move their targets", "[etcd][cluster]") {
+  Cluster cluster;
+  REQUIRE(cluster.load(false) == 0);
+  auto manager = cluster.manager("m1");
+  auto a = cluster.server(0);
+  auto b = cluster.server(1);
+  cluster.waitFor([&](const auto& r) { return r.live.size() == 2 && allServing(r); }, 10s, "both servers serving");
+  // (The manager may have marked the targets offline before the servers
+  // registered: the versions now are whatever that took.)
+  const storage::StoredRouting settled = cluster.read();
+
+  // kill -9: offline once the lease expires, within TTL + 1 s.
+  a->stop(SIGKILL);
+  const Clock::duration killed = cluster.waitFor(
+      [&](const auto& r) { return targetsOf(r, cluster.addresses[0], storage::ReplicaState::offline); },
+      std::chrono::seconds(kServerTtl) + kSlack, "the killed server's targets offline");
+  INFO("killed -> offline in " << ms(killed) << " ms");
+  const storage::StoredRouting afterKill = cluster.read();
+  for (std::size_t c = 0; c < 2; ++c) {
+    CHECK(afterKill.records.chains[c].version == settled.records.chains[c].version + 1);
+    CHECK(afterKill.records.chains[c].targets.back().server == cluster.addresses[0]);  // moved to the end
+  }
+
+  // Restarted: serving again.
+  a = cluster.server(0);
+  cluster.waitFor([&](const auto& r) { return allServing(r); }, 10s, "the restarted server's targets serving");
+
+  // SIGTERM: offline at once (the lease is revoked before the drain).
+  const Clock::time_point term = Clock::now();
+  REQUIRE(::kill(b->pid, SIGTERM) == 0);
+  cluster.waitFor([&](const auto& r) { return targetsOf(r, cluster.addresses[1], storage::ReplicaState::offline); },
+                  std::chrono::seconds(kServerTtl), "the stopped server's targets offline");
+  const Clock::duration stopped = Clock::now() - term;
+  INFO("SIGTERM -> offline in " << ms(stopped) << " ms");
+  CHECK(stopped < 1s);
+  const int status = b->stop(SIGTERM);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(b->output().find("left etcd") != std::string::npos);
+
+  checkHistories(cluster);
+  CHECK(manager->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("the leading manager killed: the other leads within the TTL, no update is lost", "[etcd][cluster]") {
+  Cluster cluster;
+  REQUIRE(cluster.load(false) == 0);
+  std::map<std::string, std::unique_ptr<Child>> managers;
+  managers["m1"] = cluster.manager("m1");
+  managers["m2"] = cluster.manager("m2");
+  auto a = cluster.server(0);
+  auto b = cluster.server(1);
+  cluster.waitFor([&](const auto& r) { return r.live.size() == 2 && allServing(r) && r.leaderLease != 0; }, 10s,
+                  "both servers serving, a leader");
+
+  // Churn while both managers run: the leader acts, the follower must not.
+  for (int round = 0; round < 2; ++round) {
+    b->stop(SIGTERM);
+    cluster.waitFor([&](const auto& r) { return targetsOf(r, cluster.addresses[1], storage::ReplicaState::offline); },
+                    std::chrono::seconds(kServerTtl), "the stopped server's targets offline");
+    b = cluster.server(1);
+    cluster.waitFor([&](const auto& r) { return allServing(r); }, 10s, "all serving again");
+  }
+
+  const std::string leader = cluster.leader();
+  REQUIRE(managers.contains(leader));
+  const std::string other = leader == "m1" ? "m2" : "m1";
+  managers[leader]->stop(SIGKILL);
+  const Clock::time_point killed = Clock::now();
+  for (;;) {
+    if (cluster.leader() == other) break;
+    REQUIRE(Clock::now() - killed < std::chrono::seconds(kManagerTtl) + kSlack);
+    std::this_thread::sleep_for(20ms);
+  }
+  INFO(other << " leads " << ms(Clock::now() - killed) << " ms after the leader's SIGKILL");
+
+  // The new leader handles the next death.
+  a->stop(SIGKILL);
+  cluster.waitFor([&](const auto& r) { return targetsOf(r, cluster.addresses[0], storage::ReplicaState::offline); },
+                  std::chrono::seconds(kServerTtl) + kSlack, "the killed server's targets offline under the new leader");
+  a = cluster.server(0);
+  cluster.waitFor([&](const auto& r) { return allServing(r); }, 10s, "all serving again");
+
+  checkHistories(cluster);
+  CHECK(managers[other]->output().find(other + ": leading") != std::string::npos);
+}
