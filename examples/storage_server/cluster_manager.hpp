@@ -252,7 +252,9 @@ class ClusterManager {
         co_await coio::withStopToken(
             stop, coio::collectAny(detail::heartbeat(client_, lease_, std::chrono::seconds(ttlSeconds_)), campaign()));
         leading_ = false;
-        co_await client_.leaseRevoke(lease_, kEtcdCallTimeout);  // a follower's too: no stale leader key is left
+        // A follower's too: no leader key of its is left behind to wait for.
+        const coio::Result<etcd::ResponseHeader> revoked = co_await client_.leaseRevoke(lease_, kEtcdCallTimeout);
+        if (!revoked) log_(id_ + ": cannot revoke its lease (it expires on its own): " + client_.lastError());
         if (stop.stop_requested()) break;
         log_(id_ + ": lost the lease or the leadership; campaigning again");
       } else {

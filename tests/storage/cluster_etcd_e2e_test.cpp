@@ -8,6 +8,7 @@
 // 3, ... with no gap and no duplicate.
 #include "cluster_manager.hpp"
 #include "etcd_fixture.hpp"
+#include "storage_client.hpp"
 
 #include "../killed_at_end.hpp"
 
@@ -215,6 +216,25 @@ struct Cluster {
     return versions;
   }
 
+  // The status of one read of 100 bytes of `chunk` from `target` on
+  // `server`, routed with chain version `version`.
+  storage::proto::IoStatus readAt(const std::string& server, std::uint32_t target, std::uint64_t chunk,
+                                  std::uint32_t version) {
+    storage::proto::IoStatus status = storage::proto::IoStatus::ioError;
+    reactor.runUntil([](R& r, coio::SocketAddress at, storage::ReadOp op, storage::proto::IoStatus& out) -> Task<void> {
+      storage::TransmissionLimiter limiter;
+      coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(r, at, limiter);
+      REQUIRE(client);
+      std::vector<std::byte> buffer(op.length);
+      op.into = buffer;
+      coio::Result<std::vector<storage::ReadOutcome>> outcomes = co_await (*client)->batchRead(std::span(&op, 1));
+      co_await (*client)->close();
+      REQUIRE(outcomes);
+      out = outcomes->front().status;
+    }(reactor, *coio::SocketAddress::parse(server), storage::ReadOp{chunk, 0, 100, {}, target, version}, status));
+    return status;
+  }
+
   // Polls etcd (every 20 ms, up to `limit`) until `done(routing)`; the time it took.
   Clock::duration waitFor(const std::function<bool(const storage::StoredRouting&)>& done, Clock::duration limit,
                           const std::string& what) {
@@ -351,6 +371,16 @@ TEST_CASE("servers register; killed, stopped and restarted servers move their ta
     CHECK(afterKill.records.chains[c].version == settled.records.chains[c].version + 1);
     CHECK(afterKill.records.chains[c].targets.back().server == cluster.addresses[0]);  // moved to the end
   }
+  // The surviving server follows: an IO routed with chain 1's old version
+  // is answered staleRouting (once its watch delivered the change), the
+  // new version is read.
+  const std::uint32_t before = settled.records.chains[0].version, now = afterKill.records.chains[0].version;
+  const Clock::time_point asked = Clock::now();
+  while (cluster.readAt(cluster.addresses[1], 21, 0, before) != storage::proto::IoStatus::staleRouting) {
+    REQUIRE(Clock::now() - asked < 2s);
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(cluster.readAt(cluster.addresses[1], 21, 0, now) == storage::proto::IoStatus::ok);
 
   // Restarted: serving again.
   a = cluster.server(0);
