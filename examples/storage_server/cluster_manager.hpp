@@ -57,8 +57,8 @@ struct StoredRouting {
 inline constexpr std::chrono::seconds kEtcdCallTimeout{2};
 
 /// Reads every routing key (one range, so one revision). Errors: the
-/// client's; Errc::invalidArgument for a record that does not parse, `why`
-/// naming its key.
+/// client's; Errc::invalidArgument for a record that does not parse (`why`
+/// naming its key) or no dataset record (nothing loaded).
 template <coio::Reactor R>
 coio::Task<coio::Result<StoredRouting>> readRouting(etcd::EtcdClient<R>& client, std::string* why = nullptr) {
   coio::Result<etcd::RangeResponse> all = co_await client.range(etcd::RangeRequest::prefix(routingPrefix()), kEtcdCallTimeout);
@@ -104,7 +104,7 @@ coio::Task<coio::Result<StoredRouting>> readRouting(etcd::EtcdClient<R>& client,
 
 /// Writes `table`'s records (dataset, servers, chains) in one transaction
 /// that first checks that no chain key exists, unless `force` (then they
-/// are overwritten, and chain keys not in the table deleted). Returns the
+/// are overwritten, and the chains and servers not in the table deleted). Returns the
 /// transaction's revision. Errors: the client's; std::errc::file_exists
 /// when chains exist and not `force`.
 template <coio::Reactor R>
@@ -112,15 +112,19 @@ coio::Task<coio::Result<std::int64_t>> loadRouting(etcd::EtcdClient<R>& client, 
   const RoutingRecords records = table.records();
   std::vector<etcd::TxnOp> writes;
   if (force) {
-    // etcd refuses a put and a delete of one key in a transaction: delete only the chains the table drops.
-    etcd::RangeRequest keys = etcd::RangeRequest::prefix(chainPrefix());
-    keys.keysOnly = true;
-    coio::Result<etcd::RangeResponse> old = co_await client.range(std::move(keys), kEtcdCallTimeout);
-    if (!old) co_return old.error();
-    for (const etcd::KeyValue& kv : old->kvs) {
-      const bool kept = std::any_of(records.chains.begin(), records.chains.end(),
-                                    [&](const ChainRecord& c) { return chainKey(c.id) == kv.key; });
-      if (!kept) writes.emplace_back(etcd::DeleteRequest(kv.key));
+    // etcd refuses a put and a delete of one key in a transaction: delete only the records the table drops.
+    std::set<std::string> kept;
+    for (const ServerRecord& server : records.servers) kept.insert(serverKey(server.name));
+    for (const ChainRecord& chain : records.chains) kept.insert(chainKey(chain.id));
+    const std::string prefixes[] = {chainPrefix(), serverKey("")};  // named: no temporary lives across a co_await
+    for (const std::string& prefix : prefixes) {
+      etcd::RangeRequest keys = etcd::RangeRequest::prefix(prefix);
+      keys.keysOnly = true;
+      coio::Result<etcd::RangeResponse> old = co_await client.range(std::move(keys), kEtcdCallTimeout);
+      if (!old) co_return old.error();
+      for (const etcd::KeyValue& kv : old->kvs) {
+        if (!kept.contains(kv.key)) writes.emplace_back(etcd::DeleteRequest(kv.key));
+      }
     }
   }
   writes.emplace_back(etcd::PutRequest(datasetKey(), toJson(records.dataset)));

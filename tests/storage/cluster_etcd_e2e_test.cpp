@@ -336,6 +336,15 @@ TEST_CASE("cluster load writes the table once, status prints it", "[etcd][cluste
   CHECK(cluster.read().revision == first.revision);
   REQUIRE(cluster.load(true) == 0);
   CHECK(cluster.read().revision > first.revision);
+  // --force with a table of one chain on one server: the other chain's and server's records go.
+  std::ofstream(cluster.dir / "one") << "coio-chains 1\nchunks 4\nchunk-size 4K\nchain 7 " << cluster.addresses[0] << "/11\n";
+  REQUIRE(runTool({"cluster", "load", (cluster.dir / "one").string(), "--etcd", cluster.etcd.endpoints().front(), "--force"},
+                  (cluster.dir / "one.log").string()) == 0);
+  const storage::StoredRouting one = cluster.read();
+  REQUIRE(one.records.chains.size() == 1);
+  CHECK(one.records.chains[0].id == 7);
+  REQUIRE(one.records.servers.size() == 1);
+  CHECK(one.records.servers[0].name == cluster.addresses[0]);
   // A bad table: the parser's error, naming the line, and etcd untouched.
   std::ofstream(cluster.dir / "bad") << "coio-chains 1\nchunks 4\nchunk-size 4K\nchain 1 nowhere/1\n";
   const storage::StoredRouting before = cluster.read();
