@@ -2,6 +2,7 @@
 // reads of it (serve) over TCP or RDMA, one StorageServer per reactor thread.
 #include "chain_table.hpp"
 #include "chunk_store.hpp"
+#include "cluster_manager.hpp"
 #include "cli.hpp"
 #include "cluster_status.hpp"
 #include "metrics_http.hpp"
@@ -27,7 +28,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,7 +55,7 @@ constexpr const char* kUsage = R"(usage:
       [--buffered] [--frame-timeout-ms 10000] [--idle-timeout-ms 60000] [--send-timeout-ms 10000]
       [--max-connections N] [--tcp-congestion NAME] [--zero-copy-send] [--poison-buffers]
       [--metrics ADDR:PORT] [--stall-threshold-ms N] [--inject-stall-ms N]
-      [--rdma-device NAME] [--rdma-writes 256]
+      [--rdma-device NAME] [--rdma-writes 256] [--etcd URL[,URL...] [--name NAME] [--ttl 3]]
       Serves D (as target 0), or each --target ID=DIR (repeat it: one dataset
       per target, typically one per disk, several per disk allowed; a request
       names the target of each IO; all targets share each reactor's ring and
@@ -93,6 +96,24 @@ constexpr const char* kUsage = R"(usage:
       picks the device (default: the first with an ACTIVE port),
       --rdma-writes bounds the RDMA WRITEs in flight on it (split between
       the reactors).
+      --etcd registers the server in etcd (docs/etcd.md) as --name (default:
+      its listen address, as a chain table names it) with its address and
+      targets, under a lease of --ttl seconds kept alive while it runs
+      (registered again if lost), and follows its chains' versions there;
+      while etcd cannot be reached it serves with the versions it has and
+      retries. SIGTERM revokes the lease first (its targets go offline at
+      once), then drains.
+  coio-storage-server mgmtd --etcd URL[,URL...] --id ID [--ttl 3]
+      A cluster manager: one of those running leads (a key bound to its
+      lease); the leader marks the targets of a server whose registration is
+      gone offline (to the end of their chains) and those of a server back
+      serving, one transaction per change (CHAINS.md). Runs until SIGTERM.
+  coio-storage-server cluster load FILE --etcd URL[,URL...] [--force]
+      Puts the chain table FILE (CHAINS.md) into etcd as records; refuses if
+      chains are there already, unless --force (replaces them all).
+  coio-storage-server cluster status --etcd URL[,URL...]
+      Prints the routing in etcd: servers (registered or not), targets and
+      chains with their states and versions.
   coio-storage-server routing --chains FILE [--keys]
       Prints the routing of the chain table FILE (CHAINS.md): its servers,
       targets and chains with their states and versions; with --keys, one
@@ -109,9 +130,9 @@ int usage(const char* problem = nullptr) {
 // --name value pairs after the subcommand, in order (an option may repeat:
 // --target); nullopt on a malformed line.
 using Options = std::vector<std::pair<std::string, std::string>>;
-std::optional<Options> parseOptions(int argc, char** argv, std::vector<std::string> flags) {
+std::optional<Options> parseOptions(int argc, char** argv, int first, std::vector<std::string> flags) {
   Options options;
-  for (int i = 2; i < argc; ++i) {
+  for (int i = first; i < argc; ++i) {
     const std::string name = argv[i];
     if (name.rfind("--", 0) != 0) return std::nullopt;
     if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
@@ -210,6 +231,9 @@ struct ServeSettings {
   std::chrono::milliseconds stallThreshold{0};  // --stall-threshold-ms; 0: no stall report
   std::chrono::milliseconds injectStall{0};     // --inject-stall-ms; 0: SIGUSR2 is not taken
   std::optional<storage::ChainTable> routing;   // --chains: the targets' chain versions
+  std::vector<std::string> etcd;                // --etcd: register and follow the routing there
+  std::string name;                             // --name; default: the listen address
+  std::int64_t ttl = 3;                         // --ttl: the registration's lease, seconds
 #if COIO_STORAGE_RDMA
   std::string rdmaDevice;
   std::size_t rdmaWrites = 256;
@@ -227,6 +251,84 @@ void runOn(R& reactor, coio::Task<void> task) {
     signal.set_value();
   }(std::move(task), done));
   finished.get();
+}
+
+// Coroutines run in the background on one reactor's loop thread, each
+// given the same stop token; stop() (from another thread) requests the stop
+// on that loop thread and waits for every one to return.
+template <coio::Reactor R>
+class Background {
+ public:
+  explicit Background(R& reactor) : reactor_(reactor) {}
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  ~Background() { stop(); }
+
+  void start(coio::Task<void> task) {
+    done_.emplace_back();
+    reactor_.spawn([](coio::Task<void> t, std::promise<void>& signal) -> coio::Task<void> {
+      co_await std::move(t);
+      signal.set_value();
+    }(std::move(task), done_.back()));
+  }
+  std::stop_token token() const noexcept { return source_.get_token(); }
+  void stop() {
+    if (done_.empty()) return;
+    runOn(reactor_, [](std::stop_source& source) -> coio::Task<void> {
+      source.request_stop();  // here: the stop callbacks touch the loop's operations
+      co_return;
+    }(source_));
+    for (std::promise<void>& d : done_) d.get_future().get();
+    done_.clear();
+  }
+
+ private:
+  R& reactor_;
+  std::stop_source source_;
+  std::list<std::promise<void>> done_;  // a list: the coroutines hold references
+};
+
+// --etcd URL[,URL...]: the endpoints.
+std::vector<std::string> splitEndpoints(const std::string& value) {
+  std::vector<std::string> urls;
+  for (std::size_t at = 0; at <= value.size();) {
+    const std::size_t comma = std::min(value.find(',', at), value.size());
+    if (comma > at) urls.push_back(value.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return urls;
+}
+
+void logEtcd(const std::string& line) { std::fprintf(stderr, "coio-storage-server: etcd: %s\n", line.c_str()); }
+
+// An etcd client made on `reactor`'s loop thread (where it lives), or
+// prints why not and returns null.
+template <coio::Reactor R>
+std::unique_ptr<storage::etcd::EtcdClient<R>> connectEtcd(R& reactor, const std::vector<std::string>& endpoints) {
+  coio::Result<std::unique_ptr<storage::etcd::EtcdClient<R>>> client = coio::Errc::closed;
+  runOn(reactor, [](R& home, std::vector<std::string> urls,
+                    coio::Result<std::unique_ptr<storage::etcd::EtcdClient<R>>>& out) -> coio::Task<void> {
+    storage::etcd::EtcdOptions options;
+    options.endpoints = std::move(urls);
+    options.log = logEtcd;
+    out = storage::etcd::EtcdClient<R>::create(home, std::move(options));
+    co_return;
+  }(reactor, endpoints, client));
+  if (!client) {
+    std::fprintf(stderr, "coio-storage-server: --etcd: bad endpoint list (http://IP:PORT[,...]): %s\n",
+                 client.error().message().c_str());
+    return nullptr;
+  }
+  return std::move(*client);
+}
+
+// Destroys `client` on its loop thread.
+template <coio::Reactor R>
+void disconnectEtcd(R& reactor, std::unique_ptr<storage::etcd::EtcdClient<R>>& client) {
+  runOn(reactor, [](std::unique_ptr<storage::etcd::EtcdClient<R>>& c) -> coio::Task<void> {
+    c.reset();
+    co_return;
+  }(client));
 }
 
 std::string describeOpenError(const std::string& dir, std::error_code error) {
@@ -416,6 +518,40 @@ coio::Result<std::unique_ptr<storage::MetricsHttpServer<R>>> startMetrics(
   return out;
 }
 
+// Takes `routing`'s chain versions on `shard`'s loop thread.
+template <coio::Reactor R>
+coio::Task<void> applyRouting(storage::StorageServer<R>& shard, storage::ChainTable routing) {
+  shard.updateRouting(routing);
+  co_return;
+}
+
+// Revokes the registration's lease, so that the manager moves the routing
+// away at once rather than at the lease's expiry.
+template <coio::Reactor R>
+coio::Task<void> leaveEtcd(storage::etcd::EtcdClient<R>& client, std::int64_t lease) {
+  if (lease == 0) co_return;
+  coio::Result<storage::etcd::ResponseHeader> revoked = co_await client.leaseRevoke(lease, std::chrono::seconds(1));
+  if (revoked) {
+    std::printf("left etcd (lease %lld revoked)\n", static_cast<long long>(lease));
+  } else {
+    logEtcd("cannot revoke the lease (it expires on its own): " + client.lastError());
+  }
+}
+
+// --etcd: registers the server and follows its chains' versions, on reactor 0.
+template <coio::Reactor R>
+void joinEtcd(const ServeSettings& settings, coio::ReactorPool<R>& pool,
+              std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards, storage::etcd::EtcdClient<R>& client,
+              storage::ServerRecord record, std::int64_t& lease, Background<R>& background) {
+  auto apply = [&pool, &shards](const storage::ChainTable& routing) {
+    for (std::size_t i = 0; i < shards.size(); ++i) pool.reactor(i).spawn(applyRouting(*shards[i], routing));
+  };
+  std::printf("  registering in etcd as %s, lease of %llds\n", record.name.c_str(), static_cast<long long>(settings.ttl));
+  background.start(storage::registerServer(client, std::move(record), settings.ttl, &lease, logEtcd, background.token()));
+  background.start(storage::followRouting(client, std::function<void(const storage::ChainTable&)>(apply), logEtcd,
+                                          background.token()));
+}
+
 template <coio::Reactor R>
 int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   coio::ReactorPool<R> pool(settings.reactors);
@@ -455,6 +591,13 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
       status = 1;
     }
   }
+  std::unique_ptr<storage::etcd::EtcdClient<R>> etcd;
+  std::int64_t lease = 0;  // the registration's, once granted (reactor 0's thread writes it)
+  Background<R> background(pool.reactor(0));
+  if (status == 0 && !settings.etcd.empty()) {
+    etcd = connectEtcd(pool.reactor(0), settings.etcd);
+    if (!etcd) status = 1;
+  }
   if (status == 0) {
     for (std::size_t i = 0; i < pool.size(); ++i) runOn(pool.reactor(i), watchLoop(pool.reactor(i), i, settings));
     std::printf("coio-storage-server: %zu target(s), %s, %zu %s reactor(s)\n", settings.targets.size(),
@@ -476,6 +619,12 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     }
     std::printf("listening on %s\n", listener->localAddress()->toString().c_str());
     if (metrics) std::printf("metrics on http://%s/metrics\n", metrics->address()->toString().c_str());
+    if (etcd) {
+      storage::ServerRecord record{settings.name.empty() ? listener->localAddress()->toString() : settings.name,
+                                   *listener->localAddress(), {}};
+      for (const storage::TargetSpec& target : settings.targets) record.targets.push_back(target.id);
+      joinEtcd(settings, pool, shards, *etcd, std::move(record), lease, background);
+    }
     std::fflush(stdout);
     int signal = 0;
     while (sigwait(&signals, &signal) == 0 && (signal == SIGUSR1 || signal == SIGUSR2)) {
@@ -486,6 +635,13 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
       }
     }
     std::printf("%s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  // Out of the routing before the drain: clients move to the other replicas meanwhile.
+  background.stop();
+  if (etcd) {
+    runOn(pool.reactor(0), leaveEtcd(*etcd, lease));
+    std::fflush(stdout);
+    disconnectEtcd(pool.reactor(0), etcd);
   }
   if (metrics) runOn(pool.reactor(0), metrics->shutdown());
   // The accepting shard first, so that no connection is handed to a stopped one.
@@ -591,6 +747,12 @@ int serve(const Options& options) {
     } else if (name == "--inject-stall-ms" && (number = storage::cli::parseCount(value)) && *number > 0 &&
                *number <= 60000) {
       settings.injectStall = std::chrono::milliseconds(*number);
+    } else if (name == "--etcd" && !splitEndpoints(value).empty()) {
+      settings.etcd = splitEndpoints(value);
+    } else if (name == "--name" && !value.empty()) {
+      settings.name = value;
+    } else if (name == "--ttl" && (number = storage::cli::parseCount(value)) && *number > 0 && *number <= 3600) {
+      settings.ttl = static_cast<std::int64_t>(*number);
 #if COIO_STORAGE_RDMA
     } else if (name == "--rdma-device") {
       settings.rdmaDevice = value;
@@ -602,6 +764,7 @@ int serve(const Options& options) {
     }
   }
   if (settings.targets.empty()) return usage("serve needs --dir D or --target ID=DIR");
+  if (settings.etcd.empty() && !settings.name.empty()) return usage("--name is the server's name in etcd: it needs --etcd");
   for (std::size_t i = 0; i < settings.targets.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (settings.targets[i].id == settings.targets[j].id) {
@@ -687,17 +850,134 @@ int routing(const Options& options) {
   return 0;
 }
 
+// mgmtd --etcd URL --id ID [--ttl S]: a cluster manager until SIGINT/SIGTERM.
+int mgmtd(const Options& options) {
+  std::vector<std::string> endpoints;
+  std::string id;
+  std::int64_t ttl = 3;
+  for (const auto& [name, value] : options) {
+    std::optional<std::uint64_t> number;
+    if (name == "--etcd" && !splitEndpoints(value).empty()) {
+      endpoints = splitEndpoints(value);
+    } else if (name == "--id" && !value.empty()) {
+      id = value;
+    } else if (name == "--ttl" && (number = storage::cli::parseCount(value)) && *number > 0 && *number <= 3600) {
+      ttl = static_cast<std::int64_t>(*number);
+    } else {
+      return usage(("bad option for mgmtd: " + name + " " + value).c_str());
+    }
+  }
+  if (endpoints.empty() || id.empty()) return usage("mgmtd needs --etcd URL and --id ID");
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  coio::ReactorPool<coio::EpollReactor> pool(1);
+  std::unique_ptr<storage::etcd::EtcdClient<coio::EpollReactor>> client = connectEtcd(pool.reactor(0), endpoints);
+  if (!client) return 1;
+  storage::ClusterManager<coio::EpollReactor> manager(*client, id, ttl, [](const std::string& line) {
+    std::printf("mgmtd %s\n", line.c_str());
+    std::fflush(stdout);
+  });
+  {
+    Background<coio::EpollReactor> background(pool.reactor(0));
+    background.start(manager.run(background.token()));
+    std::printf("mgmtd %s: managing the cluster in etcd (lease of %llds)\n", id.c_str(), static_cast<long long>(ttl));
+    std::fflush(stdout);
+    int signal = 0;
+    sigwait(&signals, &signal);
+  }  // the manager stops: it revokes its lease, so that another leads at once
+  disconnectEtcd(pool.reactor(0), client);
+  pool.stop();
+  std::printf("mgmtd %s: stopped\n", id.c_str());
+  return 0;
+}
+
+// cluster load FILE | cluster status, against --etcd: one call on an epoll reactor.
+int cluster(int argc, char** argv) {
+  const std::string_view sub = argc > 2 ? argv[2] : "";
+  const bool load = sub == "load";
+  if (!load && sub != "status") return usage("cluster takes load FILE or status");
+  if (load && (argc < 4 || std::string_view(argv[3]).rfind("--", 0) == 0)) return usage("cluster load needs FILE");
+  const auto options = parseOptions(argc, argv, load ? 4 : 3, {"--force"});
+  if (!options) return usage("options are --name value pairs");
+  std::vector<std::string> endpoints;
+  bool force = false;
+  for (const auto& [name, value] : *options) {
+    if (name == "--etcd" && !splitEndpoints(value).empty()) {
+      endpoints = splitEndpoints(value);
+    } else if (name == "--force" && load) {
+      force = true;
+    } else {
+      return usage(("bad option for cluster " + std::string(sub) + ": " + name).c_str());
+    }
+  }
+  if (endpoints.empty()) return usage("cluster needs --etcd URL");
+  std::optional<storage::ChainTable> table;
+  if (load) {
+    std::string why;
+    coio::Result<storage::ChainTable> loaded = storage::ChainTable::load(argv[3], &why);
+    if (!loaded) {
+      std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+      return 1;
+    }
+    table = std::move(*loaded);
+  }
+  coio::ReactorPool<coio::EpollReactor> pool(1);
+  std::unique_ptr<storage::etcd::EtcdClient<coio::EpollReactor>> client = connectEtcd(pool.reactor(0), endpoints);
+  if (!client) return 1;
+  int status = 0;
+  runOn(pool.reactor(0), [](storage::etcd::EtcdClient<coio::EpollReactor>& etcd, const std::optional<storage::ChainTable>& routing,
+                            bool overwrite, int& result) -> coio::Task<void> {
+    if (routing) {
+      coio::Result<std::int64_t> done = co_await storage::loadRouting(etcd, *routing, overwrite);
+      if (done) {
+        std::printf("loaded %zu chains and %zu servers at revision %lld\n", routing->chains().size(),
+                    routing->servers().size(), static_cast<long long>(*done));
+      } else if (done.error() == std::errc::file_exists) {
+        std::fprintf(stderr, "coio-storage-server: etcd holds chains already (cluster status shows them); "
+                     "--force replaces them\n");
+        result = 1;
+      } else {
+        std::fprintf(stderr, "coio-storage-server: cannot write to etcd: %s\n", etcd.lastError().c_str());
+        result = 1;
+      }
+      co_return;
+    }
+    std::string why;
+    coio::Result<storage::StoredRouting> stored = co_await storage::readRouting(etcd, &why);
+    coio::Result<storage::ChainTable> assembled =
+        stored ? storage::ChainTable::assemble(stored->records, &why) : coio::Result<storage::ChainTable>(stored.error());
+    if (!assembled) {
+      std::fprintf(stderr, "coio-storage-server: %s\n", why.c_str());
+      result = 1;
+      co_return;
+    }
+    std::fputs(storage::clusterStatus(*assembled).c_str(), stdout);
+    std::string live;
+    for (const std::string& name : stored->live) live += " " + name;
+    std::printf("\nregistered:%s\nleader lease: %s\n", live.empty() ? " none" : live.c_str(),
+                stored->leaderLease == 0 ? "none (no mgmtd leads)" : std::to_string(stored->leaderLease).c_str());
+  }(*client, table, force, status));
+  disconnectEtcd(pool.reactor(0), client);
+  pool.stop();
+  return status;
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) return usage("missing command: init, serve or routing");
+  if (argc < 2) return usage("missing command: init, serve, mgmtd, cluster or routing");
   const std::string_view command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") return usage();
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--help") return usage();
   }
-  const auto options = parseOptions(argc, argv, {"--buffered", "--zero-copy-send", "--poison-buffers", "--keys"});
+  if (command == "cluster") return cluster(argc, argv);
+  const auto options = parseOptions(argc, argv, 2, {"--buffered", "--zero-copy-send", "--poison-buffers", "--keys"});
   if (!options) return usage("options are --name value pairs");
   if (command == "init") return init(*options);
   if (command == "serve") return serve(*options);
   if (command == "routing") return routing(*options);
+  if (command == "mgmtd") return mgmtd(*options);
   return usage(("unknown command " + std::string(command)).c_str());
 }
