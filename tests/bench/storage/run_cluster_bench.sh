@@ -146,7 +146,7 @@ PY
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for mode in file etcd; do
-  echo "== routing from the $mode: a --verify check, $verify_seconds s" >&2
+  echo "== $mode routing: a --verify check, $verify_seconds s" >&2
   run_bench $mode "$verify_seconds" 0 1
 done
 for ((round = 1; round <= rounds; ++round)); do
