@@ -6,7 +6,9 @@
 # scripts/extract_examples.py writes it. The harness gives it what the page
 # says the reader has:
 #   $bin   BIN_DIR, the build's examples/storage_server
-#   $data  a fresh directory (under $TMPDIR, else /tmp), removed at the end
+#   $data  a fresh directory, removed at the end: in /dev/shm when there is one
+#          (etcd fsyncs every write, and a disk busy with other writes stalls
+#          it past the sleeps of a block; the servers read buffered there)
 # and runs it with bash -eo pipefail, so that a check in the block (a test
 # or a grep that finds nothing) fails it. Every fixed loopback port the block
 # names (127.0.0.1:NNNN) is moved to a free one, so that tests running at
@@ -16,7 +18,9 @@
 set -euo pipefail
 example=$1 bin=$2
 [[ -r $example && -x $bin/coio-storage-server ]] || { echo "usage: $0 EXAMPLE.sh BIN_DIR" >&2; exit 2; }
-data=$(mktemp -d "${TMPDIR:-/tmp}/coio-docs-XXXXXX")
+base=${TMPDIR:-/tmp}
+[[ -d /dev/shm && -w /dev/shm ]] && base=/dev/shm
+data=$(mktemp -d "$base/coio-docs-XXXXXX")
 session=""
 cleanup() {
   [[ -z $session ]] || kill -KILL -- "-$session" 2>/dev/null || true
