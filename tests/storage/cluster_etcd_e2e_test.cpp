@@ -3,9 +3,10 @@
 // load`, `mgmtd`s and `serve --etcd` child processes, and the chains read
 // from etcd in this process. A server killed with SIGKILL has its targets
 // offline within its lease's TTL + 1 s, one SIGTERMed at once, a restarted
-// one serves again; the leading manager killed, the other leads within the
-// TTL and handles the next death; every chain's history is versions 1, 2,
-// 3, ... with no gap and no duplicate.
+// one serves again; one whose lease is revoked behind its back registers
+// again by itself within ttl/3 + 1 s; the leading manager killed, the other
+// leads within the TTL and handles the next death; every chain's history is
+// versions 1, 2, 3, ... with no gap and no duplicate.
 #include "cluster_manager.hpp"
 #include "etcd_fixture.hpp"
 #include "storage_client.hpp"
@@ -43,6 +44,8 @@ namespace {
 constexpr std::int64_t kServerTtl = 3;   // seconds: SIGTERM must be much faster
 constexpr std::int64_t kManagerTtl = 2;  // seconds
 constexpr auto kSlack = 1s;              // what the issue allows past a TTL
+
+std::int64_t ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
 // A child process of the server binary, its stdout and stderr into `log`;
 // SIGKILLed and reaped at the end of the test whatever happens.
@@ -190,6 +193,39 @@ struct Cluster {
     return got->kvs.empty() ? std::string() : got->kvs.front().value;
   }
 
+  // The lease server `name`'s registration is bound to (0: not registered).
+  std::int64_t liveLease(const std::string& name) {
+    coio::Result<storage::etcd::RangeResponse> got = coio::Errc::closed;
+    reactor.runUntil([](storage::etcd::EtcdClient<R>& c, std::string key, coio::Result<storage::etcd::RangeResponse>& out) -> Task<void> {
+      out = co_await c.range({std::move(key)}, 2s);
+    }(*client, storage::liveKey(name), got));
+    REQUIRE(got);
+    return got->kvs.empty() ? 0 : got->kvs.front().lease;
+  }
+
+  // Revokes `lease` as an operator (or an expiry) would, behind its holder's back.
+  void revoke(std::int64_t lease) {
+    coio::Result<storage::etcd::ResponseHeader> revoked = coio::Errc::closed;
+    reactor.runUntil([](storage::etcd::EtcdClient<R>& c, std::int64_t id, coio::Result<storage::etcd::ResponseHeader>& out) -> Task<void> {
+      out = co_await c.leaseRevoke(id, 2s);
+    }(*client, lease, revoked));
+    REQUIRE(revoked);
+  }
+
+  // Polls (every 20 ms, up to `limit`) until server `name` is registered
+  // under a lease other than `old`; that lease.
+  std::int64_t waitForNewLease(const std::string& name, std::int64_t old, Clock::duration limit) {
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      const std::int64_t lease = liveLease(name);
+      if (lease != 0 && lease != old) return lease;
+      if (Clock::now() - start > limit) {
+        FAIL("server " << name << " not registered again within " << ms(limit) << " ms");
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
   // Every version chain `id`'s key had, from its creation on (a watch from
   // its create revision up to its current mod revision).
   std::vector<std::uint32_t> history(std::uint32_t id) {
@@ -320,8 +356,6 @@ Task<void> churn(storage::etcd::EtcdClient<R>& client, const std::vector<std::st
   managers.request_stop();
 }
 
-std::int64_t ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
 }  // namespace
 
 TEST_CASE("cluster load writes the table once, status prints it", "[etcd][cluster]") {
@@ -409,6 +443,61 @@ TEST_CASE("servers register; killed, stopped and restarted servers move their ta
   CHECK(b->output().find("left etcd") != std::string::npos);
 
   checkHistories(cluster);
+  CHECK(manager->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("a server whose lease is lost registers again by itself and serves again", "[etcd][cluster]") {
+  Cluster cluster;
+  REQUIRE(cluster.load(false) == 0);
+  auto manager = cluster.manager("m1");
+  auto a = cluster.server(0);
+  auto b = cluster.server(1);
+  cluster.waitFor([&](const auto& r) { return r.live.size() == 2 && allServing(r) && r.leaderLease != 0; }, 10s,
+                  "both servers serving, a leader");
+  const std::string& name = cluster.addresses[0];
+  // The server learns the lease is gone at its next keep-alive (one every
+  // ttl/3) and registers at once: a new lease within ttl/3 + the slack.
+  const Clock::duration bound = std::chrono::seconds(kServerTtl) / 3 + kSlack;
+
+  // Revoked while it runs.
+  const std::int64_t first = cluster.liveLease(name);
+  REQUIRE(first != 0);
+  const Clock::time_point revoked = Clock::now();
+  cluster.revoke(first);
+  const std::int64_t second = cluster.waitForNewLease(name, first, bound);
+  INFO("revoked -> registered again in " << ms(Clock::now() - revoked) << " ms");
+  cluster.waitFor([&](const auto& r) { return allServing(r); }, 2s, "every target serving again");
+  CHECK(a->output().find("the lease was lost: registering again") != std::string::npos);
+
+  // Revoked while it is stopped (SIGSTOP: as if cut off from etcd past its
+  // TTL), so that it cannot register again before the manager has moved
+  // its targets: they go offline, and serve again once it is back.
+  const storage::StoredRouting before = cluster.read();
+  REQUIRE(::kill(a->pid, SIGSTOP) == 0);
+  cluster.revoke(second);
+  cluster.waitFor([&](const auto& r) { return targetsOf(r, name, storage::ReplicaState::offline); }, 2s,
+                  "the targets of the server whose lease was revoked offline");
+  CHECK(cluster.liveLease(name) == 0);
+  const Clock::time_point resumed = Clock::now();
+  REQUIRE(::kill(a->pid, SIGCONT) == 0);
+  cluster.waitForNewLease(name, second, bound);
+  INFO("resumed -> registered again in " << ms(Clock::now() - resumed) << " ms");
+  cluster.waitFor([&](const auto& r) { return allServing(r); }, 2s, "every target serving again");
+  const storage::StoredRouting after = cluster.read();
+  for (std::size_t c = 0; c < after.records.chains.size(); ++c) {  // offline, then serving: two versions at least
+    CHECK(after.records.chains[c].version >= before.records.chains[c].version + 2);
+  }
+  // It serves the new versions, and answers staleRouting to the old ones.
+  const std::uint32_t version = after.records.chains[0].version;
+  CHECK(cluster.readAt(name, 11, 0, version) == storage::proto::IoStatus::ok);
+  const Clock::time_point asked = Clock::now();
+  while (cluster.readAt(name, 11, 0, version - 1) != storage::proto::IoStatus::staleRouting) {
+    REQUIRE(Clock::now() - asked < 2s);
+    std::this_thread::sleep_for(20ms);
+  }
+
+  checkHistories(cluster);
+  CHECK(b->stop(SIGTERM) == 0);
   CHECK(manager->stop(SIGTERM) == 0);
 }
 

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs a shell example of the guides as a reader would, and fails if one of
+# its commands fails:
+#   tests/docs/run_sh_example.sh EXAMPLE.sh BIN_DIR
+# EXAMPLE.sh is a ```sh run block, after its page's ```sh setup blocks, as
+# scripts/extract_examples.py writes it. The harness gives it what the page
+# says the reader has:
+#   $bin   BIN_DIR, the build's examples/storage_server
+#   $data  a fresh directory, removed at the end: in /dev/shm when there is one
+#          (etcd fsyncs every write, and a disk busy with other writes stalls
+#          it past the sleeps of a block; the servers read buffered there)
+# and runs it with bash -eo pipefail, so that a check in the block (a test
+# or a grep that finds nothing) fails it. Every fixed loopback port the block
+# names (127.0.0.1:NNNN) is moved to a free one, so that tests running at
+# once, or anything else listening on the machine, cannot collide with it.
+# The block runs in its own session; whatever it leaves running (servers,
+# etcd...) is killed when it ends, however it ends.
+set -euo pipefail
+example=$1 bin=$2
+[[ -r $example && -x $bin/coio-storage-server ]] || { echo "usage: $0 EXAMPLE.sh BIN_DIR" >&2; exit 2; }
+base=${TMPDIR:-/tmp}
+[[ -d /dev/shm && -w /dev/shm ]] && base=/dev/shm
+data=$(mktemp -d "$base/coio-docs-XXXXXX")
+session=""
+cleanup() {
+  [[ -z $session ]] || kill -KILL -- "-$session" 2>/dev/null || true
+  rm -rf "$data"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The block with its ports moved: each distinct fixed port to a port the kernel
+# just gave out (free now; nothing else here binds it in the meantime).
+python3 - "$example" "$data/example.sh" <<'PY'
+import re, socket, sys
+text = open(sys.argv[1]).read()
+moved = {}
+for port in dict.fromkeys(re.findall(r"127\.0\.0\.1:(\d{2,5})\b", text)):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        moved[port] = str(s.getsockname()[1])
+text = re.sub(r"(127\.0\.0\.1:)(\d{2,5})\b", lambda m: m.group(1) + moved[m.group(2)], text)
+open(sys.argv[2], "w").write(text)
+print("ports moved: " + (", ".join(f"{a} -> {b}" for a, b in moved.items()) or "none"))
+PY
+
+cd "$data"
+bin=$bin data=$data setsid bash -eo pipefail -x example.sh &
+session=$!
+status=0
+wait "$session" || status=$?
+echo "the example exited with status $status"
+exit "$status"
