@@ -75,11 +75,12 @@ template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
+  detail::RangeValues<T> values(children.size());
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    return latch.startChained(children, stop);
+    return latch.startRange(children, values, stop);
   });
-  co_return detail::collectResults(children);
+  co_return detail::collectResults(children, &values);
 }
 
 /// collectAllRange with bounded concurrency (folly's collectAllWindowed):
