@@ -506,8 +506,8 @@ class RangeValues {
     COIO_ASSERT(size() < capacity_, "more range values than children");
     std::construct_at(last_++, std::move(value));
   }
-  /// Moves the values to the end of `out`.
-  void moveTo(std::vector<T>& out) { out.insert(out.end(), std::make_move_iterator(first_), std::make_move_iterator(last_)); }
+  /// The values, moved out (a copy of memory for a trivially copyable T).
+  std::vector<T> take() { return std::vector<T>(std::make_move_iterator(first_), std::make_move_iterator(last_)); }
 
  private:
   T* first_;
@@ -580,11 +580,11 @@ class Continuation {
       : bits_(reinterpret_cast<std::uintptr_t>(awaiting.address())) {}
   explicit Continuation(FanIn& fanIn) noexcept : bits_(reinterpret_cast<std::uintptr_t>(&fanIn) | kFanIn) {}
 
-  /// The FanIn, or null if this is a coroutine handle.
-  FanIn* fanIn() const noexcept {
-    return (bits_ & kFanIn) != 0 ? reinterpret_cast<FanIn*>(bits_ & ~kFanIn) : nullptr;
-  }
-  /// The coroutine handle (when fanIn() is null).
+  /// True if this is a FanIn, false if a coroutine handle.
+  bool isFanIn() const noexcept { return (bits_ & kFanIn) != 0; }
+  /// The FanIn (when isFanIn()).
+  FanIn& fanIn() const noexcept { return *reinterpret_cast<FanIn*>(bits_ & ~kFanIn); }
+  /// The coroutine handle (when not isFanIn()).
   std::coroutine_handle<> handle() const noexcept {
     return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_));
   }
@@ -760,10 +760,11 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
     }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
       TaskPromise& p = h.promise();
-      if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
-        return fanIn->childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
+      const Continuation next = p.continuation_;
+      if (next.isFanIn()) [[unlikely]] {
+        return next.fanIn().childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
       }
-      return p.continuation_.handle();
+      return next.handle();
     }
     void await_resume() noexcept {}
   };
@@ -772,7 +773,7 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   std::suspend_always initial_suspend() noexcept { return {}; }
   FinalAwaiter final_suspend() noexcept {
     if constexpr (handsOverValue<T>) {
-      if (FanIn* fanIn = continuation_.fanIn()) [[unlikely]] handOverValue(*fanIn);
+      if (continuation_.isFanIn()) [[unlikely]] handOverValue(continuation_.fanIn());
     }
     return {};
   }
@@ -2795,9 +2796,8 @@ using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 template <typename T>
 RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
-    std::vector<T> results;
+    std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());
-    if (early != nullptr) early->moveTo(results);
     for (auto child = children.begin() + static_cast<std::ptrdiff_t>(results.size()); child != children.end(); ++child) {
       const Task<T> done = std::move(*child);
       results.push_back(childResult(done));
@@ -2905,10 +2905,11 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 
 /// collectAll over a vector: results in input order. A vector of
 /// `Task<void>` yields `Task<void>`. Same threading, exception and stop
-/// token rules as collectAll. A child that finishes as it starts starts
-/// the next one itself, by symmetric transfer: a run of such children
-/// takes constant stack where the compiler emits the tail call, and a
-/// bounded depth otherwise.
+/// token rules as collectAll. If T moves without throwing (or is void), a
+/// child that finishes as it starts without throwing, as did every child
+/// before it, frees its frame at once, its value moved aside; the others'
+/// frames are freed once all children finished, before the awaiting
+/// coroutine resumes.
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");

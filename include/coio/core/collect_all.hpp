@@ -67,10 +67,11 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 
 /// collectAll over a vector: results in input order. A vector of
 /// `Task<void>` yields `Task<void>`. Same threading, exception and stop
-/// token rules as collectAll. A child that finishes as it starts starts
-/// the next one itself, by symmetric transfer: a run of such children
-/// takes constant stack where the compiler emits the tail call, and a
-/// bounded depth otherwise.
+/// token rules as collectAll. If T moves without throwing (or is void), a
+/// child that finishes as it starts without throwing, as did every child
+/// before it, frees its frame at once, its value moved aside; the others'
+/// frames are freed once all children finished, before the awaiting
+/// coroutine resumes.
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");

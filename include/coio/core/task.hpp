@@ -36,10 +36,11 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
     }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
       TaskPromise& p = h.promise();
-      if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
-        return fanIn->childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
+      const Continuation next = p.continuation_;
+      if (next.isFanIn()) [[unlikely]] {
+        return next.fanIn().childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
       }
-      return p.continuation_.handle();
+      return next.handle();
     }
     void await_resume() noexcept {}
   };
@@ -48,7 +49,7 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   std::suspend_always initial_suspend() noexcept { return {}; }
   FinalAwaiter final_suspend() noexcept {
     if constexpr (handsOverValue<T>) {
-      if (FanIn* fanIn = continuation_.fanIn()) [[unlikely]] handOverValue(*fanIn);
+      if (continuation_.isFanIn()) [[unlikely]] handOverValue(continuation_.fanIn());
     }
     return {};
   }

@@ -180,9 +180,8 @@ using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 template <typename T>
 RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
-    std::vector<T> results;
+    std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());
-    if (early != nullptr) early->moveTo(results);
     for (auto child = children.begin() + static_cast<std::ptrdiff_t>(results.size()); child != children.end(); ++child) {
       const Task<T> done = std::move(*child);
       results.push_back(childResult(done));

@@ -57,8 +57,8 @@ class RangeValues {
     COIO_ASSERT(size() < capacity_, "more range values than children");
     std::construct_at(last_++, std::move(value));
   }
-  /// Moves the values to the end of `out`.
-  void moveTo(std::vector<T>& out) { out.insert(out.end(), std::make_move_iterator(first_), std::make_move_iterator(last_)); }
+  /// The values, moved out (a copy of memory for a trivially copyable T).
+  std::vector<T> take() { return std::vector<T>(std::make_move_iterator(first_), std::make_move_iterator(last_)); }
 
  private:
   T* first_;
@@ -131,11 +131,11 @@ class Continuation {
       : bits_(reinterpret_cast<std::uintptr_t>(awaiting.address())) {}
   explicit Continuation(FanIn& fanIn) noexcept : bits_(reinterpret_cast<std::uintptr_t>(&fanIn) | kFanIn) {}
 
-  /// The FanIn, or null if this is a coroutine handle.
-  FanIn* fanIn() const noexcept {
-    return (bits_ & kFanIn) != 0 ? reinterpret_cast<FanIn*>(bits_ & ~kFanIn) : nullptr;
-  }
-  /// The coroutine handle (when fanIn() is null).
+  /// True if this is a FanIn, false if a coroutine handle.
+  bool isFanIn() const noexcept { return (bits_ & kFanIn) != 0; }
+  /// The FanIn (when isFanIn()).
+  FanIn& fanIn() const noexcept { return *reinterpret_cast<FanIn*>(bits_ & ~kFanIn); }
+  /// The coroutine handle (when not isFanIn()).
   std::coroutine_handle<> handle() const noexcept {
     return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_));
   }
