@@ -759,11 +759,8 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
       return true;
     }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
-      TaskPromise& p = h.promise();
-      const Continuation next = p.continuation_;
-      if (next.isFanIn()) [[unlikely]] {
-        return next.fanIn().childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
-      }
+      const Continuation next = h.promise().continuation_;
+      if (next.isFanIn()) [[unlikely]] return reportFinished(h);
       return next.handle();
     }
     void await_resume() noexcept {}
@@ -785,6 +782,14 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   Continuation continuation_;
 
  private:
+  // Out of line, so that the common path to the awaiting coroutine keeps
+  // its registers.
+  [[gnu::noinline]] static std::coroutine_handle<> reportFinished(std::coroutine_handle<TaskPromise> h) noexcept {
+    const Outcome<T>& outcome = h.promise().outcome;
+    return h.promise().continuation_.fanIn().childFinished(h.address(),
+                                                           outcome.hasException() ? &outcome.exception() : nullptr);
+  }
+
   // A collect child finished: if FanIn::earlyValues says so, the value
   // goes to the range's values and the thread is marked (handingOverMark).
   void handOverValue(FanIn& fanIn) noexcept {
@@ -2707,16 +2712,18 @@ struct AllLatch final : ArrivingLatch<AllLatch> {
   // (continuation.hpp); the first that does not ends that, so that
   // `values` stays in input order, and the rest keep their values in their
   // frames.
+  // Not inlined: in the caller's coroutine, the loop's state would spill
+  // to the stack.
   template <typename T>
-  std::size_t startRange(std::vector<Task<T>>& children, RangeValues<T>& values,
-                         const std::stop_token* stop) noexcept {
+  [[gnu::noinline]] std::size_t startRange(std::vector<Task<T>>& children, RangeValues<T>& values,
+                                           const std::stop_token* stop) noexcept {
     if constexpr (handsOverValue<T>) earlyValues_ = &values;
     std::size_t waiting = 0;
     for (Task<T>& child : children) {
       const std::coroutine_handle<TaskPromise<T>> h = bindChild(child, *this, stop);
       tlsChildStarting = h.address();
       h.resume();
-      if (tlsChildStarting == handedOverMark()) {
+      if (tlsChildStarting == handedOverMark()) [[likely]] {
         TaskAccess::release(child);  // its frame is gone
         continue;
       }

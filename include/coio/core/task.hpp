@@ -35,11 +35,8 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
       return true;
     }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
-      TaskPromise& p = h.promise();
-      const Continuation next = p.continuation_;
-      if (next.isFanIn()) [[unlikely]] {
-        return next.fanIn().childFinished(h.address(), p.outcome.hasException() ? &p.outcome.exception() : nullptr);
-      }
+      const Continuation next = h.promise().continuation_;
+      if (next.isFanIn()) [[unlikely]] return reportFinished(h);
       return next.handle();
     }
     void await_resume() noexcept {}
@@ -61,6 +58,14 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   Continuation continuation_;
 
  private:
+  // Out of line, so that the common path to the awaiting coroutine keeps
+  // its registers.
+  [[gnu::noinline]] static std::coroutine_handle<> reportFinished(std::coroutine_handle<TaskPromise> h) noexcept {
+    const Outcome<T>& outcome = h.promise().outcome;
+    return h.promise().continuation_.fanIn().childFinished(h.address(),
+                                                           outcome.hasException() ? &outcome.exception() : nullptr);
+  }
+
   // A collect child finished: if FanIn::earlyValues says so, the value
   // goes to the range's values and the thread is marked (handingOverMark).
   void handOverValue(FanIn& fanIn) noexcept {

@@ -91,16 +91,18 @@ struct AllLatch final : ArrivingLatch<AllLatch> {
   // (continuation.hpp); the first that does not ends that, so that
   // `values` stays in input order, and the rest keep their values in their
   // frames.
+  // Not inlined: in the caller's coroutine, the loop's state would spill
+  // to the stack.
   template <typename T>
-  std::size_t startRange(std::vector<Task<T>>& children, RangeValues<T>& values,
-                         const std::stop_token* stop) noexcept {
+  [[gnu::noinline]] std::size_t startRange(std::vector<Task<T>>& children, RangeValues<T>& values,
+                                           const std::stop_token* stop) noexcept {
     if constexpr (handsOverValue<T>) earlyValues_ = &values;
     std::size_t waiting = 0;
     for (Task<T>& child : children) {
       const std::coroutine_handle<TaskPromise<T>> h = bindChild(child, *this, stop);
       tlsChildStarting = h.address();
       h.resume();
-      if (tlsChildStarting == handedOverMark()) {
+      if (tlsChildStarting == handedOverMark()) [[likely]] {
         TaskAccess::release(child);  // its frame is gone
         continue;
       }
