@@ -454,13 +454,22 @@ class YieldSlot {
 // straight from the child's final suspend saves a wrapper coroutine per
 // child; the tag costs a Task one test in its final suspend.
 //
-// A child that finishes in its start (see tlsChildStarting) may go on to
-// start the next child of its range itself, by symmetric transfer, rather
-// than return to the start loop, which would resume that next child: one
-// jump per child instead of a return, a call and the loop's bookkeeping.
+// A child of collectAllRange that finishes in its start (see
+// tlsChildStarting), without throwing, while every child before it did
+// too, hands its value to the range's results and frees its own frame
+// without suspending (FanIn::earlyValues): no destroy() call later, no
+// second pass over the frames to collect the values. With g++ 12 that also
+// skips the dispatch on the resume index that every destroy() goes through.
+
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <iterator>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace coio::detail {
 
@@ -468,6 +477,59 @@ namespace coio::detail {
 // (detail/collect.hpp, startChild), until it finishes or its start
 // returns; null otherwise.
 inline constinit thread_local void* tlsChildStarting = nullptr;
+
+// What tlsChildStarting holds, no frame's address, once the child being
+// started handed its value over (FanIn::earlyValues) and frees its own
+// frame: handingOverMark() from its final_suspend to its final awaiter's
+// await_ready, which alone takes it (no other coroutine can mistake it for
+// its own), then handedOverMark() until its start loop goes on.
+inline void* handingOverMark() noexcept { return reinterpret_cast<void*>(std::uintptr_t{1}); }
+inline void* handedOverMark() noexcept { return reinterpret_cast<void*>(std::uintptr_t{2}); }
+
+/// The values of the first children of a collectAllRange, in input order
+/// (for void children, how many there are), in room for every child:
+/// adding one is a construction, with no test for room, so that it costs a
+/// child's final suspend no code it would keep registers for.
+template <typename T>
+class RangeValues {
+ public:
+  explicit RangeValues(std::size_t capacity) : first_(std::allocator<T>().allocate(capacity)), last_(first_), capacity_(capacity) {}
+  RangeValues(const RangeValues&) = delete;
+  RangeValues& operator=(const RangeValues&) = delete;
+  ~RangeValues() {
+    std::destroy(first_, last_);
+    std::allocator<T>().deallocate(first_, capacity_);
+  }
+
+  std::size_t size() const noexcept { return static_cast<std::size_t>(last_ - first_); }
+  void add(T&& value) noexcept {
+    COIO_ASSERT(size() < capacity_, "more range values than children");
+    std::construct_at(last_++, std::move(value));
+  }
+  /// The values, moved out (a copy of memory for a trivially copyable T).
+  std::vector<T> take() { return std::vector<T>(std::make_move_iterator(first_), std::make_move_iterator(last_)); }
+
+ private:
+  T* first_;
+  T* last_;
+  std::size_t capacity_;
+};
+template <>
+class RangeValues<void> {
+ public:
+  explicit RangeValues(std::size_t /*capacity*/) noexcept {}
+  std::size_t size() const noexcept { return count_; }
+  void add() noexcept { ++count_; }
+
+ private:
+  std::size_t count_ = 0;
+};
+
+/// Whether a Task<T> can hand its value over in its final suspend, where
+/// nothing may throw.
+template <typename T>
+inline constexpr bool handsOverValue =
+    std::is_void_v<T> || (!std::is_reference_v<T> && std::is_nothrow_move_constructible_v<T>);
 
 /// What a Task that is the child of a collect operation reports to.
 class FanIn {
@@ -485,19 +547,14 @@ class FanIn {
     return childDone(child, exception);
   }
 
-  /// Whether the child whose frame is at `child`, finished without
-  /// throwing, is to start the next child of its range (successor) rather
-  /// than report through childFinished: it finished in its start, and its
-  /// start loop chains (AllLatch::startChained, collect.hpp) and has
-  /// children left to chain. It then counts as finished in its start.
-  bool chainsFrom(void* child) const noexcept { return tlsChildStarting == child && chainNext_ != chainLimit_; }
-  /// After chainsFrom: the next child, of the same type Child as every
-  /// child of its range.
-  template <typename Child>
-  Child& successor() noexcept {
-    auto* const next = static_cast<Child*>(chainNext_);
-    chainNext_ = next + 1;
-    return *next;
+  /// Where the child whose frame is at `child`, finished without throwing,
+  /// is to hand its value before freeing its own frame, or null: it
+  /// finished in its start, and its start loop takes values early
+  /// (AllLatch::startRange, collect.hpp) and every child before it handed
+  /// its value over. T is the value type of every child of the range.
+  template <typename T>
+  RangeValues<T>* earlyValues(void* child) const noexcept {
+    return tlsChildStarting == child ? static_cast<RangeValues<T>*>(earlyValues_) : nullptr;
   }
 
  protected:
@@ -509,12 +566,9 @@ class FanIn {
   /// childFinished for a child that finished elsewhere than in its start.
   virtual std::coroutine_handle<> childDone(void* child, const std::exception_ptr* exception) noexcept = 0;
 
-  // The children a chaining start loop has not started yet: [chainNext_,
-  // chainLimit_) of its range, type-erased (every child of a range has the
-  // same type). Only the starting thread touches them, while it starts.
-  // Empty (both null) when the loop does not chain.
-  void* chainNext_ = nullptr;
-  const void* chainLimit_ = nullptr;
+  // The RangeValues<T> of the range being started, while children hand
+  // their values over; null otherwise. Only the starting thread touches it.
+  void* earlyValues_ = nullptr;
 };
 
 /// A coroutine handle or a FanIn, in one word (the FanIn tagged in the low
@@ -526,11 +580,11 @@ class Continuation {
       : bits_(reinterpret_cast<std::uintptr_t>(awaiting.address())) {}
   explicit Continuation(FanIn& fanIn) noexcept : bits_(reinterpret_cast<std::uintptr_t>(&fanIn) | kFanIn) {}
 
-  /// The FanIn, or null if this is a coroutine handle.
-  FanIn* fanIn() const noexcept {
-    return (bits_ & kFanIn) != 0 ? reinterpret_cast<FanIn*>(bits_ & ~kFanIn) : nullptr;
-  }
-  /// The coroutine handle (when fanIn() is null).
+  /// True if this is a FanIn, false if a coroutine handle.
+  bool isFanIn() const noexcept { return (bits_ & kFanIn) != 0; }
+  /// The FanIn (when isFanIn()).
+  FanIn& fanIn() const noexcept { return *reinterpret_cast<FanIn*>(bits_ & ~kFanIn); }
+  /// The coroutine handle (when not isFanIn()).
   std::coroutine_handle<> handle() const noexcept {
     return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_));
   }
@@ -619,6 +673,12 @@ class Outcome {
     return exception_;
   }
 
+  /// The value stored (for a value type: not a reference or void).
+  Stored& value() noexcept {
+    COIO_ASSERT(state_ == State::value, "coroutine result read before it completed");
+    return value_;
+  }
+
   /// The value (moved out), or rethrows the stored exception.
   T get() {
     if (state_ == State::exception) std::rethrow_exception(exception_);
@@ -686,25 +746,34 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
   // runs in constant stack space where the compiler emits the tail call. A
-  // collectAll child reports to its latch instead, or starts the next child
-  // of its range (continuation.hpp).
+  // collectAll child reports to its latch instead, or, finished in its
+  // start, hands its value over and frees its frame without suspending
+  // (continuation.hpp).
   struct FinalAwaiter {
-    bool await_ready() noexcept { return false; }
+    // Whether final_suspend handed the value over: the frame then frees
+    // itself. Asked of the thread rather than kept in the awaiter, which
+    // g++ 12 would store in the frame, a byte and a test more per Task.
+    bool await_ready() noexcept {
+      if (!handsOverValue<T> || tlsChildStarting != handingOverMark()) return false;
+      tlsChildStarting = handedOverMark();
+      return true;
+    }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
-      TaskPromise& p = h.promise();
-      if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
-        if (p.outcome.hasException()) return fanIn->childFinished(h.address(), &p.outcome.exception());
-        if (fanIn->chainsFrom(h.address())) return p.startSuccessor(fanIn->template successor<Task<T>>());
-        return fanIn->childFinished(h.address(), nullptr);
-      }
-      return p.continuation_.handle();
+      const Continuation next = h.promise().continuation_;
+      if (next.isFanIn()) [[unlikely]] return reportFinished(h);
+      return next.handle();
     }
     void await_resume() noexcept {}
   };
 
   Task<T> get_return_object() noexcept;
   std::suspend_always initial_suspend() noexcept { return {}; }
-  FinalAwaiter final_suspend() noexcept { return {}; }
+  FinalAwaiter final_suspend() noexcept {
+    if constexpr (handsOverValue<T>) {
+      if (continuation_.isFanIn()) [[unlikely]] handOverValue(continuation_.fanIn());
+    }
+    return {};
+  }
 
   // The stop token lives in the outcome, sharing the exception's word.
   const std::stop_token* stopToken() const noexcept { return this->outcome.stopToken(); }
@@ -713,9 +782,27 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   Continuation continuation_;
 
  private:
-  // `next` reports where this child does and runs under the same token;
-  // it is now the child in its start.
-  std::coroutine_handle<> startSuccessor(Task<T>& next) noexcept;
+  // Out of line, so that the common path to the awaiting coroutine keeps
+  // its registers.
+  [[gnu::noinline]] static std::coroutine_handle<> reportFinished(std::coroutine_handle<TaskPromise> h) noexcept {
+    const Outcome<T>& outcome = h.promise().outcome;
+    return h.promise().continuation_.fanIn().childFinished(h.address(),
+                                                           outcome.hasException() ? &outcome.exception() : nullptr);
+  }
+
+  // A collect child finished: if FanIn::earlyValues says so, the value
+  // goes to the range's values and the thread is marked (handingOverMark).
+  void handOverValue(FanIn& fanIn) noexcept {
+    if (this->outcome.hasException()) return;
+    RangeValues<T>* values = fanIn.earlyValues<T>(std::coroutine_handle<TaskPromise>::from_promise(*this).address());
+    if (values == nullptr) return;
+    if constexpr (std::is_void_v<T>) {
+      values->add();
+    } else {
+      values->add(std::move(this->outcome.value()));
+    }
+    tlsChildStarting = handingOverMark();
+  }
 };
 
 // For collectAll and its relatives, which start a Task's coroutine
@@ -724,6 +811,11 @@ struct TaskAccess {
   template <typename T>
   static std::coroutine_handle<TaskPromise<T>> handle(const Task<T>& task) noexcept {
     return task.handle_;
+  }
+  // For a child whose frame freed itself: the Task lets go of it.
+  template <typename T>
+  static void release(Task<T>& task) noexcept {
+    task.handle_ = nullptr;
   }
 };
 
@@ -812,16 +904,6 @@ class [[nodiscard]] Task {
 template <typename T>
 Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
   return Task<T>{std::coroutine_handle<TaskPromise>::from_promise(*this)};
-}
-
-template <typename T>
-std::coroutine_handle<> detail::TaskPromise<T>::startSuccessor(Task<T>& next) noexcept {
-  const std::coroutine_handle<TaskPromise> h = next.handle_;
-  COIO_ASSERT(h, "collecting an empty coio::Task");
-  h.promise().continuation_ = continuation_;
-  h.promise().setStopToken(stopToken());
-  tlsChildStarting = h.address();
-  return h;
 }
 
 }  // namespace coio
@@ -2538,7 +2620,8 @@ Task<T> withStopToken(std::stop_token token, Task<T> task) {
 // in all. A child that finishes before its start returns (on the starting
 // thread, without suspending for long) skips it: its start settles it and
 // counts it, and the parent arrives for all those at once. collectAllRange
-// goes further: such a child starts the next one itself (startChained).
+// goes further: such a child hands its value over and frees its frame as it
+// finishes (startRange).
 // begin <coio/core/unit.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
@@ -2624,33 +2707,34 @@ void settleStarted(Latch& latch, std::coroutine_handle<TaskPromise<T>> h) noexce
 
 struct AllLatch final : ArrivingLatch<AllLatch> {
   // Starts the children in input order; returns how many finished while
-  // starting. A child that finishes in its start without throwing starts
-  // the next one (continuation.hpp), which therefore needs no settling
-  // here: settle does nothing for such a child. At most kMaxChain in a
-  // row, so that where symmetric transfer is no tail call (unoptimised or
-  // sanitised builds) the stack stays bounded.
+  // starting. While every child so far finished in its start without
+  // throwing, each hands its value to `values` and frees its own frame
+  // (continuation.hpp); the first that does not ends that, so that
+  // `values` stays in input order, and the rest keep their values in their
+  // frames.
+  // Not inlined: in the caller's coroutine, the loop's state would spill
+  // to the stack.
   template <typename T>
-  std::size_t startChained(std::vector<Task<T>>& children, const std::stop_token* stop) noexcept {
-    constexpr std::ptrdiff_t kMaxChain = 256;
-    Task<T>* next = children.data();
-    Task<T>* const end = next + children.size();
+  [[gnu::noinline]] std::size_t startRange(std::vector<Task<T>>& children, RangeValues<T>& values,
+                                           const std::stop_token* stop) noexcept {
+    if constexpr (handsOverValue<T>) earlyValues_ = &values;
     std::size_t waiting = 0;
-    while (next != end) {
-      const std::coroutine_handle<TaskPromise<T>> h = bindChild(*next, *this, stop);
-      chainNext_ = next + 1;
-      chainLimit_ = end - next > kMaxChain ? next + kMaxChain : end;
+    for (Task<T>& child : children) {
+      const std::coroutine_handle<TaskPromise<T>> h = bindChild(child, *this, stop);
       tlsChildStarting = h.address();
       h.resume();
-      // Back here once the last child started suspends, throws, or ends the chain.
-      next = static_cast<Task<T>*>(chainNext_);
+      if (tlsChildStarting == handedOverMark()) [[likely]] {
+        TaskAccess::release(child);  // its frame is gone
+        continue;
+      }
+      earlyValues_ = nullptr;
       if (tlsChildStarting != nullptr) {
         ++waiting;  // it arrives itself
         continue;
       }
-      settleStarted(*this, TaskAccess::handle(next[-1]));
+      settleStarted(*this, h);
     }
-    chainNext_ = nullptr;
-    chainLimit_ = nullptr;
+    earlyValues_ = nullptr;
     return children.size() - waiting;
   }
 };
@@ -2713,15 +2797,16 @@ template <typename T>
 using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 
 // The results of a range of finished children, in input order (nothing
-// for void children). Frees each child once its result is out, in the same
-// pass, while its frame is in cache.
+// for void children): `early` holds those of the first early->size()
+// (startRange), the frames those of the rest. Frees each of these once its
+// result is out, in the same pass, while its frame is in cache.
 template <typename T>
-RangeResult<T> collectResults(std::vector<Task<T>>& children) {
+RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
-    std::vector<T> results;
+    std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());
-    for (Task<T>& child : children) {
-      const Task<T> done = std::move(child);
+    for (auto child = children.begin() + static_cast<std::ptrdiff_t>(results.size()); child != children.end(); ++child) {
+      const Task<T> done = std::move(*child);
       results.push_back(childResult(done));
     }
     return results;
@@ -2827,19 +2912,21 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 
 /// collectAll over a vector: results in input order. A vector of
 /// `Task<void>` yields `Task<void>`. Same threading, exception and stop
-/// token rules as collectAll. A child that finishes as it starts starts
-/// the next one itself, by symmetric transfer: a run of such children
-/// takes constant stack where the compiler emits the tail call, and a
-/// bounded depth otherwise.
+/// token rules as collectAll. If T moves without throwing (or is void), a
+/// child that finishes as it starts without throwing, as did every child
+/// before it, frees its frame at once, its value moved aside; the others'
+/// frames are freed once all children finished, before the awaiting
+/// coroutine resumes.
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
+  detail::RangeValues<T> values(children.size());
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    return latch.startChained(children, stop);
+    return latch.startRange(children, values, stop);
   });
-  co_return detail::collectResults(children);
+  co_return detail::collectResults(children, &values);
 }
 
 /// collectAllRange with bounded concurrency (folly's collectAllWindowed):

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -186,9 +187,9 @@ TEST_CASE("collectAllRange mixes children that finish as they start, nested fan-
 
 TEST_CASE("collectAllRange: long runs of children that finish as they start, broken by waiting and throwing ones",
           "[collectAll]") {
-  // Each child that finishes as it starts starts the next one itself, up
-  // to a bounded run: 1,000 children cross several runs and every kind of
-  // break (a wait, an exception, the bound).
+  // Children that finish as they start hand their values over and free
+  // their frames, up to the first that waits or throws; the values of the
+  // rest stay in their frames until the parent collects them.
   constexpr int kChildren = 1000;
   std::vector<Baton> gates(kChildren);
   auto child = [](coio::test::LifeTracker, Baton* gate, bool fail, int i) -> Task<int> {
@@ -229,6 +230,131 @@ TEST_CASE("collectAllRange: long runs of children that finish as they start, bro
     }
     for (Baton& gate : gates) gate.reset();
   }
+}
+
+namespace {
+// A value whose move may throw: such children keep their values in their
+// frames (the final suspend, where they would hand them over, must not throw).
+struct MayThrowOnMove {
+  int v;
+  explicit MayThrowOnMove(int value) : v(value) {}
+  MayThrowOnMove(MayThrowOnMove&& other) noexcept(false) : v(other.v) {}
+};
+// Throws from its destructor once the body returned: after the value is set.
+struct ThrowsOnExit {
+  bool armed;
+  ~ThrowsOnExit() noexcept(false) {
+    if (armed) throw std::runtime_error("on exit");
+  }
+};
+}  // namespace
+
+TEST_CASE("collectAllRange: values handed over as children finish, then kept in frames", "[collectAll]") {
+  using Tracked = std::unique_ptr<coio::test::LifeTracker>;
+  auto tracked = [](Baton* gate) -> Task<Tracked> {
+    if (gate) co_await *gate;
+    co_return std::make_unique<coio::test::LifeTracker>();
+  };
+  {
+    // Handed over (the first two), kept in frames (from the waiting one on).
+    Baton gate;
+    std::vector<Task<Tracked>> tasks;
+    tasks.push_back(tracked(nullptr));
+    tasks.push_back(tracked(nullptr));
+    tasks.push_back(tracked(&gate));
+    tasks.push_back(tracked(nullptr));
+    std::vector<Tracked> results;
+    bool done = false;
+    coio::testing::ManualExecutor ex;
+    auto parent = [](Task<std::vector<Tracked>> all, std::vector<Tracked>& results, bool& done) -> Task<void> {
+      results = co_await std::move(all);
+      done = true;
+    };
+    ex.spawn(parent(collectAllRange(std::move(tasks)), results, done));
+    ex.drain();
+    CHECK_FALSE(done);
+    CHECK(coio::test::LifeTracker::alive == 3);
+    gate.post();
+    REQUIRE(done);
+    REQUIRE(results.size() == 4);
+    for (const Tracked& r : results) CHECK(r != nullptr);
+    CHECK(coio::test::LifeTracker::alive == 4);
+  }
+  CHECK(coio::test::LifeTracker::alive == 0);
+
+  // The frames of the children that finished as they started, all before
+  // them too, are freed at once; the others wait for the parent.
+  {
+    auto framed = [](coio::test::LifeTracker, Baton* gate) -> Task<int> {
+      if (gate) co_await *gate;
+      co_return 1;
+    };
+    Baton gate;
+    std::vector<Task<int>> tasks;
+    tasks.push_back(framed(coio::test::LifeTracker{}, nullptr));
+    tasks.push_back(framed(coio::test::LifeTracker{}, nullptr));
+    tasks.push_back(framed(coio::test::LifeTracker{}, &gate));
+    tasks.push_back(framed(coio::test::LifeTracker{}, nullptr));
+    std::vector<int> results;
+    coio::testing::ManualExecutor ex;
+    ex.spawn([](Task<std::vector<int>> all, std::vector<int>& results) -> Task<void> {
+      results = co_await std::move(all);
+    }(collectAllRange(std::move(tasks)), results));
+    ex.drain();
+    CHECK(coio::test::LifeTracker::alive == 2);
+    gate.post();
+    CHECK(results == std::vector<int>{1, 1, 1, 1});
+    CHECK(coio::test::LifeTracker::alive == 0);
+  }
+
+  // A child that throws after its value is set (a local's destructor), as
+  // it starts: its exception, and no value leaks, handed over or not.
+  {
+    auto throwsOnExit = [](bool armed) -> Task<Tracked> {
+      const ThrowsOnExit exit{armed};
+      co_return std::make_unique<coio::test::LifeTracker>();
+    };
+    std::vector<Task<Tracked>> tasks;
+    tasks.push_back(tracked(nullptr));
+    tasks.push_back(throwsOnExit(false));
+    tasks.push_back(throwsOnExit(true));
+    tasks.push_back(tracked(nullptr));
+    CHECK_THROWS_WITH(blockingWait(collectAllRange(std::move(tasks))), "on exit");
+  }
+  CHECK(coio::test::LifeTracker::alive == 0);
+
+  // Values whose move may throw stay in the frames, in order.
+  auto mayThrow = [](int v) -> Task<MayThrowOnMove> { co_return MayThrowOnMove(v); };
+  std::vector<Task<MayThrowOnMove>> tasks;
+  for (int i = 0; i < 5; ++i) tasks.push_back(mayThrow(i));
+  const std::vector<MayThrowOnMove> got = blockingWait(collectAllRange(std::move(tasks)));
+  REQUIRE(got.size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(got[static_cast<std::size_t>(i)].v == i);
+
+  // Void children: those that finish as they start free their frames, the
+  // parent still waits for the rest.
+  Baton gate;
+  int ran = 0;
+  auto counted = [](Baton* gate, int& ran) -> Task<void> {
+    if (gate) co_await *gate;
+    ++ran;
+  };
+  std::vector<Task<void>> voids;
+  voids.push_back(counted(nullptr, ran));
+  voids.push_back(counted(&gate, ran));
+  voids.push_back(counted(nullptr, ran));
+  bool done = false;
+  coio::testing::ManualExecutor ex;
+  ex.spawn([](Task<void> all, bool& done) -> Task<void> {
+    co_await std::move(all);
+    done = true;
+  }(collectAllRange(std::move(voids)), done));
+  ex.drain();
+  CHECK(ran == 2);
+  CHECK_FALSE(done);
+  gate.post();
+  CHECK(ran == 3);
+  CHECK(done);
 }
 
 TEST_CASE("collectAllRange keeps input order and handles empty and void ranges", "[collectAll]") {

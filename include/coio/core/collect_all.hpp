@@ -67,19 +67,21 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 
 /// collectAll over a vector: results in input order. A vector of
 /// `Task<void>` yields `Task<void>`. Same threading, exception and stop
-/// token rules as collectAll. A child that finishes as it starts starts
-/// the next one itself, by symmetric transfer: a run of such children
-/// takes constant stack where the compiler emits the tail call, and a
-/// bounded depth otherwise.
+/// token rules as collectAll. If T moves without throwing (or is void), a
+/// child that finishes as it starts without throwing, as did every child
+/// before it, frees its frame at once, its value moved aside; the others'
+/// frames are freed once all children finished, before the awaiting
+/// coroutine resumes.
 template <typename T>
 auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
+  detail::RangeValues<T> values(children.size());
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, children.size(), [&](const std::stop_token* stop) {
-    return latch.startChained(children, stop);
+    return latch.startRange(children, values, stop);
   });
-  co_return detail::collectResults(children);
+  co_return detail::collectResults(children, &values);
 }
 
 /// collectAllRange with bounded concurrency (folly's collectAllWindowed):

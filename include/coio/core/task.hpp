@@ -22,25 +22,34 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   // Final suspend hands control straight to the awaiting coroutine
   // (symmetric transfer): a loop awaiting tasks that complete synchronously
   // runs in constant stack space where the compiler emits the tail call. A
-  // collectAll child reports to its latch instead, or starts the next child
-  // of its range (continuation.hpp).
+  // collectAll child reports to its latch instead, or, finished in its
+  // start, hands its value over and frees its frame without suspending
+  // (continuation.hpp).
   struct FinalAwaiter {
-    bool await_ready() noexcept { return false; }
+    // Whether final_suspend handed the value over: the frame then frees
+    // itself. Asked of the thread rather than kept in the awaiter, which
+    // g++ 12 would store in the frame, a byte and a test more per Task.
+    bool await_ready() noexcept {
+      if (!handsOverValue<T> || tlsChildStarting != handingOverMark()) return false;
+      tlsChildStarting = handedOverMark();
+      return true;
+    }
     std::coroutine_handle<> await_suspend(std::coroutine_handle<TaskPromise> h) noexcept {
-      TaskPromise& p = h.promise();
-      if (FanIn* fanIn = p.continuation_.fanIn()) [[unlikely]] {
-        if (p.outcome.hasException()) return fanIn->childFinished(h.address(), &p.outcome.exception());
-        if (fanIn->chainsFrom(h.address())) return p.startSuccessor(fanIn->template successor<Task<T>>());
-        return fanIn->childFinished(h.address(), nullptr);
-      }
-      return p.continuation_.handle();
+      const Continuation next = h.promise().continuation_;
+      if (next.isFanIn()) [[unlikely]] return reportFinished(h);
+      return next.handle();
     }
     void await_resume() noexcept {}
   };
 
   Task<T> get_return_object() noexcept;
   std::suspend_always initial_suspend() noexcept { return {}; }
-  FinalAwaiter final_suspend() noexcept { return {}; }
+  FinalAwaiter final_suspend() noexcept {
+    if constexpr (handsOverValue<T>) {
+      if (continuation_.isFanIn()) [[unlikely]] handOverValue(continuation_.fanIn());
+    }
+    return {};
+  }
 
   // The stop token lives in the outcome, sharing the exception's word.
   const std::stop_token* stopToken() const noexcept { return this->outcome.stopToken(); }
@@ -49,9 +58,27 @@ class TaskPromise final : public PooledFrame, public OutcomeReturn<T> {
   Continuation continuation_;
 
  private:
-  // `next` reports where this child does and runs under the same token;
-  // it is now the child in its start.
-  std::coroutine_handle<> startSuccessor(Task<T>& next) noexcept;
+  // Out of line, so that the common path to the awaiting coroutine keeps
+  // its registers.
+  [[gnu::noinline]] static std::coroutine_handle<> reportFinished(std::coroutine_handle<TaskPromise> h) noexcept {
+    const Outcome<T>& outcome = h.promise().outcome;
+    return h.promise().continuation_.fanIn().childFinished(h.address(),
+                                                           outcome.hasException() ? &outcome.exception() : nullptr);
+  }
+
+  // A collect child finished: if FanIn::earlyValues says so, the value
+  // goes to the range's values and the thread is marked (handingOverMark).
+  void handOverValue(FanIn& fanIn) noexcept {
+    if (this->outcome.hasException()) return;
+    RangeValues<T>* values = fanIn.earlyValues<T>(std::coroutine_handle<TaskPromise>::from_promise(*this).address());
+    if (values == nullptr) return;
+    if constexpr (std::is_void_v<T>) {
+      values->add();
+    } else {
+      values->add(std::move(this->outcome.value()));
+    }
+    tlsChildStarting = handingOverMark();
+  }
 };
 
 // For collectAll and its relatives, which start a Task's coroutine
@@ -60,6 +87,11 @@ struct TaskAccess {
   template <typename T>
   static std::coroutine_handle<TaskPromise<T>> handle(const Task<T>& task) noexcept {
     return task.handle_;
+  }
+  // For a child whose frame freed itself: the Task lets go of it.
+  template <typename T>
+  static void release(Task<T>& task) noexcept {
+    task.handle_ = nullptr;
   }
 };
 
@@ -148,16 +180,6 @@ class [[nodiscard]] Task {
 template <typename T>
 Task<T> detail::TaskPromise<T>::get_return_object() noexcept {
   return Task<T>{std::coroutine_handle<TaskPromise>::from_promise(*this)};
-}
-
-template <typename T>
-std::coroutine_handle<> detail::TaskPromise<T>::startSuccessor(Task<T>& next) noexcept {
-  const std::coroutine_handle<TaskPromise> h = next.handle_;
-  COIO_ASSERT(h, "collecting an empty coio::Task");
-  h.promise().continuation_ = continuation_;
-  h.promise().setStopToken(stopToken());
-  tlsChildStarting = h.address();
-  return h;
 }
 
 }  // namespace coio

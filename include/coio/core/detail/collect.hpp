@@ -10,7 +10,8 @@
 // in all. A child that finishes before its start returns (on the starting
 // thread, without suspending for long) skips it: its start settles it and
 // counts it, and the parent arrives for all those at once. collectAllRange
-// goes further: such a child starts the next one itself (startChained).
+// goes further: such a child hands its value over and frees its frame as it
+// finishes (startRange).
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/continuation.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
@@ -85,33 +86,34 @@ void settleStarted(Latch& latch, std::coroutine_handle<TaskPromise<T>> h) noexce
 
 struct AllLatch final : ArrivingLatch<AllLatch> {
   // Starts the children in input order; returns how many finished while
-  // starting. A child that finishes in its start without throwing starts
-  // the next one (continuation.hpp), which therefore needs no settling
-  // here: settle does nothing for such a child. At most kMaxChain in a
-  // row, so that where symmetric transfer is no tail call (unoptimised or
-  // sanitised builds) the stack stays bounded.
+  // starting. While every child so far finished in its start without
+  // throwing, each hands its value to `values` and frees its own frame
+  // (continuation.hpp); the first that does not ends that, so that
+  // `values` stays in input order, and the rest keep their values in their
+  // frames.
+  // Not inlined: in the caller's coroutine, the loop's state would spill
+  // to the stack.
   template <typename T>
-  std::size_t startChained(std::vector<Task<T>>& children, const std::stop_token* stop) noexcept {
-    constexpr std::ptrdiff_t kMaxChain = 256;
-    Task<T>* next = children.data();
-    Task<T>* const end = next + children.size();
+  [[gnu::noinline]] std::size_t startRange(std::vector<Task<T>>& children, RangeValues<T>& values,
+                                           const std::stop_token* stop) noexcept {
+    if constexpr (handsOverValue<T>) earlyValues_ = &values;
     std::size_t waiting = 0;
-    while (next != end) {
-      const std::coroutine_handle<TaskPromise<T>> h = bindChild(*next, *this, stop);
-      chainNext_ = next + 1;
-      chainLimit_ = end - next > kMaxChain ? next + kMaxChain : end;
+    for (Task<T>& child : children) {
+      const std::coroutine_handle<TaskPromise<T>> h = bindChild(child, *this, stop);
       tlsChildStarting = h.address();
       h.resume();
-      // Back here once the last child started suspends, throws, or ends the chain.
-      next = static_cast<Task<T>*>(chainNext_);
+      if (tlsChildStarting == handedOverMark()) [[likely]] {
+        TaskAccess::release(child);  // its frame is gone
+        continue;
+      }
+      earlyValues_ = nullptr;
       if (tlsChildStarting != nullptr) {
         ++waiting;  // it arrives itself
         continue;
       }
-      settleStarted(*this, TaskAccess::handle(next[-1]));
+      settleStarted(*this, h);
     }
-    chainNext_ = nullptr;
-    chainLimit_ = nullptr;
+    earlyValues_ = nullptr;
     return children.size() - waiting;
   }
 };
@@ -174,15 +176,16 @@ template <typename T>
 using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
 
 // The results of a range of finished children, in input order (nothing
-// for void children). Frees each child once its result is out, in the same
-// pass, while its frame is in cache.
+// for void children): `early` holds those of the first early->size()
+// (startRange), the frames those of the rest. Frees each of these once its
+// result is out, in the same pass, while its frame is in cache.
 template <typename T>
-RangeResult<T> collectResults(std::vector<Task<T>>& children) {
+RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
-    std::vector<T> results;
+    std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());
-    for (Task<T>& child : children) {
-      const Task<T> done = std::move(child);
+    for (auto child = children.begin() + static_cast<std::ptrdiff_t>(results.size()); child != children.end(); ++child) {
+      const Task<T> done = std::move(*child);
       results.push_back(childResult(done));
     }
     return results;

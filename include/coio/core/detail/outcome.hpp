@@ -69,6 +69,12 @@ class Outcome {
     return exception_;
   }
 
+  /// The value stored (for a value type: not a reference or void).
+  Stored& value() noexcept {
+    COIO_ASSERT(state_ == State::value, "coroutine result read before it completed");
+    return value_;
+  }
+
   /// The value (moved out), or rethrows the stored exception.
   T get() {
     if (state_ == State::exception) std::rethrow_exception(exception_);
