@@ -172,8 +172,8 @@ struct ClusterStats {
 ///   unavailable, timedOut, ioError, internalError, targetNotFound,
 ///   chunkNotFound, or the bytes fail their checksum) is read from another
 ///   replica of its chain in the next round; it fails only when every
-///   serving replica has failed it (or is on a server marked down), with
-///   the last status. Statuses that blame the request (rangeOutsideChunk,
+///   serving replica has failed it (or is on a server marked down whose
+///   connection failed), with the last status. Statuses that blame the request (rangeOutsideChunk,
 ///   bufferTooSmall, batchTooLarge) are final; so is an IO that the table
 ///   says cannot exist (a chunk id past the dataset: chunkNotFound; a range
 ///   past the chunk: rangeOutsideChunk; a destination too small:
@@ -202,7 +202,9 @@ struct ClusterStats {
 /// - A request gets `requestTimeout` (coio::withTimeout over the whole
 ///   request): a hung server (SIGSTOP) costs a batch at most that, then is
 ///   marked down. A server marked down (its connection failed, a deadline
-///   missed, or it answered `unavailable`: draining) gets no requests; a
+///   missed, or it answered `unavailable`: draining) gets no requests but
+///   the last resort of IOs that no other replica can serve (while its
+///   connection stands: slow, perhaps hung, not known dead); a
 ///   task in the client reconnects if needed and probes it (a one-byte read
 ///   of one of its serving targets, that must come back in time, not
 ///   `unavailable`) after reconnectMin, doubling up to reconnectMax, until
@@ -333,6 +335,7 @@ class ClusterClient {
       }
       ReplicaRouter::Routes routes =
           router_.route(*routing, batch.chunkIds, pending, batch.tried, options_.maxIosPerRequest);
+      if (!routes.unroutable.empty()) lastResort(*routing, batch, routes);
       for (std::size_t io : routes.unroutable) unroutable(*routing, batch, io);
       std::vector<coio::Task<void>> requests;
       for (SubBatch& sub : routes.batches) {
@@ -519,6 +522,20 @@ class ClusterClient {
       return true;
     }
     return false;
+  }
+
+  // IOs that only servers marked down could serve go to one still
+  // connected (down for a missed deadline or lost hedges: slow, perhaps
+  // hung, not known dead), rather than fail unsent; the rest stay unroutable.
+  void lastResort(const RoutedTable& routing, const Batch& batch, ReplicaRouter::Routes& routes) const {
+    std::vector<bool> connected(servers_.size());
+    for (std::size_t s = 0; s < servers_.size(); ++s) {
+      connected[s] = router_.isDown(s) && servers_[s].client && !servers_[s].client->failure();
+    }
+    ReplicaRouter::Routes more =
+        router_.route(routing, batch.chunkIds, routes.unroutable, batch.tried, options_.maxIosPerRequest, connected);
+    for (SubBatch& sub : more.batches) routes.batches.push_back(std::move(sub));
+    routes.unroutable = std::move(more.unroutable);
   }
 
   // An IO with no replica left: it keeps its last outcome; never sent at

@@ -130,6 +130,38 @@ TEMPLATE_LIST_TEST_CASE("a stopped server (SIGSTOP) is found by the request dead
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("a server marked down but still connected (it missed a deadline) is the last resort of the "
+                        "IOs no other replica can serve: read from it, not failed unsent; once its connection "
+                        "failed they fail at once",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  storage::ClusterOptions options = f.options();
+  options.requestTimeout = 500ms;
+  options.reconnectMin = options.reconnectMax = 60s;  // no probe brings it back meanwhile
+  f.run(options, [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    // Chain 1 (chunks 0, 3, 6, ...): target 1 on server 0, and 12 (server 1), offline: server 0 alone serves it.
+    const storage::ChainTable table = client.table();
+    co_await client.updateRouting(table.withChain(storage::markTargetOffline(table.chainRecord(0), 12)).value());
+    std::vector<ReadOp> one = wholeChunks(0, 1, Cluster<TestType>::kChunks);
+    one[0].into = f.buffer(kChunkSize);
+    f.servers[0].signal(SIGSTOP);
+    const std::vector<ClusterOutcome> hung = co_await client.batchRead(one);
+    CHECK(hung[0].status == IoStatus::timedOut);
+    REQUIRE(client.isDown(0));
+    f.servers[0].signal(SIGCONT);
+    std::vector<ReadOp> chainOne = {{0, 0, kChunkSize, {}}, {3, 0, kChunkSize, {}}, {6, 0, kChunkSize, {}}};
+    const std::vector<ClusterOutcome> read = co_await f.readAll(client, std::move(chainOne));
+    for (const ClusterOutcome& o : read) CHECK(o.server == 0u);
+    CHECK(client.isDown(0));  // still: only the probe marks it up
+    // Dead: the first request finds its connection gone, the next IO is not sent.
+    f.servers[0].kill();
+    (void)co_await client.batchRead(one);
+    const std::vector<ClusterOutcome> dead = co_await client.batchRead(one);
+    CHECK(dead[0].status == IoStatus::unavailable);
+    CHECK(dead[0].attempts == 0);
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("hedged reads: a stopped server costs the hedge delay, not the deadline; three lost hedges "
                         "mark it down",
                         "[storage][cluster]", Setups) {
