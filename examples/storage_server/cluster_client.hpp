@@ -173,11 +173,12 @@ struct ClusterStats {
 ///   chunkNotFound, or the bytes fail their checksum) is read from another
 ///   replica of its chain in the next round; it fails only when every
 ///   serving replica has failed it (or is on a server marked down whose
-///   connection failed), with the last status. Statuses that blame the request (rangeOutsideChunk,
-///   bufferTooSmall, batchTooLarge) are final; so is an IO that the table
-///   says cannot exist (a chunk id past the dataset: chunkNotFound; a range
-///   past the chunk: rangeOutsideChunk; a destination too small:
-///   bufferTooSmall), which is not sent. An IO whose chain has no serving
+///   connection failed), with the last status. Statuses that blame the
+///   request (rangeOutsideChunk, bufferTooSmall, batchTooLarge) are
+///   final; so is an IO that the table says cannot exist (a chunk id past
+///   the dataset: chunkNotFound; a range past the chunk:
+///   rangeOutsideChunk; a destination too small: bufferTooSmall), which is
+///   not sent. An IO whose chain has no serving
 ///   target fails `unavailable` with ClusterErrc::noServingTarget, unsent.
 /// - Live routing: `co_await updateRouting(table)` applies a new routing:
 ///   servers new in it are connected (within requestTimeout; one that does
