@@ -32,6 +32,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Now, in Unix time: milliseconds (what the logs write).
+double unixMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --address 127.0.0.1:9000   the server
   --transport tcp|rdma       rdma: a queue pair per connection, brought up over TCP
@@ -63,6 +68,9 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --request-timeout-ms 2000  cluster: a request's deadline (finds a hung server)
   --hedge-ms 0               cluster: also ask other replicas for a request unanswered
                              this long (0: off)
+  --routing-log FILE         cluster: write one line per routing the client puts in use
+                             (the first, then each change), as it does:
+                             "UNIX-TIME-MS offline [TARGET...]" (its offline targets)
 )";
 
 struct Settings {
@@ -77,6 +85,7 @@ struct Settings {
   bool verify = false, json = false;
   std::string transport = "tcp";
   std::string latencyLog;
+  std::string routingLog;                    // --routing-log: a cluster client's routings, as applied
   std::string clusterFile;                   // --cluster: read through ClusterClient
   std::vector<std::string> etcdEndpoints;    // --etcd: the routing from there, not from clusterFile
   std::optional<storage::ChainTable> table;  // ... loaded from the file (etcd's: in runCluster)
@@ -98,10 +107,7 @@ struct Tally {
   // A batch that ended now, after starting at `start`.
   void batchDone(Clock::time_point start, bool logging) {
     latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    if (logging) {
-      endedAt.push_back(std::chrono::duration<double, std::milli>(
-                            std::chrono::system_clock::now().time_since_epoch()).count());
-    }
+    if (logging) endedAt.push_back(unixMs());
   }
   // One IO's outcome; under --verify its bytes are checked.
   void io(const Settings& settings, const storage::ReadOp& op, bool ok, std::uint32_t got, bool mismatch) {
@@ -240,6 +246,20 @@ bool writeLatencyLog(const Settings& settings, const Tally& tally) {
   return static_cast<bool>(out);
 }
 
+// --routing-log: "UNIX-TIME-MS offline [TARGET...]" for `table`, written
+// through at once (a soak reads it while the client runs).
+void logRouting(std::ofstream& out, const storage::ChainTable& table) {
+  char when[32];
+  std::snprintf(when, sizeof when, "%.3f offline", unixMs());
+  out << when;
+  for (const storage::Chain& chain : table.chains()) {
+    for (const storage::Replica& r : chain.replicas) {
+      if (r.state == storage::ReplicaState::offline) out << ' ' << r.targetId;
+    }
+  }
+  out << '\n' << std::flush;
+}
+
 // Seconds since the follower's last update; -1: none (JSON's value for none).
 double sinceLastUpdate(const storage::EtcdRoutingStats& e) {
   if (e.updates == 0) return -1;
@@ -252,10 +272,11 @@ void reportCluster(const Settings& settings, const ClusterFigures& cluster, doub
   if (settings.json) {
     std::printf(",\"cluster\":{\"file\":\"%s\",\"servers\":%zu,\"chains\":%zu,\"retries\":%llu,\"failovers\":%llu,"
                 "\"hedges\":%llu,\"hedge_wins\":%llu,\"corrupt_replicas\":%llu,\"failed_ios\":%llu,"
-                "\"routing_updates\":%llu,\"routing_refreshes\":%llu,\"stale_routing_retries\":%llu",
+                "\"routing_updates\":%llu,\"routing_refreshes\":%llu,\"stale_routing_retries\":%llu,"
+                "\"offline_ios\":%llu",
                 cluster.source.c_str(), cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers),
                 u(c.hedges), u(c.hedgeWins), u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates),
-                u(c.routingRefreshes), u(c.staleRoutingRetries));
+                u(c.routingRefreshes), u(c.staleRoutingRetries), u(c.offlineIos));
     if (const auto& e = cluster.etcd) {
       std::printf(",\"etcd\":{\"updates\":%llu,\"reloads\":%llu,\"refreshes\":%llu,\"bad_records\":%llu,"
                   "\"revision\":%lld,\"last_update_s_ago\":%.3f}",
@@ -277,10 +298,11 @@ void reportCluster(const Settings& settings, const ClusterFigures& cluster, doub
   }
   std::printf("  cluster         %zu servers, %zu chains: retries %llu, failovers %llu, hedges %llu (won %llu), "
               "corrupt replicas %llu, failed IOs %llu\n"
-              "  routing         updates %llu, refreshes on staleRouting %llu, IOs sent again on them %llu\n",
+              "  routing         updates %llu, refreshes on staleRouting %llu, IOs sent again on them %llu, "
+              "IOs sent to offline targets %llu\n",
               cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers), u(c.hedges), u(c.hedgeWins),
               u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates), u(c.routingRefreshes),
-              u(c.staleRoutingRetries));
+              u(c.staleRoutingRetries), u(c.offlineIos));
   if (const auto& e = cluster.etcd) {
     char last[48] = "";
     if (e->updates != 0) std::snprintf(last, sizeof last, " (the last %.3f s ago)", sinceLastUpdate(*e));
@@ -477,6 +499,15 @@ coio::Task<int> runCluster(R& reactor, Settings& settings) {
   options.requestTimeout = settings.requestTimeout;
   options.hedgeAfter = settings.hedge;
   options.maxTransmissionsPerServer = settings.maxTransmissions;
+  std::ofstream routingLog;
+  if (!settings.routingLog.empty()) {
+    routingLog.open(settings.routingLog, std::ios::trunc);
+    if (!routingLog) {
+      std::fprintf(stderr, "coio-storage-bench: cannot write %s\n", settings.routingLog.c_str());
+      co_return 1;
+    }
+    options.routingApplied = [&routingLog](const storage::ChainTable& table) { logRouting(routingLog, table); };
+  }
   std::unique_ptr<storage::etcd::EtcdClient<R>> etcd;
   std::unique_ptr<storage::EtcdRouting<R>> routing;
   if (!settings.etcdEndpoints.empty()) {
@@ -613,6 +644,8 @@ int main(int argc, char** argv) {
     } else if (name == "--hedge-ms") {
       ok = count && *count <= 24 * 3600 * 1000;
       settings.hedge = std::chrono::milliseconds(count.value_or(0));
+    } else if (name == "--routing-log") {
+      settings.routingLog = value;
     } else if (name == "--etcd") {
       settings.etcdEndpoints = storage::cli::splitList(value);
       ok = !settings.etcdEndpoints.empty();
@@ -627,6 +660,9 @@ int main(int argc, char** argv) {
   if (transport != "tcp" && transport != "rdma") return usage("--transport is tcp or rdma");
   settings.transport = transport;
   if (transport == "rdma" && !storage::cli::openRdmaDevice("coio-storage-bench", rdmaDevice, settings)) return 1;
+  if (!settings.routingLog.empty() && settings.etcdEndpoints.empty() && settings.clusterFile.empty()) {
+    return usage("--routing-log is a cluster client's: it needs --cluster or --etcd");
+  }
   if (!settings.etcdEndpoints.empty()) {
     if (!settings.clusterFile.empty()) return usage("--etcd replaces --cluster FILE: give one");
     settings.layout = {1, settings.ioSize, 1};  // a placeholder: etcd's routing gives the shape (runCluster)

@@ -104,6 +104,10 @@ struct ClusterOptions {
   /// Fresh routings one batchRead may fetch; its IOs still stale after
   /// that many are read from other replicas.
   unsigned maxRoutingRefreshes = 3;
+  /// Called with each routing the client puts in use (the first, and each
+  /// later one that changed something), on the loop thread, as it becomes
+  /// the one new requests use; e.g. to log when a change reached the client.
+  std::function<void(const ChainTable&)> routingApplied;
 };
 
 /// One IO's outcome from a ClusterClient: the last replica's answer.
@@ -145,6 +149,9 @@ struct ClusterStats {
   std::uint64_t routingUpdates = 0;   ///< routings applied that changed something (updateRouting, refreshes)
   std::uint64_t routingRefreshes = 0; ///< fresh routings fetched after a staleRouting answer
   std::uint64_t staleRoutingRetries = 0;  ///< IOs sent again on a fresh routing after a staleRouting answer
+  /// IOs sent (requests, hedges, probes) to a target that the routing in
+  /// use at that moment has offline: 0 unless something bypasses the routing.
+  std::uint64_t offlineIos = 0;
 };
 
 /// A client of a cluster of storage servers (a ChainTable, its routing):
@@ -165,12 +172,13 @@ struct ClusterStats {
 ///   unavailable, timedOut, ioError, internalError, targetNotFound,
 ///   chunkNotFound, or the bytes fail their checksum) is read from another
 ///   replica of its chain in the next round; it fails only when every
-///   serving replica has failed it (or is on a server marked down), with
-///   the last status. Statuses that blame the request (rangeOutsideChunk,
-///   bufferTooSmall, batchTooLarge) are final; so is an IO that the table
-///   says cannot exist (a chunk id past the dataset: chunkNotFound; a range
-///   past the chunk: rangeOutsideChunk; a destination too small:
-///   bufferTooSmall), which is not sent. An IO whose chain has no serving
+///   serving replica has failed it (or is on a server marked down whose
+///   connection failed), with the last status. Statuses that blame the
+///   request (rangeOutsideChunk, bufferTooSmall, batchTooLarge) are
+///   final; so is an IO that the table says cannot exist (a chunk id past
+///   the dataset: chunkNotFound; a range past the chunk:
+///   rangeOutsideChunk; a destination too small: bufferTooSmall), which is
+///   not sent. An IO whose chain has no serving
 ///   target fails `unavailable` with ClusterErrc::noServingTarget, unsent.
 /// - Live routing: `co_await updateRouting(table)` applies a new routing:
 ///   servers new in it are connected (within requestTimeout; one that does
@@ -195,18 +203,24 @@ struct ClusterStats {
 /// - A request gets `requestTimeout` (coio::withTimeout over the whole
 ///   request): a hung server (SIGSTOP) costs a batch at most that, then is
 ///   marked down. A server marked down (its connection failed, a deadline
-///   missed, or it answered `unavailable`: draining) gets no requests; a
+///   missed, or it answered `unavailable`: draining) gets no requests but
+///   the last resort of IOs that no other replica can serve (while its
+///   connection stands: slow, perhaps hung, not known dead); a
 ///   task in the client reconnects if needed and probes it (a one-byte read
 ///   of one of its serving targets, that must come back in time, not
 ///   `unavailable`) after reconnectMin, doubling up to reconnectMax, until
-///   it answers; then it is used again.
+///   it answers; then it is used again. A down server with no serving
+///   target in the routing is neither reconnected nor probed until the
+///   routing has one of its targets serving: nothing is sent to a target
+///   the routing has offline (stats().offlineIos counts what would be).
 /// - Hedging (hedgeAfter > 0): a request unanswered after hedgeAfter is
 ///   also sent to other replicas (every IO must have one left, else no
 ///   hedge), into memory of the client's own; coio::collectAny races the
 ///   two, the first to deliver every IO intact wins (its bytes are copied
 ///   to the destinations if it was the hedge) and the other is cancelled
 ///   (awaited before batchRead goes on: nothing writes into a destination
-///   after batchRead returns). A hedge that fails never wins. A server
+///   after batchRead returns). A hedge that fails never wins; one whose
+///   targets a routing applied meanwhile has offline is not sent. A server
 ///   whose requests lose to hedges three times in a row is treated as hung
 ///   (marked down). Over RDMA the hedge's memory is not registered, so it
 ///   never wins: hedging is for TCP.
@@ -322,6 +336,7 @@ class ClusterClient {
       }
       ReplicaRouter::Routes routes =
           router_.route(*routing, batch.chunkIds, pending, batch.tried, options_.maxIosPerRequest);
+      if (!routes.unroutable.empty()) lastResort(*routing, batch, routes);
       for (std::size_t io : routes.unroutable) unroutable(*routing, batch, io);
       std::vector<coio::Task<void>> requests;
       for (SubBatch& sub : routes.batches) {
@@ -445,6 +460,7 @@ class ClusterClient {
     co_await coio::collectAllRange(std::move(connects));
     if (routing_) ++stats_.routingUpdates;
     routing_ = std::make_shared<const RoutedTable>(std::move(next));
+    if (options_.routingApplied) options_.routingApplied(routing_->table);
     for (std::size_t slot = 0; slot < servers_.size(); ++slot) {
       if (servers_[slot].retired || std::find(routing_->slots.begin(), routing_->slots.end(), slot) !=
                                         routing_->slots.end()) {
@@ -507,6 +523,20 @@ class ClusterClient {
       return true;
     }
     return false;
+  }
+
+  // IOs that only servers marked down could serve go to one still
+  // connected (down for a missed deadline or lost hedges: slow, perhaps
+  // hung, not known dead), rather than fail unsent; the rest stay unroutable.
+  void lastResort(const RoutedTable& routing, const Batch& batch, ReplicaRouter::Routes& routes) const {
+    std::vector<bool> connected(servers_.size());
+    for (std::size_t s = 0; s < servers_.size(); ++s) {
+      connected[s] = router_.isDown(s) && servers_[s].client && !servers_[s].client->failure();
+    }
+    ReplicaRouter::Routes more =
+        router_.route(routing, batch.chunkIds, routes.unroutable, batch.tried, options_.maxIosPerRequest, connected);
+    for (SubBatch& sub : more.batches) routes.batches.push_back(std::move(sub));
+    routes.unroutable = std::move(more.unroutable);
   }
 
   // An IO with no replica left: it keeps its last outcome; never sent at
@@ -580,7 +610,6 @@ class ClusterClient {
   coio::Task<std::vector<Answer>> hedge(const ChainTable& table, const Batch& batch,
                                         const ReplicaRouter::Routes& routes, std::vector<std::byte>& scratch) {
     if (!co_await reactor_.sleepFor(options_.hedgeAfter, {})) co_return std::vector<Answer>{};  // answered in time
-    ++stats_.hedges;
     std::size_t total = 0;
     for (const SubBatch& alt : routes.batches) {
       for (std::size_t io : alt.ios) total += batch.ops[io].length;
@@ -588,13 +617,20 @@ class ClusterClient {
     scratch.resize(total);
     std::vector<std::vector<ReadOp>> ops;
     std::size_t at = 0;
+    bool offline = false;
     for (const SubBatch& alt : routes.batches) {
       ops.push_back(opsOf(table, batch, alt));
       for (ReadOp& op : ops.back()) {
         op.into = std::span(scratch).subspan(at, op.length);
         at += op.length;
+        offline = offline || offlineNow(op);
       }
     }
+    if (offline) {  // a routing applied since the round began has one of these targets offline: no hedge
+      (void)co_await reactor_.sleepFor(std::chrono::hours(24));
+      co_return std::vector<Answer>{};
+    }
+    ++stats_.hedges;
     std::vector<coio::Task<Answer>> requests;
     for (std::size_t r = 0; r < routes.batches.size(); ++r) {
       requests.push_back(request(routes.batches[r].server, ops[r]));
@@ -631,7 +667,7 @@ class ClusterClient {
     if (!client) co_return server.lastError ? server.lastError : make_error_code(coio::Errc::closed);
     router_.addLoad(s, ops.size());
     ++server.stats.requests;
-    for (const ReadOp& op : ops) ++targetIos_[op.targetId];
+    countSent(ops);
     Answer answer = co_await coio::withTimeout(reactor_, client->batchRead(ops), options_.requestTimeout);
     router_.removeLoad(s, ops.size());
     co_await release(s, std::move(client));
@@ -656,6 +692,23 @@ class ClusterClient {
                                       [](const ReadOutcome& o) { return o.status == proto::IoStatus::unavailable; });
     if (draining) markDown(s, std::make_error_code(std::errc::connection_aborted));
     co_return answer;
+  }
+
+  // Whether the routing in use has `op`'s target offline.
+  bool offlineNow(const ReadOp& op) const {
+    const ChainTable& table = routing_->table;
+    const std::vector<Replica>& replicas = table.chains()[table.chainIndexOf(op.chunkId)].replicas;
+    return std::any_of(replicas.begin(), replicas.end(), [&](const Replica& r) {
+      return r.targetId == op.targetId && r.state == ReplicaState::offline;
+    });
+  }
+
+  // Counts IOs about to be sent: iosSentTo(), and stats().offlineIos.
+  void countSent(std::span<const ReadOp> ops) {
+    for (const ReadOp& op : ops) {
+      ++targetIos_[op.targetId];
+      stats_.offlineIos += offlineNow(op);
+    }
   }
 
   static bool retryable(proto::IoStatus status) noexcept {
@@ -727,6 +780,10 @@ class ClusterClient {
     for (;;) {
       if (!co_await reactor_.sleepFor(backoff, {})) break;  // close()
       if (server.retired) break;  // no longer in the routing: nothing to probe
+      if (!probeOf(s)) {  // nothing of it serves: sends nothing until the routing says it does
+        backoff = options_.reconnectMin;
+        continue;
+      }
       backoff = std::min(backoff * 2, options_.reconnectMax);
       if (!server.client || server.client->failure()) {
         coio::Result<std::shared_ptr<Client>> fresh =
@@ -753,20 +810,27 @@ class ClusterClient {
     server.probing = false;
   }
 
-  // A one-byte read of the first chunk of a target of `s` (a serving one
-  // if it has one), in time and not `unavailable` (draining).
-  coio::Task<bool> answers(std::size_t s) {
-    const std::shared_ptr<const RoutedTable> routing = routing_;
-    std::optional<ReadOp> probe;
-    for (std::size_t c = 0; c < routing->table.chains().size(); ++c) {
-      const Chain& chain = routing->table.chains()[c];
+  // The probe of `s` in the routing in use: a one-byte read of the first
+  // chunk of one of its serving targets; none if it has none.
+  std::optional<ReadOp> probeOf(std::size_t s) {
+    const RoutedTable& routing = *routing_;
+    for (std::size_t c = 0; c < routing.table.chains().size(); ++c) {
+      const Chain& chain = routing.table.chains()[c];
       for (const Replica& r : chain.replicas) {
-        if (routing->slots[r.server] != s || (probe && r.state != ReplicaState::serving)) continue;
-        probe = ReadOp{c, 0, kProbeBytes, probeMemory_, r.targetId, chain.version};
+        if (routing.slots[r.server] == s && r.state == ReplicaState::serving) {
+          return ReadOp{c, 0, kProbeBytes, probeMemory_, r.targetId, chain.version};
+        }
       }
     }
-    if (!probe) co_return false;  // a server with no target: the routing never routes to it
-    ++targetIos_[probe->targetId];
+    return std::nullopt;
+  }
+
+  // The probe of `s` (probeOf) answered in time and not `unavailable`
+  // (draining); false if it has none now (the routing changed).
+  coio::Task<bool> answers(std::size_t s) {
+    const std::optional<ReadOp> probe = probeOf(s);
+    if (!probe) co_return false;
+    countSent(std::span(&*probe, 1));
     std::shared_ptr<Client> client = servers_[s].client;
     Answer answer =
         co_await coio::withTimeout(reactor_, client->batchRead(std::span(&*probe, 1)), options_.requestTimeout);

@@ -40,7 +40,9 @@ struct SubBatch {
 /// - An IO reads a serving replica of the chain of its chunk (ChainTable)
 ///   that it has not tried yet, whose server is not marked down and that
 ///   is not known to hold a corrupt copy of the chunk; an IO with no such
-///   replica is returned as unroutable. An offline replica is never read.
+///   replica is returned as unroutable. With `alsoDown` given, a server
+///   marked down whose flag there is set counts as not down (a caller's
+///   last resort). An offline replica is never read.
 /// - Among those, the replica whose server has the fewest IOs outstanding
 ///   (load(), plus the IOs this call routed to it before) wins: a batch
 ///   spreads over the servers, and away from busy ones. Ties go to the
@@ -93,16 +95,17 @@ class ReplicaRouter {
 
   /// Routes the IOs `pending` (indices into `chunkIds`, ascending) over
   /// `routing`, the replicas in `tried[io]` (a bit per position in
-  /// `routing.table`) excluded.
+  /// `routing.table`) excluded; `alsoDown`: empty, or a flag per slot.
   Routes route(const RoutedTable& routing, std::span<const std::uint64_t> chunkIds,
-               std::span<const std::size_t> pending, std::span<const std::uint32_t> tried, std::size_t maxIos) const {
+               std::span<const std::size_t> pending, std::span<const std::uint32_t> tried, std::size_t maxIos,
+               const std::vector<bool>& alsoDown = {}) const {
     Routes routes;
     std::vector<std::size_t> extra(load_.size(), 0);
     std::vector<std::vector<std::size_t>> bySlot(load_.size());  // per slot: positions into `pending`
     std::vector<std::uint32_t> position(pending.size());
     for (std::size_t k = 0; k < pending.size(); ++k) {
       const std::size_t io = pending[k];
-      const std::optional<std::uint32_t> p = pick(routing, chunkIds[io], tried[io], extra);
+      const std::optional<std::uint32_t> p = pick(routing, chunkIds[io], tried[io], extra, alsoDown);
       if (!p) {
         routes.unroutable.push_back(io);
         continue;
@@ -136,7 +139,7 @@ class ReplicaRouter {
 
  private:
   std::optional<std::uint32_t> pick(const RoutedTable& routing, std::uint64_t chunkId, std::uint32_t tried,
-                                    const std::vector<std::size_t>& extra) const {
+                                    const std::vector<std::size_t>& extra, const std::vector<bool>& alsoDown) const {
     const Chain& chain = routing.table.chains()[routing.table.chainIndexOf(chunkId)];
     std::uint32_t serving[ChainTable::kMaxReplicas];
     std::size_t n = 0;
@@ -149,7 +152,7 @@ class ReplicaRouter {
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint32_t p = serving[(chunkId + i) % n];
       const std::size_t slot = routing.slots[chain.replicas[p].server];
-      if ((excluded >> p & 1u) != 0 || down_[slot]) continue;
+      if ((excluded >> p & 1u) != 0 || (down_[slot] && (alsoDown.empty() || !alsoDown[slot]))) continue;
       const std::size_t load = load_[slot] + extra[slot];
       if (!best || load < bestLoad) {
         best = p;

@@ -10,7 +10,11 @@
 #
 # Builds only the two programs (RelWithDebInfo) in BUILD_DIR. Environment:
 # REACTOR [uring] (or epoll), TMPDIR [/var/tmp] for the datasets (48 MiB),
-# KEEP=1 keeps the work directory (logs, latency samples).
+# KEEP=1 keeps the work directory (logs, latency samples), ETCD=1 runs the
+# etcd mode (at least 60 s; needs etcd, Debian's etcd-server): the cluster's
+# state in a three-member etcd with two mgmtds, servers and clients --etcd,
+# plus kills of the leading mgmtd and of an etcd member, and the figures of
+# the routing changes (chaos_soak.py --etcd says which).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
@@ -19,4 +23,4 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF 
   -DCOIO_BUILD_EXAMPLES=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target coio-storage-server coio-storage-bench >/dev/null
 exec python3 tests/chaos/chaos_soak.py --bin "$build/examples/storage_server" --duration "$seconds" \
-  --reactor "${REACTOR:-uring}" --tmpdir "${TMPDIR:-/var/tmp}" ${KEEP:+--keep}
+  --reactor "${REACTOR:-uring}" --tmpdir "${TMPDIR:-/var/tmp}" ${KEEP:+--keep} ${ETCD:+--etcd}

@@ -130,6 +130,38 @@ TEMPLATE_LIST_TEST_CASE("a stopped server (SIGSTOP) is found by the request dead
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("a server marked down but still connected (it missed a deadline) is the last resort of the "
+                        "IOs no other replica can serve: read from it, not failed unsent; once its connection "
+                        "failed they fail at once",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  storage::ClusterOptions options = f.options();
+  options.requestTimeout = 500ms;
+  options.reconnectMin = options.reconnectMax = 60s;  // no probe brings it back meanwhile
+  f.run(options, [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    // Chain 1 (chunks 0, 3, 6, ...): target 1 on server 0, and 12 (server 1), offline: server 0 alone serves it.
+    const storage::ChainTable table = client.table();
+    co_await client.updateRouting(table.withChain(storage::markTargetOffline(table.chainRecord(0), 12)).value());
+    std::vector<ReadOp> one = wholeChunks(0, 1, Cluster<TestType>::kChunks);
+    one[0].into = f.buffer(kChunkSize);
+    f.servers[0].signal(SIGSTOP);
+    const std::vector<ClusterOutcome> hung = co_await client.batchRead(one);
+    CHECK(hung[0].status == IoStatus::timedOut);
+    REQUIRE(client.isDown(0));
+    f.servers[0].signal(SIGCONT);
+    std::vector<ReadOp> chainOne = {{0, 0, kChunkSize, {}}, {3, 0, kChunkSize, {}}, {6, 0, kChunkSize, {}}};
+    const std::vector<ClusterOutcome> read = co_await f.readAll(client, std::move(chainOne));
+    for (const ClusterOutcome& o : read) CHECK(o.server == 0u);
+    CHECK(client.isDown(0));  // still: only the probe marks it up
+    // Dead: the first request finds its connection gone, the next IO is not sent.
+    f.servers[0].kill();
+    (void)co_await client.batchRead(one);
+    const std::vector<ClusterOutcome> dead = co_await client.batchRead(one);
+    CHECK(dead[0].status == IoStatus::unavailable);
+    CHECK(dead[0].attempts == 0);
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("hedged reads: a stopped server costs the hedge delay, not the deadline; three lost hedges "
                         "mark it down",
                         "[storage][cluster]", Setups) {
@@ -222,11 +254,16 @@ TEMPLATE_LIST_TEST_CASE("StorageClient: a batchRead whose task is stopped ends a
 }
 
 TEMPLATE_LIST_TEST_CASE("routing: targets marked offline get no IO, their chains read from the others; serving "
-                        "again, they are read again",
+                        "again, they are read again; each routing put in use is reported once",
                         "[storage][cluster][routing]", Setups) {
   Cluster<TestType> f;
-  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+  std::vector<storage::ChainTable> applied;
+  storage::ClusterOptions o = f.options();
+  o.routingApplied = [&applied](const storage::ChainTable& table) { applied.push_back(table); };
+  f.run(o, [&f, &applied](typename Cluster<TestType>::Client& client) -> Task<void> {
     constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    REQUIRE(applied.size() == 1);
+    CHECK(applied[0] == f.table);
     (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
     CHECK(client.iosSentTo(1) > 0);  // target 1: chain 1 on server 0
     CHECK(client.iosSentTo(2) > 0);  // target 2: chain 3 on server 0
@@ -255,6 +292,50 @@ TEMPLATE_LIST_TEST_CASE("routing: targets marked offline get no IO, their chains
     CHECK(client.iosSentTo(2) > sent2);
     CHECK(client.stats().failedIos == 0);
     CHECK(client.stats().retries == 0);
+    CHECK(client.stats().offlineIos == 0);
+    REQUIRE(applied.size() == 3);  // the first, offline, back: not the repeated one
+    CHECK(applied[1] == offline);
+    CHECK(applied[2] == back);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("routing: a down server whose targets are all offline gets nothing, not even a probe, once "
+                        "it is back; with a target serving again it is probed and read again",
+                        "[storage][cluster][routing]", Setups) {
+  Cluster<TestType> f;
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    constexpr std::uint64_t kChunks = Cluster<TestType>::kChunks;
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    // Server 0 (targets 1 and 2) dies: found down by the reads, which go to the other replicas.
+    const std::uint16_t port = f.servers[0].port();
+    f.servers[0].kill();
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    REQUIRE(client.isDown(0));
+    // The manager takes its targets out; then it comes back, before the manager has it serving.
+    storage::ChainTable offline = client.table();
+    for (const std::uint32_t target : {1u, 2u}) {
+      offline = offline.withChain(storage::markTargetOffline(offline.chainRecord(*offline.chainIndexOfTarget(target)),
+                                                             target)).value();
+    }
+    co_await client.updateRouting(offline);
+    const std::uint64_t sent1 = client.iosSentTo(1), sent2 = client.iosSentTo(2);
+    f.start(0, port);
+    co_await f.reactor.sleepFor(20 * f.options().reconnectMin);  // many probe periods
+    (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(client.iosSentTo(1) == sent1);
+    CHECK(client.iosSentTo(2) == sent2);
+    CHECK(client.stats().offlineIos == 0);
+    CHECK(client.isDown(0));
+    // Target 1 serving again: the probe finds the server, and its chain reads it again.
+    co_await client.updateRouting(
+        offline.withChain(storage::markTargetServing(offline.chainRecord(*offline.chainIndexOfTarget(1)), 1)).value());
+    const bool back = co_await f.eventually([&client] { return !client.isDown(0); });
+    REQUIRE(back);
+    for (int round = 0; round < 5; ++round) (void)co_await f.readAll(client, wholeChunks(0, kChunks, kChunks));
+    CHECK(client.iosSentTo(1) > sent1);
+    CHECK(client.iosSentTo(2) == sent2);
+    CHECK(client.stats().offlineIos == 0);
+    CHECK(client.stats().failedIos == 0);
   });
 }
 
