@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -37,6 +38,33 @@ TEST_CASE("A small Task<int> frame takes the pool's 64-byte class", "[framePool]
   void* next = coio::detail::allocateFrame(64);
   CHECK(next == frame);
   coio::detail::deallocateFrame(next, 64);
+#endif
+}
+
+TEST_CASE("A class caches its most recent frees, up to its capacity, and hands them back last in first out",
+          "[framePool][threads]") {
+#if COIO_FRAME_POOL
+  // On a thread of its own, so that the pool starts empty. Freed out of
+  // address order, as a fan-out's children finish.
+  std::thread([] {
+    using coio::detail::FramePool;
+    constexpr std::size_t kCap = FramePool::capacity(0);
+    std::vector<void*> freed;
+    for (std::size_t i = 0; i < kCap + 10; ++i) freed.push_back(::operator new(FramePool::kGranule));
+    std::vector<void*> order = freed;
+    std::reverse(order.begin() + 1, order.end() - 3);  // any order but the allocation's
+    for (void* p : order) coio::detail::deallocateFrame(p, FramePool::kGranule);
+    // The first kCap frees are cached, the last 10 went to the heap.
+    bool lifo = true;
+    for (std::size_t i = kCap; i-- > 0;) lifo = lifo && coio::detail::allocateFrame(FramePool::kGranule) == order[i];
+    // Empty now: a fresh block, none of those cached.
+    void* fresh = coio::detail::allocateFrame(FramePool::kGranule);
+    const bool cachedOnly = std::find(order.begin(), order.begin() + kCap, fresh) == order.begin() + kCap;
+    coio::detail::deallocateFrame(fresh, FramePool::kGranule);
+    for (std::size_t i = 0; i < kCap; ++i) coio::detail::deallocateFrame(order[i], FramePool::kGranule);
+    CHECK(lifo);  // Catch2 is not thread-safe, but the main thread waits in join()
+    CHECK(cachedOnly);
+  }).join();
 #endif
 }
 
