@@ -77,7 +77,7 @@ class Outcome {
 
   /// The value (moved out), or rethrows the stored exception.
   T get() {
-    if (state_ == State::exception) std::rethrow_exception(exception_);
+    if (state_ == State::exception) [[unlikely]] rethrow();
     COIO_ASSERT(state_ == State::value, "coroutine result read before it completed");
     if constexpr (std::is_reference_v<T>) {
       return static_cast<T>(*value_);
@@ -87,6 +87,11 @@ class Outcome {
   }
 
  private:
+  // Out of line: inlined, the exception_ptr copy and the call made every
+  // coroutine that awaits a Task keep registers and a stack slot for them
+  // (g++ 12: task/create_await_destroy 6.7 -> 5.7 ns).
+  [[noreturn, gnu::noinline, gnu::cold]] void rethrow() const { std::rethrow_exception(exception_); }
+
   // Unions and a state byte rather than std::variant: the variant's index
   // switch in set/get/destroy was most of Task's overhead over a bare
   // coroutine (callgrind: 139 vs 119 instructions per create+await+destroy).
