@@ -49,15 +49,17 @@ TEST_CASE("A class caches its most recent frees, up to its capacity, and hands t
   std::thread([] {
     using coio::detail::FramePool;
     constexpr std::size_t kCap = FramePool::capacity(0);
-    std::vector<void*> freed;
-    for (std::size_t i = 0; i < kCap + 10; ++i) freed.push_back(::operator new(FramePool::kGranule));
-    std::vector<void*> order = freed;
+    std::vector<void*> order;
+    for (std::size_t i = 0; i < kCap + 10; ++i) order.push_back(::operator new(FramePool::kGranule));
     std::reverse(order.begin() + 1, order.end() - 3);  // any order but the allocation's
     for (void* p : order) coio::detail::deallocateFrame(p, FramePool::kGranule);
-    // The first kCap frees are cached, the last 10 went to the heap.
+    // The first kCap frees are cached, the last 10 went to the heap: the
+    // next kCap allocations return those kCap, newest first.
     bool lifo = true;
-    for (std::size_t i = kCap; i-- > 0;) lifo = lifo && coio::detail::allocateFrame(FramePool::kGranule) == order[i];
-    // Empty now: a fresh block, none of those cached.
+    for (std::size_t i = kCap; i-- > 0;) {
+      if (coio::detail::allocateFrame(FramePool::kGranule) != order[i]) lifo = false;
+    }
+    // Empty now: the next block comes from the heap, none of those held.
     void* fresh = coio::detail::allocateFrame(FramePool::kGranule);
     const bool cachedOnly = std::find(order.begin(), order.begin() + kCap, fresh) == order.begin() + kCap;
     coio::detail::deallocateFrame(fresh, FramePool::kGranule);
