@@ -3,11 +3,12 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/result.hpp>
-#include <coio/detail/syscall.hpp>
 #include <coio/disk/detail/disk_ring.hpp>
 #include <coio/disk/detail/io_priority.hpp>
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
+#include <coio/reactor/detail/inline_completion.hpp>
+#include <coio/reactor/detail/syscall.hpp>
 
 #include <cerrno>
 #include <coroutine>
