@@ -7856,6 +7856,7 @@ class UringRing {
       // the batch).
       for (next_ = 0; next_ < batch_.size();) dispatch(batch_[next_++]);
       batch_.clear();
+      next_ = 0;
       // A full batch may hide more; a backlog must not wait for a new event.
       if ((n < kBatch && backlog_.empty()) || round >= maxRounds) break;
     }
