@@ -107,6 +107,7 @@ struct IoDone {
   const coio::SocketAddress* server = nullptr;  // its server's address
   std::optional<std::uint32_t> chain;         // cluster: the chunk's chain
   std::uint32_t attempts = 0;                 // cluster: replicas asked
+  std::string replicas;                       // cluster, a failed IO no replica was asked for: the chain's
 };
 
 constexpr std::size_t kStatuses = static_cast<std::size_t>(storage::proto::IoStatus::corrupt) + 1;
@@ -169,9 +170,10 @@ class FailureLog {
     if (left_ == 0) return;
     std::string where;
     if (done.chain) where += ", chain " + std::to_string(*done.chain);
-    where += done.target ? ", target " + std::to_string(*done.target) : ", no target asked";
+    if (done.target) where += ", target " + std::to_string(*done.target);
     if (done.server) where += " on " + done.server->toString();
-    if (done.chain) where += ", " + std::to_string(done.attempts) + " replica(s) asked";
+    if (done.chain) where += done.attempts == 0 ? ", sent to no replica" : ", " + std::to_string(done.attempts) + " replica(s) asked";
+    if (!done.replicas.empty()) where += " (its replicas: " + done.replicas + ")";
     note("IO failed: chunk " + std::to_string(op.chunkId) + ", offset " + std::to_string(op.offset) + ", " +
          std::to_string(op.length) + " bytes" + where + ": " + problem);
   }
@@ -207,7 +209,7 @@ coio::Task<bool> readBatch(storage::StorageClient<R>& client, const Settings& se
     co_return !client.failure();
   }
   for (const storage::ReadOutcome& o : *outcomes) {
-    done.push_back({o.status, o.bytes, o.checksumMismatch, {}, settings.target, &settings.server, {}, 1});
+    done.push_back({o.status, o.bytes, o.checksumMismatch, {}, settings.target, &settings.server, {}, 1, {}});
   }
   co_return true;
 }
@@ -220,9 +222,15 @@ coio::Task<bool> readBatch(storage::ClusterClient<R>& client, const Settings&, s
   const storage::ChainTable& table = client.table();
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const storage::ClusterOutcome& o = outcomes[i];
+    const storage::Chain& chain = table.chains()[table.chainIndexOf(ios[i].chunkId)];
     done.push_back({o.status, o.bytes, o.checksumMismatch, o.error, o.target,
-                    o.server == SIZE_MAX ? nullptr : &client.serverAddress(o.server),
-                    table.chains()[table.chainIndexOf(ios[i].chunkId)].id, o.attempts});
+                    o.server == SIZE_MAX ? nullptr : &client.serverAddress(o.server), chain.id, o.attempts, {}});
+    if (o.ok() || o.target) continue;
+    for (const storage::Replica& r : chain.replicas) {
+      done.back().replicas += (done.back().replicas.empty() ? "target " : ", target ") + std::to_string(r.targetId) +
+                              " on " + table.servers()[r.server].toString() +
+                              (r.state == storage::ReplicaState::offline ? " (offline)" : "");
+    }
   }
   co_return true;
 }
