@@ -1,7 +1,8 @@
 // coio-storage-bench: a load generator for coio-storage-server. Keeps
 // --depth batchReads in flight over --connections connections (or, with
 // --cluster, over a whole cluster through ClusterClient) for --duration
-// seconds, then reports IOPS, throughput and batch latency.
+// seconds, then reports IOPS, throughput, batch latency and the failed IOs
+// by status; the first few failures are logged to stderr as they happen.
 #include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
@@ -56,6 +57,8 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --reactor uring|epoll
   --verify                   ask for CRC32C and check it, and check every byte's content
   --json                     print the report as one JSON object
+                             (failed IOs are counted by status name, in both reports; the
+                             first five failures are logged to stderr, with where they failed)
   --latency-log FILE         write one line per batch: "UNIX-TIME-MS LATENCY-MS" (its end)
   --cluster FILE             read a whole cluster (a chain table, CHAINS.md) through
                              ClusterClient: one connection per server, each IO from a
@@ -172,7 +175,9 @@ class FailureLog {
     if (done.chain) where += ", chain " + std::to_string(*done.chain);
     if (done.target) where += ", target " + std::to_string(*done.target);
     if (done.server) where += " on " + done.server->toString();
-    if (done.chain) where += done.attempts == 0 ? ", sent to no replica" : ", " + std::to_string(done.attempts) + " replica(s) asked";
+    if (done.chain) {
+      where += done.attempts == 0 ? ", sent to no replica" : ", " + std::to_string(done.attempts) + " replica(s) asked";
+    }
     if (!done.replicas.empty()) where += " (its replicas: " + done.replicas + ")";
     note("IO failed: chunk " + std::to_string(op.chunkId) + ", offset " + std::to_string(op.offset) + ", " +
          std::to_string(op.length) + " bytes" + where + ": " + problem);
@@ -429,8 +434,8 @@ void report(const Settings& settings, Tally& tally, double elapsed, const Cluste
   std::printf("  batch latency   p50 %.3f ms   p99 %.3f ms   p999 %.3f ms   (%zu batches)\n", p50, p99, p999,
               tally.latencies.size());
   const std::string named = tally.badStatus == 0 ? "" : " [" + statusCounts(tally, "%s %llu", ", ") + "]";
-  std::printf("  errors          %llu (IO status %llu%s, checksum %llu, content %llu (%llu bytes wrong), timed out %llu, "
-              "failed requests %llu)\n",
+  std::printf("  errors          %llu (IO status %llu%s, checksum %llu, content %llu (%llu bytes wrong), "
+              "timed out %llu, failed requests %llu)\n",
               u(tally.errors()), u(tally.badStatus), named.c_str(), u(tally.checksumMismatches),
               u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests), u(tally.failedRequests));
   if (cluster) reportCluster(settings, *cluster, elapsed);

@@ -188,7 +188,8 @@ int init(const Options& options) {
     } else if (name == "--chunks-per-file") {
       layout.chunksPerFile = static_cast<std::uint32_t>(storage::cli::parseCount(value).value_or(0));
     } else if (name == "--block-size") {
-      blockSize = static_cast<std::uint32_t>(std::min<std::uint64_t>(storage::cli::parseSize(value).value_or(0), UINT32_MAX));
+      blockSize = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(storage::cli::parseSize(value).value_or(0), UINT32_MAX));
     } else {
       return usage(("unknown option " + name + " for init").c_str());
     }
@@ -466,7 +467,8 @@ std::vector<storage::ShardSnapshot> snapshot(coio::ReactorPool<R>& pool,
 // dropped because the client stopped reading, IOs answered corrupt.
 void printStats(const std::vector<storage::ShardSnapshot>& shards) {
   const storage::ShardSnapshot total = storage::total(shards);
-  std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu corrupt_ios=%llu\n",
+  std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu "
+              "corrupt_ios=%llu\n",
               static_cast<unsigned long long>(total.server.requests), total.server.connections, total.buffersInUse,
               total.buffers, static_cast<unsigned long long>(total.server.sendTimeouts),
               static_cast<unsigned long long>(total.server.corruptIos));

@@ -802,8 +802,8 @@ class StorageServer {
     // in order) started: then queued right behind the request's last piece,
     // not behind the pieces of other requests queued while they went out.
     out.finish(results);
-    stats_.corruptIos += static_cast<std::uint64_t>(
-        std::count_if(results.begin(), results.end(), [](const proto::IoResult& r) { return r.status == proto::IoStatus::corrupt; }));
+    stats_.corruptIos += static_cast<std::uint64_t>(std::count_if(
+        results.begin(), results.end(), [](const proto::IoResult& r) { return r.status == proto::IoStatus::corrupt; }));
     std::vector<std::byte> frame;
     proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
     const bool inOrder = conn.channel->sendsInOrder();

@@ -34,3 +34,12 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 children_cpu() { python3 -c '
 import re, sys
 print(sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", open(sys.argv[1]).read().splitlines()[1])))' "$1"; }
+
+# An EXIT trap for a script that runs processes in the background: SIGTERM to
+# each of $pids, waits for them, then removes $work.
+stop_pids_and_remove_work() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}

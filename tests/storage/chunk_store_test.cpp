@@ -151,7 +151,8 @@ TEST_CASE("An index of version 1 or 2 (one CRC per chunk) is refused: init must 
           "[chunkStore]") {
   TempDir dir;
   std::string why;
-  for (const std::string old : {"coio-chunk-store 1 1 4096 8\n00000000\n", "coio-chunk-store 2 1 4096 3 2 5\n00000000\n"}) {
+  for (const std::string old :
+       {"coio-chunk-store 1 1 4096 8\n00000000\n", "coio-chunk-store 2 1 4096 3 2 5\n00000000\n"}) {
     INFO(old);
     CHECK(loadWritten(dir.path, old, why).error() == coio::Errc::invalidArgument);
     CHECK(why.find("version " + old.substr(17, 1)) != std::string::npos);
@@ -168,7 +169,8 @@ TEST_CASE("BlockVerifier: a flipped bit in any block fails it; crcOf equals crc3
   const storage::BlockVerifier verifier(kBlock);
   CHECK(verifier.matches(blocks, stored));
   CHECK(verifier.matches(std::span(blocks).subspan(2 * kBlock, 3 * kBlock), std::span(stored).subspan(2, 3)));
-  for (std::size_t at : {std::size_t{0}, std::size_t{4095}, std::size_t{4096}, 5 * std::size_t{kBlock} + 17, blocks.size() - 1}) {
+  for (std::size_t at :
+       {std::size_t{0}, std::size_t{4095}, std::size_t{4096}, 5 * std::size_t{kBlock} + 17, blocks.size() - 1}) {
     blocks[at] ^= std::byte{0x20};
     CHECK_FALSE(verifier.matches(blocks, stored));
     blocks[at] ^= std::byte{0x20};

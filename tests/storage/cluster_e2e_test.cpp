@@ -193,16 +193,8 @@ TEMPLATE_LIST_TEST_CASE("a corrupted replica: reported once, its bytes not retur
   // on server 1 (position 1). With equal loads the router reads position
   // 3 mod 2 = 1 first: corrupt that copy. It is the second chunk of its
   // store (chunks 0, 3, 6, ...), in data-0.
-  {
-    const std::filesystem::path file = storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0);
-    const int fd = ::open(file.c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    std::byte b{};
-    REQUIRE(::pread(fd, &b, 1, kChunkSize + 777) == 1);
-    b ^= std::byte{0x10};
-    REQUIRE(::pwrite(fd, &b, 1, kChunkSize + 777) == 1);
-    ::close(fd);
-  }
+  storage::testing::flipBits(storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0), kChunkSize + 777,
+                             std::byte{0x10});
   f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
     const std::vector<ReadOp> chunk3 = {{3, 0, kChunkSize, {}}};  // a whole chunk: its stored CRC
     const std::vector<ClusterOutcome> first = co_await f.readAll(client, chunk3);
@@ -227,16 +219,8 @@ TEMPLATE_LIST_TEST_CASE("a replica corrupted on disk under partial reads: every 
   // Chunk 3 (chain 1: target 1 on server 0, target 12 on server 1; the router reads position
   // 3 mod 2 = 1, target 12, first) is the second chunk of target 12's store, in data-0: flip a
   // bit in its block 2 (4 KiB blocks), bytes 8192 to 12287.
-  {
-    const std::filesystem::path file = storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0);
-    const int fd = ::open(file.c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    std::byte b{};
-    REQUIRE(::pread(fd, &b, 1, kChunkSize + 9000) == 1);
-    b ^= std::byte{0x04};
-    REQUIRE(::pwrite(fd, &b, 1, kChunkSize + 9000) == 1);
-    ::close(fd);
-  }
+  storage::testing::flipBits(storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0), kChunkSize + 9000,
+                             std::byte{0x04});
   f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
     // A read outside the corrupt block is served by target 12: its copy is good there.
     const std::vector<ReadOp> outside = {{3, 100, 5000, {}}};  // named: g++ 12 mishandles a braced list in co_await
@@ -252,7 +236,8 @@ TEMPLATE_LIST_TEST_CASE("a replica corrupted on disk under partial reads: every 
     for (int i = 0; i < 40; ++i) {
       const std::uint32_t inside = 8192 + random() % 4096;  // a byte of block 2
       const std::uint32_t offset = inside - random() % std::min<std::uint32_t>(inside + 1, 6000);
-      partial.push_back({3, offset, static_cast<std::uint32_t>(inside + 1 + random() % (kChunkSize - inside) - offset), {}});
+      const auto end = static_cast<std::uint32_t>(inside + 1 + random() % (kChunkSize - inside));
+      partial.push_back({3, offset, end - offset, {}});
     }
     const std::vector<ClusterOutcome> got = co_await f.readAll(client, partial);
     for (const ClusterOutcome& o : got) CHECK(o.target == 1u);  // all from the good copy

@@ -64,7 +64,9 @@ TEST_CASE("CRC32C of many blocks at once equals each block's, for any count and 
       INFO("blocks of " << blockSize << ", " << count << " of them");
       std::vector<std::uint32_t> out(count, 0xDEADBEEF);
       storage::crc32cBlocks(std::span(data).first(count * blockSize), blockSize, out);
-      for (std::size_t i = 0; i < count; ++i) CHECK(out[i] == storage::crc32c(std::span(data).subspan(i * blockSize, blockSize)));
+      for (std::size_t i = 0; i < count; ++i) {
+        CHECK(out[i] == storage::crc32c(std::span(data).subspan(i * blockSize, blockSize)));
+      }
     }
   }
 }

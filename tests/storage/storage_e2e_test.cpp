@@ -918,11 +918,8 @@ TEMPLATE_LIST_TEST_CASE("a byte corrupted on disk: every read of its block is an
   Fixture<TestType> f;
   // Chunk 6 is the second chunk of data-1 (5 chunks per file); byte 40000 is in its block 9 (4 KiB
   // blocks), in the third 16 KiB piece of a whole-chunk read.
-  const int fd = ::open(storage::ChunkStoreLayout::dataFileName(f.dir.path, 1).c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  const std::byte flipped = ~storage::chunkByte(6, 40000);
-  REQUIRE(::pwrite(fd, &flipped, 1, kChunkSize + 40000) == 1);
-  ::close(fd);
+  storage::testing::flipBits(storage::ChunkStoreLayout::dataFileName(f.dir.path, 1), kChunkSize + 40000,
+                             std::byte{0xFF});
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     for (const bool verify : {true, false}) {  // the server checks whatever the client asks
       INFO("client verifies " << verify);
@@ -974,13 +971,8 @@ TEMPLATE_LIST_TEST_CASE("bits flipped at random on disk: an IO is corrupt exactl
     const std::uint64_t chunk = random() % kChunks;
     const std::uint32_t offset = random() % kChunkSize;
     const auto where = f.server->layout().locate(chunk);
-    const int fd = ::open(storage::ChunkStoreLayout::dataFileName(f.dir.path, where.file).c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    std::byte b{};
-    REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(where.offset + offset)) == 1);
-    b ^= static_cast<std::byte>(1u << (random() % 8));
-    REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(where.offset + offset)) == 1);
-    ::close(fd);
+    storage::testing::flipBits(storage::ChunkStoreLayout::dataFileName(f.dir.path, where.file), where.offset + offset,
+                               static_cast<std::byte>(1u << (random() % 8)));
   }
   // The corrupt blocks, from the files (a bit flipped twice is whole again): (chunk, block).
   std::set<std::pair<std::uint64_t, std::uint32_t>> corrupt;
@@ -1030,7 +1022,8 @@ TEMPLATE_LIST_TEST_CASE("bits flipped at random on disk: an IO is corrupt exactl
           const ReadOp& op = ops[i];
           const ReadOutcome& o = (*outcomes)[i];
           std::vector<std::pair<std::uint64_t, std::uint32_t>> covered;
-          for (std::uint32_t block = op.offset / kBlock; op.length > 0 && block * kBlock < op.offset + op.length; ++block) {
+          const std::uint32_t end = op.offset + op.length;
+          for (std::uint32_t block = op.offset / kBlock; op.length > 0 && block * kBlock < end; ++block) {
             if (corrupt.count({op.chunkId, block})) covered.emplace_back(op.chunkId, block);
           }
           INFO("chunk " << op.chunkId << ", offset " << op.offset << ", " << op.length << " bytes; status "

@@ -56,13 +56,7 @@ done
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-sab-XXXXXX")
 pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap stop_pids_and_remove_work EXIT
 trap 'exit 130' INT TERM
 
 addresses=()
