@@ -152,8 +152,8 @@ class Crc32cAppender {
 /// The CRC32C of each block of `blockSize` bytes of `data` into `out`
 /// (`data` holds exactly out.size() blocks). With the crc32 instruction, as
 /// two streams at once, each through one half of the blocks in order: on
-/// bytes fresh from the disk (not in any cache) about 1.8x one stream's
-/// speed, and 2x four streams through neighbouring blocks, whose memory
+/// bytes fresh from the disk (not in any cache) 1.8x the speed of one
+/// stream, and of four streams through neighbouring blocks, whose memory
 /// reads the prefetchers follow worse (docs/benchmarks.md, "Block
 /// checksums").
 inline void crc32cBlocks(std::span<const std::byte> data, std::size_t blockSize,
