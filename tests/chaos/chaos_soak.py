@@ -592,7 +592,7 @@ class Soak:
                 continue
             print(f"    {name}: RSS {rss:.1f} MiB, read buffers in use {stats['buffers_in_use']} of {stats['buffers']}, "
                   f"connections {stats['connections']}, requests {stats['requests']}, "
-                  f"send timeouts {stats['send_timeouts']}")
+                  f"send timeouts {stats['send_timeouts']}, corrupt IOs {stats.get('corrupt_ios', '-')}")
             if stats["buffers_in_use"] != "0":
                 self.problems.append(f"server {name} still holds {stats['buffers_in_use']} read buffers")
         if totals["ios"] == 0:
