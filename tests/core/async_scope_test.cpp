@@ -214,3 +214,25 @@ TEST_CASE("AsyncScope: a requestStop that lets the joiner destroy the scope is s
   CHECK(log == std::vector<std::string>{"stopped"});
   blockingWait(outer.join());
 }
+
+TEST_CASE("AsyncScope asserts on spawn after join, a second join, and destruction with tasks running",
+          "[asyncScope]") {
+  auto nothing = []() -> Task<void> { co_return; };
+  CHECK(coio::test::abortsInChild([&] {
+    AsyncScope scope;
+    blockingWait(scope.join());
+    scope.spawn(nothing());
+  }));
+  CHECK(coio::test::abortsInChild([] {
+    AsyncScope scope;
+    blockingWait(scope.join());
+    blockingWait(scope.join());
+  }));
+  CHECK(coio::test::abortsInChild([] {
+    Baton never;
+    {
+      AsyncScope scope;
+      scope.spawn([](Baton& b) -> Task<void> { co_await b; }(never));
+    }  // destroyed, its task waiting: asserted
+  }));
+}
