@@ -653,9 +653,16 @@ TEST_CASE("reads never wait on etcd: a server serves while etcd is down, registe
 // more than twice the leases' TTL, under verified reads from a client that
 // follows the routing in etcd. The servers' and the leading manager's
 // keep-alives move to the other members within a share of one call, so no
-// lease expires, no target is marked offline and no read fails; after
-// SIGCONT nothing changes either. Once with the frozen member leading (etcd
-// elects another meanwhile), once with it a follower.
+// lease expires while it is stopped, no target is marked offline and no
+// read fails. Once with the frozen member leading (etcd elects another
+// meanwhile), once with it a follower.
+//
+// After SIGCONT a member that led revokes the leases that expired in its
+// own view (it saw no renewal while stopped) before it learns that it no
+// longer leads: etcd issue 15247, fixed in 3.4.28 and 3.5.11 (Debian 12
+// has 3.4.23). Then every holder registers again, and what must hold is
+// that no target went offline and no read failed; after a follower's
+// SIGCONT the leases are the same too.
 TEST_CASE("a frozen etcd member first in every endpoint list: no lease lost, no target offline, no read failed",
           "[etcd][cluster]") {
   const bool leader = GENERATE(true, false);
@@ -678,6 +685,12 @@ TEST_CASE("a frozen etcd member first in every endpoint list: no lease lost, no 
   const std::int64_t leaseA = cluster.liveLease(cluster.addresses[0]), leaseB = cluster.liveLease(cluster.addresses[1]);
   REQUIRE(leaseA != 0);
   REQUIRE(leaseB != 0);
+  const auto sameVersions = [&before](const storage::StoredRouting& now) {
+    REQUIRE(now.records.chains.size() == before.records.chains.size());
+    for (std::size_t c = 0; c < now.records.chains.size(); ++c) {
+      CHECK(now.records.chains[c].version == before.records.chains[c].version);
+    }
+  };
 
   constexpr auto kFrozen = std::chrono::seconds(2 * kServerTtl + 1);
   constexpr auto kAfter = std::chrono::seconds(kServerTtl + 1);  // a manager that took over would act by then
@@ -689,7 +702,16 @@ TEST_CASE("a frozen etcd member first in every endpoint list: no lease lost, no 
   std::this_thread::sleep_for(1s);
   cluster.etcd.signal(frozen, SIGSTOP);
   std::this_thread::sleep_for(kFrozen);
+  // Still stopped, past twice the TTL: the same leases, the same leader, the same versions.
+  const storage::StoredRouting frozenNow = cluster.read();
+  CHECK(cluster.liveLease(cluster.addresses[0]) == leaseA);
+  CHECK(cluster.liveLease(cluster.addresses[1]) == leaseB);
+  CHECK(frozenNow.leaderLease == before.leaderLease);
+  sameVersions(frozenNow);
+  CHECK(a->output().find("the lease was lost") == std::string::npos);
+  CHECK(b->output().find("the lease was lost") == std::string::npos);
   cluster.etcd.signal(frozen, SIGCONT);
+
   const int status = bench.stop(0);  // signal 0: waits for its end
   const std::string out = bench.output();
   INFO("the bench's output:\n" << out);
@@ -703,17 +725,16 @@ TEST_CASE("a frozen etcd member first in every endpoint list: no lease lost, no 
   CHECK(figures["ios"].get<std::uint64_t>() > 0);
   CHECK(figures["errors"]["total"].get<std::uint64_t>() == 0);
 
-  // The same leases, the same chain versions, the same leader.
-  const storage::StoredRouting after = cluster.read();
-  CHECK(cluster.liveLease(cluster.addresses[0]) == leaseA);
-  CHECK(cluster.liveLease(cluster.addresses[1]) == leaseB);
-  CHECK(after.leaderLease == before.leaderLease);
-  REQUIRE(after.records.chains.size() == before.records.chains.size());
-  for (std::size_t c = 0; c < after.records.chains.size(); ++c) {
-    CHECK(after.records.chains[c].version == before.records.chains[c].version);
+  // Resumed: no target offline, both servers registered; a follower's SIGCONT changes nothing at all.
+  const storage::StoredRouting after =
+      cluster.read();  // (kAfter has passed: a manager that took over would have acted by now)
+  sameVersions(after);
+  CHECK(after.live.size() == 2);
+  if (!leader) {
+    CHECK(cluster.liveLease(cluster.addresses[0]) == leaseA);
+    CHECK(cluster.liveLease(cluster.addresses[1]) == leaseB);
+    CHECK(after.leaderLease == before.leaderLease);
   }
-  CHECK(a->output().find("the lease was lost") == std::string::npos);
-  CHECK(b->output().find("the lease was lost") == std::string::npos);
   CHECK(a->stop(SIGTERM) == 0);
   CHECK(b->stop(SIGTERM) == 0);
 }
