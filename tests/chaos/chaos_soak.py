@@ -40,6 +40,12 @@ others, neither touching a replica:
      once the other leads
   8. kill -9 of etcd member 0 (every process's first endpoint), restarted
      on its data 3 s later (it rejoins)
+  9. SIGSTOP of etcd member 0 for 2 x TTL + 1 s, then SIGCONT: it accepts
+     connections and never answers, the way a wedged member fails; while it
+     is stopped no lease may be lost (no server logs a lost lease) and the
+     leading mgmtd stays the same; no chain may change version until TTL +
+     1 s after the SIGCONT (a member that led may then revoke the leases it
+     saw expire, etcd issue 15247: everyone registers again)
 
 and three figures more, from the clients' --routing-log (each routing a
 client puts in use, with its wall-clock time) and their reports: the time
@@ -433,6 +439,29 @@ class Soak:
             self.problems.append(f"no other mgmtd led within {TTL + ROUTING_WAIT:.0f} s of {leader}'s kill -9")
         self.start_mgmtd(leader)
 
+    def freeze_etcd_member(self):
+        chains = lambda: {k: json.loads(v)["version"] for k, v in self.etcd.get("/coio/chains/", prefix=True) or []}
+        before, leader = chains(), self.etcd.leader()
+        marks = {name: os.path.getsize(os.path.join(self.work, f"server-{name}.log")) for name in SERVERS}
+        self.etcd.procs[0].send_signal(signal.SIGSTOP)
+        time.sleep(2 * TTL + 1)
+        # Still stopped, past twice the TTL: no lease lost, the same leading mgmtd.
+        if self.etcd.leader() != leader:
+            self.problems.append(f"the leading mgmtd changed while etcd member 0 was stopped: {leader} -> "
+                                 f"{self.etcd.leader()}")
+        for name, mark in marks.items():
+            with open(os.path.join(self.work, f"server-{name}.log")) as f:
+                f.seek(mark)
+                if "the lease was lost" in f.read():
+                    self.problems.append(f"server {name} lost its lease while etcd member 0 was stopped")
+        self.etcd.procs[0].send_signal(signal.SIGCONT)
+        # Resumed (a member that led may then revoke every lease it saw expire: etcd issue 15247, fixed in
+        # 3.4.28; everyone registers again): no chain changes version, before or after.
+        time.sleep(TTL + 1)  # a manager that took over would have acted by now
+        after = chains()
+        if not before or after != before:
+            self.problems.append(f"chain versions changed while etcd member 0 was stopped or after: {before} -> {after}")
+
     def kill_etcd_member(self):
         self.etcd.procs[0].send_signal(signal.SIGKILL)
         self.etcd.procs[0].wait()
@@ -452,7 +481,8 @@ class Soak:
         slots = len(faults) + 1
         if self.etcd:
             faults[3:3] = [("kill -9 the leading mgmtd, restart", self.kill_leading_mgmtd)]
-            faults[5:5] = [("kill -9 etcd member 0, restart", self.kill_etcd_member)]
+            faults[5:5] = [("kill -9 etcd member 0, restart", self.kill_etcd_member),
+                           (f"SIGSTOP etcd member 0 {2 * TTL + 1} s, SIGCONT", self.freeze_etcd_member)]
             slots = len(faults) + 2  # the drain's waits end well before the clients do
         self.start = now()
         for i in range(3):
