@@ -810,7 +810,8 @@ class ClusterClient {
         std::shared_ptr<Client> old = std::exchange(server.client, std::move(*fresh));
         co_await release(s, std::move(old));
       }
-      if (co_await answers(s)) {
+      const bool back = co_await answers(s);  // bound first: g++ 12 and `if (co_await ...)`
+      if (back) {
         router_.setDown(s, false);
         server.lostHedges = 0;
         ++server.stats.ups;

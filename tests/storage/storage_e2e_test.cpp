@@ -759,7 +759,8 @@ TEMPLATE_LIST_TEST_CASE("a request that cannot even be sent ends within its time
     std::stop_source done;
     bool closed = false;
     auto unstick = [&]() -> Task<void> {
-      if (co_await fx.reactor.sleepFor(options.timeout + kSlack + 1s, done.get_token())) {
+      const bool due = co_await fx.reactor.sleepFor(options.timeout + kSlack + 1s, done.get_token());
+      if (due) {  // bound first: g++ 12 and `if (co_await ...)`
         closed = true;
         co_await client->close();
       }
