@@ -542,7 +542,9 @@ TEMPLATE_LIST_TEST_CASE("protocol rules: a requestId already in flight, a grant 
     }
     {  // A TransmitGrant for a request sent granted: none was asked for.
       auto raw = co_await fx.channel();
-      co_await sendRaw(*raw, requestFrame(8, {{1, 0, 100, remoteOf(*raw, fx.buffer(100))}}, /*granted=*/true));
+      // Frames built before the co_await: g++ 12 cannot keep an initializer list's array across one.
+      const std::vector<std::byte> request = requestFrame(8, {{1, 0, 100, remoteOf(*raw, fx.buffer(100))}}, true);
+      co_await sendRaw(*raw, request);
       std::vector<std::byte> grant;
       storage::proto::encodeEmpty(grant, MessageType::transmitGrant, 8);
       co_await sendRaw(*raw, grant);
@@ -570,16 +572,19 @@ TEMPLATE_LIST_TEST_CASE("nothing to read, no TransmitRequest: ioCount 0, zero-le
   Fixture<TestType> f;
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     auto raw = co_await fx.channel();
-    co_await sendRaw(*raw, requestFrame(1, {}));
+    const std::vector<std::byte> none = requestFrame(1, {});
+    co_await sendRaw(*raw, none);
     Result<storage::IncomingFrame> empty = co_await readRaw(*raw);
     REQUIRE(empty);
     CHECK(empty->header.type == storage::proto::MessageType::batchReadResponse);
     CHECK(empty->header.requestId == 1);
-    auto none = storage::proto::decodeBatchReadResponse(empty->payload, 0);
-    REQUIRE(none);
-    CHECK(none->results.empty());
+    auto noResults = storage::proto::decodeBatchReadResponse(empty->payload, 0);
+    REQUIRE(noResults);
+    CHECK(noResults->results.empty());
     // A zero-length IO of a chunk it holds, and one of a chunk it does not.
-    co_await sendRaw(*raw, requestFrame(2, {{3, 100, 0, remoteOf(*raw, fx.buffer(1))}, {999, 0, 10, {}}}));
+    const std::vector<std::byte> nothingToRead =
+        requestFrame(2, {{3, 100, 0, remoteOf(*raw, fx.buffer(1))}, {999, 0, 10, {}}});
+    co_await sendRaw(*raw, nothingToRead);
     Result<storage::IncomingFrame> reply = co_await readRaw(*raw);
     REQUIRE(reply);
     CHECK(reply->header.type == storage::proto::MessageType::batchReadResponse);
@@ -599,7 +604,8 @@ TEMPLATE_LIST_TEST_CASE("over TCP an IO's remote buffer is not read: any value i
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     auto raw = co_await fx.channel();
     const storage::proto::RemoteBuffer junk{0xdeadbeef000, 1, 77};  // 1 byte: too small, were it read
-    co_await sendRaw(*raw, requestFrame(3, {{2, 0, 100, junk}}, /*granted=*/true));
+    const std::vector<std::byte> request = requestFrame(3, {{2, 0, 100, junk}}, true);
+    co_await sendRaw(*raw, request);
     std::vector<std::byte> data(100);
     std::size_t delivered = 0;
     Result<storage::IncomingFrame> reply = co_await readResponse(*raw, data, delivered);
