@@ -664,7 +664,7 @@ TEST_CASE("reads never wait on etcd: a server serves while etcd is down, registe
 // that no target went offline and no read failed; after a follower's
 // SIGCONT the leases are the same too.
 TEST_CASE("a frozen etcd member first in every endpoint list: no lease lost, no target offline, no read failed",
-          "[etcd][cluster]") {
+          "[etcd][cluster][frozen]") {
   const bool leader = GENERATE(true, false);
   Cluster cluster(3);
   const std::size_t frozen = leader ? cluster.etcd.leader() : (cluster.etcd.leader() + 1) % 3;
