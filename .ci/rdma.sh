@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build-rdma-ci}
 start=$SECONDS
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_WITH_RDMA=ON -DCOIO_WITH_URING=ON >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_WITH_RDMA=ON -DCOIO_WITH_URING=ON \
+  -DCOIO_BUILD_DEVICE_TESTS=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target coio_rdma_unit_tests coio_rdma_verbs_tests coio_storage_rdma_tests coio_storage_cluster_rdma_tests \
   rdma_bench coio-storage-server coio-storage-bench docs_rdma_0
 echo "rdma: host build done ($((SECONDS - start)) s)"

@@ -1,7 +1,8 @@
 // coio-storage-bench: a load generator for coio-storage-server. Keeps
 // --depth batchReads in flight over --connections connections (or, with
 // --cluster, over a whole cluster through ClusterClient) for --duration
-// seconds, then reports IOPS, throughput and batch latency.
+// seconds, then reports IOPS, throughput, batch latency and the failed IOs
+// by status; the first few failures are logged to stderr as they happen.
 #include "chain_table.hpp"
 #include "chunk_store.hpp"
 #include "cli.hpp"
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -55,6 +57,8 @@ constexpr const char* kUsage = R"(usage: coio-storage-bench [options]
   --reactor uring|epoll
   --verify                   ask for CRC32C and check it, and check every byte's content
   --json                     print the report as one JSON object
+                             (failed IOs are counted by status name, in both reports; the
+                             first five failures are logged to stderr, with where they failed)
   --latency-log FILE         write one line per batch: "UNIX-TIME-MS LATENCY-MS" (its end)
   --cluster FILE             read a whole cluster (a chain table, CHAINS.md) through
                              ClusterClient: one connection per server, each IO from a
@@ -95,9 +99,26 @@ struct Settings {
 #endif
 };
 
+// One IO's outcome, as the worker counts it, and where it was read (what
+// a failure's log line names).
+struct IoDone {
+  storage::proto::IoStatus status = storage::proto::IoStatus::ok;
+  std::uint32_t bytes = 0;
+  bool checksumMismatch = false;
+  std::error_code error;                      // the request's, if it failed as a whole
+  std::optional<std::uint32_t> target;        // the (last) replica's
+  const coio::SocketAddress* server = nullptr;  // its server's address
+  std::optional<std::uint32_t> chain;         // cluster: the chunk's chain
+  std::uint32_t attempts = 0;                 // cluster: replicas asked
+  std::string replicas;                       // cluster, a failed IO no replica was asked for: the chain's
+};
+
+constexpr std::size_t kStatuses = static_cast<std::size_t>(storage::proto::IoStatus::corrupt) + 1;
+
 struct Tally {
   std::uint64_t ios = 0, bytes = 0;
   std::uint64_t badStatus = 0, checksumMismatches = 0, contentMismatches = 0, timedOutRequests = 0, failedRequests = 0;
+  std::array<std::uint64_t, kStatuses> byStatus{};  // failed IOs (badStatus) by status
   std::uint64_t wrongBytes = 0;   // --verify: bytes that differ from the chunk's content
   std::vector<double> latencies;  // seconds per batchRead
   std::vector<double> endedAt;    // --latency-log: when each batch ended, Unix time in ms
@@ -109,25 +130,61 @@ struct Tally {
     latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     if (logging) endedAt.push_back(unixMs());
   }
-  // One IO's outcome; under --verify its bytes are checked.
-  void io(const Settings& settings, const storage::ReadOp& op, bool ok, std::uint32_t got, bool mismatch) {
-    if (!ok) {
+  // One IO's outcome; under --verify its bytes are checked. What was wrong
+  // with it ("" if nothing).
+  std::string io(const Settings& settings, const storage::ReadOp& op, const IoDone& done) {
+    if (done.status != storage::proto::IoStatus::ok) {
       ++badStatus;
-      return;
+      ++byStatus.at(static_cast<std::size_t>(done.status));
+      return std::string(storage::proto::toString(done.status)) + (done.error ? " (" + done.error.message() + ")" : "");
     }
     ++ios;
-    bytes += got;
-    if (mismatch) ++checksumMismatches;
-    if (!settings.verify) return;
-    std::uint64_t wrong = 0;
-    const std::span<const std::byte> data = op.into.first(got);
-    storage::forEachChunkByte(op.chunkId, op.offset, got, [&](std::size_t i, std::byte b) {
-      wrong += data[i] != b;
+    bytes += done.bytes;
+    std::string wrong;
+    if (done.checksumMismatch) {
+      ++checksumMismatches;
+      wrong = "its bytes failed the response's checksum";
+    }
+    if (!settings.verify) return wrong;
+    std::uint64_t differ = 0;
+    const std::span<const std::byte> data = op.into.first(done.bytes);
+    storage::forEachChunkByte(op.chunkId, op.offset, done.bytes, [&](std::size_t i, std::byte b) {
+      differ += data[i] != b;
       return true;
     });
-    contentMismatches += wrong != 0;
-    wrongBytes += wrong;
+    contentMismatches += differ != 0;
+    wrongBytes += differ;
+    if (differ != 0) wrong += (wrong.empty() ? "" : "; ") + std::to_string(differ) + " of its bytes wrong (status ok)";
+    return wrong;
   }
+};
+
+// The first failures of a run, each on stderr as it happens, then no more
+// (they are counted in the report).
+class FailureLog {
+ public:
+  void note(const std::string& what) {
+    if (left_ == 0) return;
+    std::fprintf(stderr, "coio-storage-bench: %s\n", what.c_str());
+    if (--left_ == 0) std::fprintf(stderr, "coio-storage-bench: more failures are counted, not logged\n");
+  }
+  // An IO that failed (`problem`: Tally::io's).
+  void io(const storage::ReadOp& op, const IoDone& done, const std::string& problem) {
+    if (left_ == 0) return;
+    std::string where;
+    if (done.chain) where += ", chain " + std::to_string(*done.chain);
+    if (done.target) where += ", target " + std::to_string(*done.target);
+    if (done.server) where += " on " + done.server->toString();
+    if (done.chain) {
+      where += done.attempts == 0 ? ", sent to no replica" : ", " + std::to_string(done.attempts) + " replica(s) asked";
+    }
+    if (!done.replicas.empty()) where += " (its replicas: " + done.replicas + ")";
+    note("IO failed: chunk " + std::to_string(op.chunkId) + ", offset " + std::to_string(op.offset) + ", " +
+         std::to_string(op.length) + " bytes" + where + ": " + problem);
+  }
+
+ private:
+  unsigned left_ = 5;
 };
 
 // A new batch of random IOs, landing in `memory`.
@@ -142,36 +199,43 @@ void randomBatch(std::mt19937_64& random, const Settings& settings, std::span<st
   }
 }
 
-// One IO's outcome, as the worker counts it.
-struct IoDone {
-  bool ok;
-  std::uint32_t bytes;
-  bool checksumMismatch;
-};
-
 // One batch on one server into `done`; a request that fails as a whole is
-// counted and leaves `done` empty. False once the connection is gone.
+// counted (and logged) and leaves `done` empty. False once the connection is gone.
 template <coio::Reactor R>
-coio::Task<bool> readBatch(storage::StorageClient<R>& client, std::span<const storage::ReadOp> ios, Tally& tally,
+coio::Task<bool> readBatch(storage::StorageClient<R>& client, const Settings& settings,
+                           std::span<const storage::ReadOp> ios, Tally& tally, FailureLog& failures,
                            std::vector<IoDone>& done) {
   coio::Result<std::vector<storage::ReadOutcome>> outcomes = co_await client.batchRead(ios);
   if (!outcomes) {
     ++(outcomes.error() == std::errc::timed_out ? tally.timedOutRequests : tally.failedRequests);
+    failures.note("a batchRead of " + std::to_string(ios.size()) + " IOs from target " +
+                  std::to_string(settings.target) + " on " + settings.server.toString() +
+                  " failed: " + outcomes.error().message());
     co_return !client.failure();
   }
   for (const storage::ReadOutcome& o : *outcomes) {
-    done.push_back({o.status == storage::proto::IoStatus::ok, o.bytes, o.checksumMismatch});
+    done.push_back({o.status, o.bytes, o.checksumMismatch, {}, settings.target, &settings.server, {}, 1, {}});
   }
   co_return true;
 }
 
 // One batch on a cluster: it never fails as a whole, each IO has its outcome.
 template <coio::Reactor R>
-coio::Task<bool> readBatch(storage::ClusterClient<R>& client, std::span<const storage::ReadOp> ios, Tally&,
-                           std::vector<IoDone>& done) {
+coio::Task<bool> readBatch(storage::ClusterClient<R>& client, const Settings&, std::span<const storage::ReadOp> ios,
+                           Tally&, FailureLog&, std::vector<IoDone>& done) {
   const std::vector<storage::ClusterOutcome> outcomes = co_await client.batchRead(ios);
-  for (const storage::ClusterOutcome& o : outcomes) {
-    done.push_back({o.status == storage::proto::IoStatus::ok, o.bytes, o.checksumMismatch});
+  const storage::ChainTable& table = client.table();
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const storage::ClusterOutcome& o = outcomes[i];
+    const storage::Chain& chain = table.chains()[table.chainIndexOf(ios[i].chunkId)];
+    done.push_back({o.status, o.bytes, o.checksumMismatch, o.error, o.target,
+                    o.server == SIZE_MAX ? nullptr : &client.serverAddress(o.server), chain.id, o.attempts, {}});
+    if (o.ok() || o.target) continue;
+    for (const storage::Replica& r : chain.replicas) {
+      done.back().replicas += (done.back().replicas.empty() ? "target " : ", target ") + std::to_string(r.targetId) +
+                              " on " + table.servers()[r.server].toString() +
+                              (r.state == storage::ReplicaState::offline ? " (offline)" : "");
+    }
   }
   co_return true;
 }
@@ -179,7 +243,7 @@ coio::Task<bool> readBatch(storage::ClusterClient<R>& client, std::span<const st
 // Keeps one batch in flight on `client` (a StorageClient or a ClusterClient) until `end`.
 template <typename Client>
 coio::Task<void> worker(Client& client, const Settings& settings, Clock::time_point end, std::uint64_t seed,
-                        std::span<std::byte> memory, Tally& tally) {
+                        std::span<std::byte> memory, Tally& tally, FailureLog& failures) {
   std::mt19937_64 random(seed);
   std::vector<storage::ReadOp> ios(settings.batch);
   std::vector<IoDone> done;
@@ -187,12 +251,13 @@ coio::Task<void> worker(Client& client, const Settings& settings, Clock::time_po
     randomBatch(random, settings, memory, ios);
     const Clock::time_point start = Clock::now();
     done.clear();
-    const bool usable = co_await readBatch(client, ios, tally, done);
+    const bool usable = co_await readBatch(client, settings, ios, tally, failures, done);
     if (!usable) co_return;  // the connection is gone: this worker is done
     if (done.empty()) continue;
     tally.batchDone(start, !settings.latencyLog.empty());
     for (std::size_t i = 0; i < ios.size(); ++i) {
-      tally.io(settings, ios[i], done[i].ok, done[i].bytes, done[i].checksumMismatch);
+      const std::string problem = tally.io(settings, ios[i], done[i]);
+      if (!problem.empty()) failures.io(ios[i], done[i], problem);
     }
   }
 }
@@ -319,6 +384,20 @@ void reportCluster(const Settings& settings, const ClusterFigures& cluster, doub
   }
 }
 
+// The failed IOs by status, each status that occurred formatted with
+// `format` (its name, its count), joined by `separator`.
+std::string statusCounts(const Tally& tally, const char* format, const char* separator) {
+  std::string out;
+  char item[64];
+  for (std::size_t s = 0; s < kStatuses; ++s) {
+    if (tally.byStatus[s] == 0) continue;
+    std::snprintf(item, sizeof item, format, storage::proto::toString(static_cast<storage::proto::IoStatus>(s)),
+                  static_cast<unsigned long long>(tally.byStatus[s]));
+    out += (out.empty() ? "" : separator) + std::string(item);
+  }
+  return out;
+}
+
 void report(const Settings& settings, Tally& tally, double elapsed, const ClusterFigures* cluster) {
   std::sort(tally.latencies.begin(), tally.latencies.end());
   const double iops = static_cast<double>(tally.ios) / elapsed;
@@ -330,13 +409,14 @@ void report(const Settings& settings, Tally& tally, double elapsed, const Cluste
     std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
                 "\"io_size\":%u,\"verify\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
-                "\"errors\":{\"total\":%llu,\"io_status\":%llu,\"checksum\":%llu,\"content\":%llu,\"wrong_bytes\":%llu,"
-                "\"timed_out\":%llu,\"request\":%llu}",
+                "\"errors\":{\"total\":%llu,\"io_status\":{\"total\":%llu,\"by_status\":{%s}},\"checksum\":%llu,"
+                "\"content\":%llu,\"wrong_bytes\":%llu,\"timed_out\":%llu,\"request\":%llu}",
                 settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(),
                 cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
                 settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios), u(tally.bytes), iops, gib,
-                p50, p99, p999, u(tally.errors()), u(tally.badStatus), u(tally.checksumMismatches),
-                u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests), u(tally.failedRequests));
+                p50, p99, p999, u(tally.errors()), u(tally.badStatus), statusCounts(tally, "\"%s\":%llu", ",").c_str(),
+                u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests),
+                u(tally.failedRequests));
     if (cluster) reportCluster(settings, *cluster, elapsed);
     std::printf("}\n");
     return;
@@ -353,10 +433,11 @@ void report(const Settings& settings, Tally& tally, double elapsed, const Cluste
   std::printf("  throughput      %.3f GiB/s\n", gib);
   std::printf("  batch latency   p50 %.3f ms   p99 %.3f ms   p999 %.3f ms   (%zu batches)\n", p50, p99, p999,
               tally.latencies.size());
-  std::printf("  errors          %llu (IO status %llu, checksum %llu, content %llu (%llu bytes wrong), timed out %llu, "
-              "failed requests %llu)\n",
-              u(tally.errors()), u(tally.badStatus), u(tally.checksumMismatches), u(tally.contentMismatches),
-              u(tally.wrongBytes), u(tally.timedOutRequests), u(tally.failedRequests));
+  const std::string named = tally.badStatus == 0 ? "" : " [" + statusCounts(tally, "%s %llu", ", ") + "]";
+  std::printf("  errors          %llu (IO status %llu%s, checksum %llu, content %llu (%llu bytes wrong), "
+              "timed out %llu, failed requests %llu)\n",
+              u(tally.errors()), u(tally.badStatus), named.c_str(), u(tally.checksumMismatches),
+              u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests), u(tally.failedRequests));
   if (cluster) reportCluster(settings, *cluster, elapsed);
 }
 
@@ -367,6 +448,7 @@ Tally total(std::vector<Tally>& tallies) {
     all.ios += t.ios;
     all.bytes += t.bytes;
     all.badStatus += t.badStatus;
+    for (std::size_t s = 0; s < kStatuses; ++s) all.byStatus[s] += t.byStatus[s];
     all.checksumMismatches += t.checksumMismatches;
     all.contentMismatches += t.contentMismatches;
     all.wrongBytes += t.wrongBytes;
@@ -405,6 +487,7 @@ coio::Task<coio::Result<std::unique_ptr<storage::Channel<R>>>> connectRdma(R& re
 template <coio::Reactor R, typename Client>
 coio::Task<double> runWorkers(R& reactor, const Settings& settings, std::vector<Client*> clients,
                               std::span<std::byte> memory, std::vector<Tally>& tallies) {
+  FailureLog failures;
   const Clock::time_point begin = Clock::now();
   const Clock::time_point end =
       begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.duration));
@@ -412,7 +495,7 @@ coio::Task<double> runWorkers(R& reactor, const Settings& settings, std::vector<
   for (std::size_t w = 0; w < settings.depth; ++w) {
     const std::size_t slice = settings.batch * settings.ioSize;
     tasks.push_back(worker(*clients[w % clients.size()], settings, end, 1000 + w,
-                           memory.subspan(w * slice, slice), tallies[w]));
+                           memory.subspan(w * slice, slice), tallies[w], failures));
   }
   tasks.push_back(progress(reactor, begin, end, tallies));
   co_await coio::collectAllRange(std::move(tasks));
@@ -676,9 +759,11 @@ int main(int argc, char** argv) {
     settings.layout = {table->chunks(), table->chunkSize(), 1};
     settings.table = std::move(*table);
   } else if (!dir.empty()) {
-    coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(dir);
+    std::string why;
+    coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(dir, &why);
     if (!index) {
-      std::fprintf(stderr, "coio-storage-bench: cannot read %s/index: %s\n", dir.c_str(), index.error().message().c_str());
+      std::fprintf(stderr, "coio-storage-bench: cannot read %s/index: %s\n", dir.c_str(),
+                   why.empty() ? index.error().message().c_str() : why.c_str());
       return 1;
     }
     settings.layout = index->layout;

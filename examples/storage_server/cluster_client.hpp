@@ -112,16 +112,22 @@ struct ClusterOptions {
 
 /// One IO's outcome from a ClusterClient: the last replica's answer.
 struct ClusterOutcome {
-  /// ok, or the last status: a replica's, `unavailable` when the last
-  /// request failed as a whole (or every replica's server was down), or
-  /// `timedOut` when it missed its deadline.
+  /// ok, or the last status: a replica's (`corrupt`: a block of its copy
+  /// failed the server's check; also when every replica left was known
+  /// corrupt), `unavailable` when the last request failed as a whole (or
+  /// every replica's server was down), or `timedOut` when it missed its
+  /// deadline.
   proto::IoStatus status = proto::IoStatus::unavailable;
   std::uint32_t bytes = 0;
   std::uint32_t checksum = 0;
-  bool checksumMismatch = false;  ///< the last replica's bytes failed their checksum (a corrupt replica)
+  /// The last replica's bytes failed the response's checksum (damaged
+  /// after the server's check: network, memory); that copy is then not
+  /// read again either.
+  bool checksumMismatch = false;
   std::error_code error;          ///< why the last request failed as a whole (or nothing was sent), if it did
   std::size_t server = SIZE_MAX;  ///< the last replica's server (ClusterClient's server index); none: SIZE_MAX
   std::uint32_t attempts = 0;     ///< replicas asked
+  std::optional<std::uint32_t> target;  ///< the last replica's target, if one was asked
   /// The bytes are there and passed their checksum.
   bool ok() const noexcept { return status == proto::IoStatus::ok && !checksumMismatch; }
 };
@@ -170,7 +176,7 @@ struct ClusterStats {
 /// - Retries as 3FS's batchReadWithRetry: an IO whose replica fails it (the
 ///   connection fails, the request misses its deadline, or the status is
 ///   unavailable, timedOut, ioError, internalError, targetNotFound,
-///   chunkNotFound, or the bytes fail their checksum) is read from another
+///   chunkNotFound, corrupt, or the bytes fail their checksum) is read from another
 ///   replica of its chain in the next round; it fails only when every
 ///   serving replica has failed it (or is on a server marked down whose
 ///   connection failed), with the last status. Statuses that blame the
@@ -224,12 +230,11 @@ struct ClusterStats {
 ///   whose requests lose to hedges three times in a row is treated as hung
 ///   (marked down). Over RDMA the hedge's memory is not registered, so it
 ///   never wins: hedging is for TCP.
-/// - A replica whose bytes fail their checksum is counted and logged once
-///   per (target, chunk) and not read again for that chunk (other replicas
-///   are, even in later batches). Only a read of a whole chunk compares
-///   against the CRC stored at init (the server computes a partial read's
-///   CRC from the bytes it read): corruption inside a partial range is
-///   noticed by a whole-chunk read only.
+/// - A corrupt replica (answered `corrupt`: the server found a block the
+///   IO read failing its stored CRC, whole-chunk and partial reads alike;
+///   or bytes that failed the response's checksum) is counted and logged
+///   once per (target, chunk) and not read again for that chunk (other
+///   replicas are, even in later batches); the IO is read from another.
 /// - Transmission control per server connection: at most
 ///   maxTransmissionsPerServer requests granted at once on each.
 /// - batchRead always suspends: one that could send nothing (every replica
@@ -315,7 +320,7 @@ class ClusterClient {
       pending.push_back(i);
       // A copy known to be corrupt counts as a replica that failed the IO.
       batch.tried[i] = router_.corruptMask(routing->table, ios[i].chunkId);
-      if (batch.tried[i] != 0) batch.outcomes[i] = {proto::IoStatus::ok, 0, 0, true, {}, SIZE_MAX, 0};
+      if (batch.tried[i] != 0) batch.outcomes[i] = {proto::IoStatus::corrupt, 0, 0, false, {}, SIZE_MAX, 0, {}};
     }
     const std::stop_token caller = co_await coio::currentStopToken();
     bool sent = false;
@@ -543,7 +548,7 @@ class ClusterClient {
   // all, it fails with why (no serving target, or its servers' error).
   void unroutable(const RoutedTable& routing, Batch& batch, std::size_t io) {
     ClusterOutcome& outcome = batch.outcomes[io];
-    if (outcome.attempts > 0 || outcome.checksumMismatch) return;
+    if (outcome.attempts > 0 || outcome.status == proto::IoStatus::corrupt) return;
     const Chain& chain = routing.table.chains()[routing.table.chainIndexOf(batch.chunkIds[io])];
     outcome.status = proto::IoStatus::unavailable;
     const auto serving = std::find_if(chain.replicas.begin(), chain.replicas.end(),
@@ -729,7 +734,7 @@ class ClusterClient {
       ClusterOutcome& outcome = batch.outcomes[io];
       const std::uint32_t attempts = outcome.attempts + 1;
       if (answer && (*answer)[k].status == proto::IoStatus::staleRouting) {
-        outcome = {proto::IoStatus::staleRouting, 0, 0, false, {}, sub.server, attempts};
+        outcome = {proto::IoStatus::staleRouting, 0, 0, false, {}, sub.server, attempts, sub.targets[k]};
         batch.stale.emplace_back(io, sub.positions[k]);
         continue;
       }
@@ -737,23 +742,29 @@ class ClusterClient {
       if (!answer) {
         const bool late = answer.error() == std::errc::timed_out;
         outcome = {late ? proto::IoStatus::timedOut : proto::IoStatus::unavailable, 0, 0, false, answer.error(),
-                   sub.server, attempts};
+                   sub.server, attempts, sub.targets[k]};
         if (answer.error() != coio::Errc::invalidArgument) batch.retry.push_back(io);
         continue;
       }
       const ReadOutcome& got = (*answer)[k];
-      outcome = {got.status, got.bytes, got.checksum, got.checksumMismatch, {}, sub.server, attempts};
-      if (got.status == proto::IoStatus::ok && got.checksumMismatch) reportCorrupt(sub, k, batch.chunkIds[io]);
+      outcome = {got.status, got.bytes, got.checksum, got.checksumMismatch, {}, sub.server, attempts, sub.targets[k]};
+      if (got.status == proto::IoStatus::corrupt || (got.status == proto::IoStatus::ok && got.checksumMismatch)) {
+        reportCorrupt(sub, k, batch.chunkIds[io], got.status == proto::IoStatus::corrupt);
+      }
       if (!outcome.ok() && retryable(got.status)) batch.retry.push_back(io);
     }
   }
 
-  void reportCorrupt(const SubBatch& sub, std::size_t k, std::uint64_t chunkId) {
+  // `onDisk`: the server found the copy corrupt (status corrupt), else its
+  // bytes failed the response's checksum here.
+  void reportCorrupt(const SubBatch& sub, std::size_t k, std::uint64_t chunkId, bool onDisk) {
     if (!router_.markCorrupt(sub.targets[k], chunkId)) return;
     ++stats_.corruptReplicas;
     log("coio-storage: chunk " + std::to_string(chunkId) + " of target " + std::to_string(sub.targets[k]) + " on " +
         servers_.at(sub.server).address.toString() +
-        " failed its checksum: a corrupt replica, not read again; reading another replica");
+        (onDisk ? " is corrupt (a block failed the server's check against its stored CRC)"
+                : " failed the response's checksum") +
+        ": a corrupt replica, not read again; reading another replica");
   }
 
   // Stops using `s` and starts probing it (once; not a retired server).
@@ -799,7 +810,8 @@ class ClusterClient {
         std::shared_ptr<Client> old = std::exchange(server.client, std::move(*fresh));
         co_await release(s, std::move(old));
       }
-      if (co_await answers(s)) {
+      const bool back = co_await answers(s);  // bound first: g++ 12 and `if (co_await ...)`
+      if (back) {
         router_.setDown(s, false);
         server.lostHedges = 0;
         ++server.stats.ups;

@@ -233,7 +233,11 @@ coio::Task<void> followRouting(etcd::EtcdClient<R>& client, std::function<void(c
 /// (a serving target whose server has no live key goes offline, to the end
 /// of its chain; an offline one whose server is registered serves again:
 /// markTargetOffline/markTargetServing), on taking over and on every change
-/// of /coio/live/. Each change is one transaction that compares the chain
+/// of /coio/live/. For a grace after it takes over (one TTL unless given) it
+/// marks nothing offline: a registration missing then may be one a server
+/// is renewing after etcd lost its leader or a member (a server that is
+/// really gone lost its lease a TTL ago or will within one, and goes
+/// offline at the grace's end). Each change is one transaction that compares the chain
 /// key's mod revision it read and that the leader key is still bound to
 /// its own lease: two managers never lose each other's updates, and a
 /// deposed leader writes nothing. A failed compare makes it read again.
@@ -243,8 +247,13 @@ class ClusterManager {
  public:
   using Log = std::function<void(const std::string&)>;
 
-  ClusterManager(etcd::EtcdClient<R>& client, std::string id, std::int64_t ttlSeconds, Log log)
-      : client_(client), id_(std::move(id)), ttlSeconds_(ttlSeconds), log_(std::move(log)) {}
+  ClusterManager(etcd::EtcdClient<R>& client, std::string id, std::int64_t ttlSeconds, Log log,
+                 std::optional<etcd::Clock::duration> grace = std::nullopt)
+      : client_(client),
+        id_(std::move(id)),
+        ttlSeconds_(ttlSeconds),
+        grace_(grace.value_or(std::chrono::seconds(ttlSeconds))),
+        log_(std::move(log)) {}
 
   /// Campaigns, leads, campaigns again after losing its lease; retries
   /// every second while etcd cannot be reached. Returns once `stop` is.
@@ -286,6 +295,7 @@ class ClusterManager {
       if (!tried) co_return tried.error();
       if (tried->succeeded) {
         leading_ = true;
+        leadingSince_ = etcd::Clock::now();
         log_(id_ + ": leading");
         co_return co_await lead();
       }
@@ -319,27 +329,40 @@ class ClusterManager {
       if (stored && stored->leaderLease != lease_) co_return coio::Errc::closed;  // deposed
       if (!stored) log_(id_ + ": " + why);
       const std::int64_t from = stored ? stored->revision + 1 : 0;  // 0: from now (nothing read to follow on from)
+      bool deferred = false;  // a target left serving during the grace
       if (stored) {
-        coio::Result<bool> settled = co_await reconcile(*stored);
+        coio::Result<bool> settled = co_await reconcile(*stored, deferred);
         if (!settled) co_return settled.error();
         if (!*settled) continue;  // a compare failed: read again
       }
       coio::Result<std::unique_ptr<etcd::EtcdWatch<R>>> watch =
           co_await client_.watch(etcd::WatchRequest::prefix(livePrefix(), from), kEtcdCallTimeout);
       if (!watch) co_return watch.error();
-      coio::Result<etcd::WatchBatch> batch = co_await (*watch)->next(std::chrono::seconds(ttlSeconds_));
+      etcd::Clock::duration wait = std::chrono::seconds(ttlSeconds_);
+      if (deferred) wait = std::clamp<etcd::Clock::duration>(graceEnd() - etcd::Clock::now(), std::chrono::milliseconds(1), wait);
+      coio::Result<etcd::WatchBatch> batch = co_await (*watch)->next(wait);
       if (!batch && batch.error() != std::errc::timed_out) co_return batch.error();
     }
   }
 
+  // The end of the grace after taking over (see the class comment).
+  etcd::Clock::time_point graceEnd() const noexcept { return leadingSince_ + grace_; }
+
   // Commits each needed change, one transaction per target; false when a
   // compare failed (the chain moved, or this manager no longer leads).
-  coio::Task<coio::Result<bool>> reconcile(const StoredRouting& stored) {
+  // `deferred`: a target whose server is not registered was left serving
+  // because the grace has not ended.
+  coio::Task<coio::Result<bool>> reconcile(const StoredRouting& stored, bool& deferred) {
+    const bool grace = etcd::Clock::now() < graceEnd();
     for (std::size_t c = 0; c < stored.records.chains.size(); ++c) {
       ChainRecord chain = stored.records.chains[c];
       std::int64_t revision = stored.chainRevisions[c];
       for (const TargetRecord& target : stored.records.chains[c].targets) {
         const bool live = stored.live.contains(target.server);
+        if (!live && grace && target.state == ReplicaState::serving) {
+          deferred = true;
+          continue;
+        }
         ChainRecord next = live ? markTargetServing(chain, target.id) : markTargetOffline(chain, target.id);
         if (next.version == chain.version) continue;
         std::vector<etcd::Compare> unchanged{etcd::Compare::modRevision(chainKey(chain.id), etcd::Compare::Op::equal, revision),
@@ -362,9 +385,11 @@ class ClusterManager {
   etcd::EtcdClient<R>& client_;
   std::string id_;
   std::int64_t ttlSeconds_;
+  etcd::Clock::duration grace_;
   Log log_;
   std::int64_t lease_ = 0;
   bool leading_ = false;
+  etcd::Clock::time_point leadingSince_{};
   std::uint64_t changes_ = 0;
 };
 

@@ -16,7 +16,7 @@
 namespace storage::proto {
 
 inline constexpr std::uint32_t kMagic = 0x4F494F43;  // the bytes "COIO"
-inline constexpr std::uint16_t kVersion = 4;
+inline constexpr std::uint16_t kVersion = 5;
 inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::uint32_t kMaxPayload = 1u << 20;  // control payloads; data travels outside frames
 inline constexpr std::size_t kIoSize = 40;              // one ReadIo on the wire
@@ -50,7 +50,28 @@ enum class IoStatus : std::int32_t {
   unavailable = 8,        // the server is shutting down: nothing was read, ask another replica
   targetNotFound = 9,     // the server serves no target of that id
   staleRouting = 10,      // the IO's chainVersion is older than the server's: nothing was read, refresh the routing
+  corrupt = 11,           // a block the IO read failed its stored CRC: nothing more was sent, read another replica
 };
+
+/// The status's name, as PROTOCOL.md writes it ("ok", "staleRouting", ...);
+/// "unknown" for a value outside the table.
+constexpr const char* toString(IoStatus status) noexcept {
+  switch (status) {
+    case IoStatus::ok: return "ok";
+    case IoStatus::chunkNotFound: return "chunkNotFound";
+    case IoStatus::rangeOutsideChunk: return "rangeOutsideChunk";
+    case IoStatus::bufferTooSmall: return "bufferTooSmall";
+    case IoStatus::ioError: return "ioError";
+    case IoStatus::batchTooLarge: return "batchTooLarge";
+    case IoStatus::timedOut: return "timedOut";
+    case IoStatus::internalError: return "internalError";
+    case IoStatus::unavailable: return "unavailable";
+    case IoStatus::targetNotFound: return "targetNotFound";
+    case IoStatus::staleRouting: return "staleRouting";
+    case IoStatus::corrupt: return "corrupt";
+  }
+  return "unknown";
+}
 
 /// Why a frame was rejected; carried in Error frames.
 enum class ProtocolErrc {
@@ -350,7 +371,7 @@ inline coio::Result<BatchReadResponse> decodeBatchReadResponse(std::span<const s
   resp.results.resize(count);
   for (IoResult& res : resp.results) {
     const auto status = r.get<std::int32_t>();
-    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::staleRouting)) return ProtocolErrc::badStatus;
+    if (status < 0 || status > static_cast<std::int32_t>(IoStatus::corrupt)) return ProtocolErrc::badStatus;
     res.status = static_cast<IoStatus>(status);
     res.bytes = r.get<std::uint32_t>();
     res.checksum = r.get<std::uint32_t>();

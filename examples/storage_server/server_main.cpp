@@ -41,11 +41,14 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  coio-storage-server init --dir D --chunks N --chunk-size S [--chunks-per-file K]
+  coio-storage-server init --dir D --chunks N --chunk-size S [--chunks-per-file K] [--block-size 4K]
       Creates a dataset in D (created if missing): N chunks of S bytes (a multiple
       of 4K; suffixes K, M, G), K per data file (default 64), deterministic
-      content, and D/index with each chunk's CRC32C.
-  coio-storage-server init --chains FILE --target ID --dir D [--chunks-per-file K]
+      content, and D/index with the CRC32C of each block of each chunk. The
+      server checks every block a read covers against it before sending the
+      bytes; --block-size (a power of two from 512 to S; --piece-size of the
+      server must be a multiple of it) is the unit checked.
+  coio-storage-server init --chains FILE --target ID --dir D [--chunks-per-file K] [--block-size 4K]
       Creates target ID's dataset in D for the chain table FILE (CHAINS.md):
       the chunks of its chain, the same bytes on every replica of the chain.
   coio-storage-server serve (--dir D | --target ID=DIR...) [--chains FILE] [--listen 127.0.0.1:9000]
@@ -61,7 +64,7 @@ constexpr const char* kUsage = R"(usage:
       names the target of each IO; all targets share each reactor's ring and
       pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to
       finish). SIGUSR1 prints a line of figures: "stats: requests=N
-      connections=N buffers_in_use=N buffers=N send_timeouts=N".
+      connections=N buffers_in_use=N buffers=N send_timeouts=N corrupt_ios=N".
       --chains takes each target's chain version from the chain table FILE
       (CHAINS.md): an IO routed with an older one is answered staleRouting
       (PROTOCOL.md); without it no IO is stale.
@@ -169,6 +172,7 @@ int init(const Options& options) {
   layout.chunksPerFile = 64;
   std::string dir, chains;
   std::optional<std::uint32_t> target;
+  std::uint32_t blockSize = storage::kDefaultBlockSize;
   for (const auto& [name, value] : options) {
     std::optional<std::uint64_t> id;
     if (name == "--dir") {
@@ -183,6 +187,9 @@ int init(const Options& options) {
       layout.chunkSize = static_cast<std::uint32_t>(std::min<std::uint64_t>(storage::cli::parseSize(value).value_or(0), UINT32_MAX));
     } else if (name == "--chunks-per-file") {
       layout.chunksPerFile = static_cast<std::uint32_t>(storage::cli::parseCount(value).value_or(0));
+    } else if (name == "--block-size") {
+      blockSize = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(storage::cli::parseSize(value).value_or(0), UINT32_MAX));
     } else {
       return usage(("unknown option " + name + " for init").c_str());
     }
@@ -196,6 +203,10 @@ int init(const Options& options) {
   }
   if (dir.empty() || layout.chunks == 0 || layout.chunkSize == 0) return usage("init needs --dir, --chunks and --chunk-size");
   if (layout.chunkSize % 4096 != 0) return usage("--chunk-size must be a multiple of 4K (O_DIRECT)");
+  layout.blockSize = blockSize;
+  if (!storage::validBlockSize(layout.chunkSize, layout.blockSize)) {
+    return usage("--block-size must be a power of two from 512 bytes to the chunk size");
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -208,8 +219,8 @@ int init(const Options& options) {
                  index.error().message().c_str());
     return 1;
   }
-  std::printf("created %s: %llu chunks of %u bytes in %u data file(s)", dir.c_str(),
-              static_cast<unsigned long long>(layout.chunks), layout.chunkSize, layout.files());
+  std::printf("created %s: %llu chunks of %u bytes in %u data file(s), a CRC32C per %u bytes", dir.c_str(),
+              static_cast<unsigned long long>(layout.chunks), layout.chunkSize, layout.files(), layout.blockSize);
   if (target) {
     std::printf(", target %u: chunk ids %llu, %llu, ...", *target, static_cast<unsigned long long>(layout.chunkAt(0)),
                 static_cast<unsigned long long>(layout.chunkAt(1)));
@@ -331,20 +342,20 @@ void disconnectEtcd(R& reactor, std::unique_ptr<storage::etcd::EtcdClient<R>>& c
   }(client));
 }
 
-std::string describeOpenError(const std::string& dir, std::error_code error) {
+// Why a target's index did not load (`why`: loadChunkStoreIndex's).
+std::string describeIndexError(const std::string& dir, std::error_code error, const std::string& why) {
   if (error == std::errc::no_such_file_or_directory) {
     return dir + "/index not found: " + dir + " is not a dataset (create one with: coio-storage-server init --dir " +
            dir + " --chunks N --chunk-size S)";
   }
-  if (error == coio::Errc::invalidArgument) {
-    return dir + "/index is malformed or the dataset unusable (chunk size not a multiple of 4K?); recreate it with init";
-  }
-  return "cannot open the data files in " + dir + ": " + error.message();
+  if (!why.empty()) return why;
+  return "cannot read " + dir + "/index: " + error.message();
 }
 
 // Checks every target's directory and index before any shard opens them
-// (so that a problem names its target); returns the data files in all, or
-// prints the problem and returns nullopt.
+// (so that a problem names its target), and that a piece holds whole blocks
+// of each; returns the data files in all, or prints the problem and returns
+// nullopt.
 std::optional<std::uint64_t> checkTargets(const ServeSettings& settings) {
   std::uint64_t files = 0;
   for (const storage::TargetSpec& target : settings.targets) {
@@ -354,10 +365,22 @@ std::optional<std::uint64_t> checkTargets(const ServeSettings& settings) {
                    target.dir.c_str());
       return std::nullopt;
     }
-    coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(target.dir);
+    std::string why;
+    coio::Result<storage::ChunkStoreIndex> index = storage::loadChunkStoreIndex(target.dir, &why);
     if (!index) {
       std::fprintf(stderr, "coio-storage-server: target %u: %s\n", target.id,
-                   describeOpenError(target.dir, index.error()).c_str());
+                   describeIndexError(target.dir, index.error(), why).c_str());
+      return std::nullopt;
+    }
+    if (index->layout.chunkSize % 4096 != 0) {
+      std::fprintf(stderr, "coio-storage-server: target %u: chunks of %u bytes, not a multiple of 4K (O_DIRECT): "
+                   "recreate %s with init\n", target.id, index->layout.chunkSize, target.dir.c_str());
+      return std::nullopt;
+    }
+    if (settings.server.pieceSize % index->layout.blockSize != 0) {
+      std::fprintf(stderr, "coio-storage-server: target %u: its blocks of %u bytes do not fit whole in a piece of "
+                   "--piece-size %zu: give a multiple of %u\n", target.id, index->layout.blockSize,
+                   settings.server.pieceSize, index->layout.blockSize);
       return std::nullopt;
     }
     files += index->layout.files();
@@ -441,12 +464,14 @@ std::vector<storage::ShardSnapshot> snapshot(coio::ReactorPool<R>& pool,
 
 // SIGUSR1: one line of figures, summed over the shards: requests served,
 // connections open, read buffers in use out of the pool's, connections
-// dropped because the client stopped reading.
+// dropped because the client stopped reading, IOs answered corrupt.
 void printStats(const std::vector<storage::ShardSnapshot>& shards) {
   const storage::ShardSnapshot total = storage::total(shards);
-  std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu\n",
+  std::printf("stats: requests=%llu connections=%zu buffers_in_use=%zu buffers=%zu send_timeouts=%llu "
+              "corrupt_ios=%llu\n",
               static_cast<unsigned long long>(total.server.requests), total.server.connections, total.buffersInUse,
-              total.buffers, static_cast<unsigned long long>(total.server.sendTimeouts));
+              total.buffers, static_cast<unsigned long long>(total.server.sendTimeouts),
+              static_cast<unsigned long long>(total.server.corruptIos));
   std::fflush(stdout);
 }
 
@@ -604,8 +629,9 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
                 settings.transport.c_str(), pool.size(), std::string(coio::toString(settings.kind)).c_str());
     for (const storage::TargetSpec& target : settings.targets) {
       const storage::ChunkStoreLayout layout = storage::loadChunkStoreIndex(target.dir)->layout;  // checked
-      std::printf("  target %u: %llu chunks of %u bytes from %s\n", target.id,
-                  static_cast<unsigned long long>(layout.chunks), layout.chunkSize, target.dir.c_str());
+      std::printf("  target %u: %llu chunks of %u bytes from %s, checked in blocks of %u\n", target.id,
+                  static_cast<unsigned long long>(layout.chunks), layout.chunkSize, target.dir.c_str(),
+                  layout.blockSize);
     }
     std::printf("  %s\n", shards.front()->note().c_str());
     std::printf("  at most %llu connections (fd limit %llu)\n",

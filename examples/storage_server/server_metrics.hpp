@@ -41,6 +41,7 @@ inline void addStats(ServerStats& sum, const ServerStats& shard) noexcept {
   sum.refusedConnections += shard.refusedConnections;
   sum.acceptErrors += shard.acceptErrors;
   sum.staleIos += shard.staleIos;
+  sum.corruptIos += shard.corruptIos;
   sum.connections += shard.connections;
   sum.transmitting += shard.transmitting;
   sum.maxTransmitting = std::max(sum.maxTransmitting, shard.maxTransmitting);
@@ -100,6 +101,8 @@ inline std::string renderMetrics(const std::vector<ShardSnapshot>& shards) {
   server("storage_accept_errors_total", "counter", "Failed accepts (each backs off 10 ms).", all.server.acceptErrors);
   server("storage_stale_routing_ios_total", "counter", "IOs answered staleRouting: routed with an older chain version.",
          all.server.staleIos);
+  server("storage_corrupt_ios_total", "counter", "IOs answered corrupt: a block they read failed its stored CRC.",
+         all.server.corruptIos);
   server("storage_connections", "gauge", "Connections open.", all.server.connections);
   server("storage_transmitting", "gauge", "Requests whose data is being sent.", all.server.transmitting);
   server("storage_read_buffers_in_use", "gauge", "Read buffers held by requests.", all.buffersInUse);

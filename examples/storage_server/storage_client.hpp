@@ -48,6 +48,10 @@ struct ReadOp {
 
 /// One IO's outcome: the server's status, byte count and checksum, and
 /// whether the checksum disagreed with the bytes received (when verifying).
+/// The server checks every block it reads against its stored CRC, whether
+/// or not the client verifies: a copy corrupted on its disk comes back as
+/// status `corrupt` (PROTOCOL.md, "Checksums"); a checksum mismatch is
+/// damage after that check (network, memory).
 struct ReadOutcome {
   proto::IoStatus status = proto::IoStatus::ok;
   std::uint32_t bytes = 0;

@@ -116,6 +116,8 @@ struct ServerStats {
   std::uint64_t acceptErrors = 0;
   /// IOs answered staleRouting: their chain version was older than the server's.
   std::uint64_t staleIos = 0;
+  /// IOs answered corrupt: a block they read failed its stored CRC.
+  std::uint64_t corruptIos = 0;
   std::size_t connections = 0;
   std::size_t transmitting = 0;      ///< requests between grant and the end of their data
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
@@ -155,10 +157,13 @@ struct ServerLatencies {
 ///   before the loop runs), call adopt()/serve()/shutdown() there.
 /// - Per request: every IO is validated (an invalid one gets its own
 ///   status), the valid ones are read with one streaming ReadBatch into
-///   pool buffers (ranges widened to the O_DIRECT alignment, split into
-///   pieces of pieceSize), and each piece is checksummed and sent as soon
-///   as it and the pieces before it in its IO are read, while the other
-///   reads go on (PROTOCOL.md, version 3). Nothing is read or sent before
+///   pool buffers (ranges widened to whole blocks of their target and to
+///   the O_DIRECT alignment, split into pieces of pieceSize), and each
+///   piece is verified (each of its blocks against the CRC in the index)
+///   and sent as soon as it and the pieces before it in its IO are read,
+///   while the other reads go on (PROTOCOL.md). A piece whose block fails
+///   its CRC is not sent: its IO is answered `corrupt` and nothing more of
+///   it goes (PROTOCOL.md, "Checksums"). Nothing is read or sent before
 ///   the client granted transmission (with the request, or by
 ///   TransmitGrant; without it, after transmitTimeout, the request is
 ///   answered timedOut), so buffers are only held by requests that can
@@ -194,9 +199,10 @@ class StorageServer {
  public:
   /// Serves the targets (each id at most once): loads each one's index and
   /// opens its data files, all on this reactor's Disk. Errors: an index's
-  /// (ENOENT: no index; Errc::invalidArgument: malformed), a data file's
-  /// open error, Errc::invalidArgument for unusable options, no target or a
-  /// repeated id.
+  /// (ENOENT: no index; Errc::invalidArgument: malformed or of an old
+  /// version), a data file's open error, Errc::invalidArgument for unusable
+  /// options, no target, a repeated id, or a target whose block size does
+  /// not divide pieceSize (a piece holds whole blocks).
   static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::vector<TargetSpec>& targets,
                                                           ServerOptions options) {
     if (targets.empty() || options.pieceSize == 0 || options.pieceSize % 4096 != 0 ||
@@ -305,6 +311,7 @@ class StorageServer {
   struct Target {
     std::uint32_t id;
     ChunkStoreIndex index;
+    BlockVerifier verifier;  // of its block size
     std::vector<coio::File> files;
     std::uint32_t chainVersion = 0;  // of its chain, as last routed (updateRouting); 0: unknown
   };
@@ -317,8 +324,11 @@ class StorageServer {
   coio::Result<Target> openTarget(const TargetSpec& spec) {
     coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(spec.dir);
     if (!index) return index.error();
-    if (index->layout.chunkSize % 4096 != 0) return coio::Errc::invalidArgument;
-    Target target{spec.id, std::move(*index), {}, 0};
+    if (index->layout.chunkSize % 4096 != 0 || options_.pieceSize % index->layout.blockSize != 0) {
+      return coio::Errc::invalidArgument;
+    }
+    const BlockVerifier verifier(index->layout.blockSize);
+    Target target{spec.id, std::move(*index), verifier, {}, 0};
     for (std::uint32_t f = 0; f < target.index.layout.files(); ++f) {
       const std::string path = ChunkStoreLayout::dataFileName(spec.dir, f);
       coio::Result<coio::File> file = coio::File::open(disk_, path.c_str(), {.direct = options_.directIo});
@@ -337,13 +347,14 @@ class StorageServer {
     return target;
   }
 
-  // One piece of a widened read: at most pieceSize bytes into one buffer.
+  // One piece of a widened read: at most pieceSize bytes, whole blocks, into one buffer.
   struct Piece {
     const coio::File* file;
     std::uint64_t fileOffset;
     std::size_t length;
     std::size_t head;  // where the asked bytes start in the buffer
     std::size_t take;  // how many asked bytes it holds
+    std::span<const std::uint32_t> stored;  // its blocks' CRCs in the index
   };
   struct IoPlan {
     std::size_t firstPiece = 0;
@@ -683,7 +694,10 @@ class StorageServer {
     return results;
   }
 
-  // Splits each valid IO's widened range into pieces of at most pieceSize.
+  // Splits each valid IO's range, widened to whole blocks and the file's
+  // alignment (both powers of two, both dividing the chunk size: the range
+  // stays inside its chunk), into pieces of at most pieceSize (a multiple
+  // of the block size: whole blocks each).
   void plan(const proto::BatchReadRequest& request, const std::vector<proto::IoResult>& results,
             std::vector<IoPlan>& plans, std::vector<Piece>& pieces) const {
     for (std::size_t i = 0; i < request.ios.size(); ++i) {
@@ -691,12 +705,17 @@ class StorageServer {
       plans[i].firstPiece = pieces.size();
       if (results[i].status != proto::IoStatus::ok || io.length == 0) continue;
       const Target& target = *plans[i].target;
-      const ChunkLocation where = target.index.layout.locate(io.chunkId);
+      const ChunkStoreLayout& layout = target.index.layout;
+      const ChunkLocation where = layout.locate(io.chunkId);
       const coio::File& file = target.files[where.file];
-      const coio::AlignedRange range = coio::alignRange(where.offset + io.offset, io.length, file.alignment());
+      const std::span<const std::uint32_t> crcs = target.index.crcsOf(layout.slotOf(io.chunkId));
+      const coio::AlignedRange range = coio::alignRange(where.offset + io.offset, io.length,
+                                                        std::max<std::size_t>(file.alignment(), layout.blockSize));
       std::size_t head = range.head, left = range.requested;
       for (std::size_t at = 0; at < range.length; at += options_.pieceSize) {
-        Piece p{&file, range.offset + at, std::min(options_.pieceSize, range.length - at), 0, 0};
+        const std::size_t length = std::min(options_.pieceSize, range.length - at);
+        const std::size_t firstBlock = (range.offset + at - where.offset) / layout.blockSize;
+        Piece p{&file, range.offset + at, length, 0, 0, crcs.subspan(firstBlock, length / layout.blockSize)};
         p.head = std::min(head, p.length);
         p.take = std::min(left, p.length - p.head);
         head -= p.head;
@@ -762,7 +781,7 @@ class StorageServer {
     // Stream each run of pieces as soon as it and the pieces before it in
     // its IO are read (PROTOCOL.md: an IO's data goes in order). Sends start
     // in order and overlap the reads still in flight.
-    RequestStream out(*this, request, results, plans, pieces, lease, id);
+    RequestStream out(request, results, plans, pieces, lease, id);
     coio::AsyncScope sends;
     const auto release = [&](std::size_t io) {
       if (stop.stop_requested()) return;  // the connection is going away: a send now would only break it
@@ -783,6 +802,8 @@ class StorageServer {
     // in order) started: then queued right behind the request's last piece,
     // not behind the pieces of other requests queued while they went out.
     out.finish(results);
+    stats_.corruptIos += static_cast<std::uint64_t>(std::count_if(
+        results.begin(), results.end(), [](const proto::IoResult& r) { return r.status == proto::IoStatus::corrupt; }));
     std::vector<std::byte> frame;
     proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
     const bool inOrder = conn.channel->sendsInOrder();
@@ -796,9 +817,9 @@ class StorageServer {
   // One request's data on its way out: which pieces are read, and per IO
   // how far its in-order stream has got, with the CRC of what was sent.
   struct RequestStream {
-    RequestStream(const StorageServer& s, const proto::BatchReadRequest& r, std::vector<proto::IoResult>& res,
+    RequestStream(const proto::BatchReadRequest& r, std::vector<proto::IoResult>& res,
                   const std::vector<IoPlan>& pl, const std::vector<Piece>& pi, const Lease& le, std::uint64_t requestId)
-        : server(s), request(r), results(res), plans(pl), pieces(pi), lease(le), id(requestId), done(pi.size(), false),
+        : request(r), results(res), plans(pl), pieces(pi), lease(le), id(requestId), done(pi.size(), false),
           ioOf(pi.size()), asked(pi.size()), unread(r.ios.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0),
           crc(r.ios.size(), 0) {
       for (std::size_t io = 0; io < plans.size(); ++io) {
@@ -810,10 +831,11 @@ class StorageServer {
       }
     }
 
-    // The run of `io`'s pieces that may go now, as one piece of data: read,
-    // with every piece before them read and sent (one IoData frame, one
-    // gather write or RDMA chain, however many buffers it spans). A piece
-    // whose read failed fails its IO (ioError): nothing more of it goes.
+    // The run of `io`'s pieces that may go now, as one piece of data: read
+    // and verified, with every piece before them read and sent (one IoData
+    // frame, one gather write or RDMA chain, however many buffers it
+    // spans). A piece whose read failed fails its IO (ioError), one whose
+    // block fails its CRC fails it `corrupt`: nothing more of it goes.
     std::optional<OutgoingPiece> releasable(std::size_t io, const coio::ReadBatch& batch) {
       const std::size_t first = plans[io].firstPiece + next[io];
       const std::uint32_t offset = sent[io];
@@ -825,8 +847,14 @@ class StorageServer {
           results[io].status = proto::IoStatus::ioError;
           break;
         }
-        if (request.checksum == proto::ChecksumMode::crc32c && !server.storedCrc(request.ios[io], *plans[io].target)) {
-          crc[io] = crc32c(asked[p], crc[io]);
+        const BlockVerifier& verifier = plans[io].target->verifier;  // a piece's IO is a valid one
+        const std::span<const std::byte> read = lease.buffers[p].span().first(pieces[p].length);
+        if (!verifier.matches(read, pieces[p].stored)) {
+          results[io].status = proto::IoStatus::corrupt;
+          break;
+        }
+        if (request.checksum == proto::ChecksumMode::crc32c) {
+          crc[io] = verifier.crcOf(read, pieces[p].stored, pieces[p].head, pieces[p].head + pieces[p].take, crc[io]);
         }
         sent[io] += static_cast<std::uint32_t>(asked[p].size());
       }
@@ -846,13 +874,10 @@ class StorageServer {
           continue;
         }
         r.bytes = request.ios[io].length;
-        if (request.checksum == proto::ChecksumMode::crc32c) {
-          r.checksum = server.storedCrc(request.ios[io], *plans[io].target).value_or(crc[io]);
-        }
+        if (request.checksum == proto::ChecksumMode::crc32c) r.checksum = crc[io];
       }
     }
 
-    const StorageServer& server;
     const proto::BatchReadRequest& request;
     std::vector<proto::IoResult>& results;
     const std::vector<IoPlan>& plans;
@@ -893,15 +918,6 @@ class StorageServer {
     --conn.sendsPending;
     ++conn.sendsDone;
     if (!sent) conn.stop.request_stop();
-  }
-
-  // The stored whole-chunk CRC when `io` reads the whole chunk (so a byte
-  // corrupted on disk shows as a mismatch), else nothing: the CRC of the
-  // bytes read is the checksum.
-  static std::optional<std::uint32_t> storedCrc(const proto::ReadIo& io, const Target& target) noexcept {
-    const ChunkStoreLayout& layout = target.index.layout;
-    if (io.offset == 0 && io.length == layout.chunkSize) return target.index.crcs[layout.slotOf(io.chunkId)];
-    return std::nullopt;
   }
 
   // Sends TransmitRequest (a send that fails stops the connection).

@@ -25,3 +25,21 @@ stop_storage_server() {
     wait "$server_pid" 2>/dev/null || true
   fi
 }
+
+# CPU accounting of a bench run (tests/bench/storage/*.sh):
+#   cpu_ticks PID        utime + stime of a running process, in clock ticks (getconf CLK_TCK)
+#   children_cpu FILE    CPU seconds of the waited-for children of the shell, from `times >FILE`
+#                        (times must run in the script's shell, not in a $(...) subshell)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+children_cpu() { python3 -c '
+import re, sys
+print(sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", open(sys.argv[1]).read().splitlines()[1])))' "$1"; }
+
+# An EXIT trap for a script that runs processes in the background: SIGTERM to
+# each of $pids, waits for them, then removes $work.
+stop_pids_and_remove_work() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}

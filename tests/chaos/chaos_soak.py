@@ -3,7 +3,9 @@
 
 Three coio-storage-servers on loopback, two targets each, three chains of
 two replicas (CHAINS.md's example), verified load from three
-coio-storage-bench --cluster clients (one hedging), and on a schedule:
+coio-storage-bench --cluster clients (one hedging; two reading whole 16 KiB
+chunks, one partial ranges of 6000 bytes at random offsets, so that the
+corruption meets both kinds of read), and on a schedule:
 
   1. kill -9 of server A, restarted once down
   2. SIGSTOP of server B, SIGCONT 3 s later
@@ -14,7 +16,10 @@ coio-storage-bench --cluster clients (one hedging), and on a schedule:
 
 Every chain keeps a live, intact replica throughout (A is killed before the
 corruption, whose other replica is on A; B is only faulted afterwards), so
-no IO may fail and no byte may be wrong. Prints IOs served and failed,
+no IO may fail and no byte may be wrong, and the corrupt replica must be
+found by the partial reads too (the server checks every 4 KiB block a read
+covers: a partial read that covers a corrupt byte is answered `corrupt`, the
+client reads the other replica). Prints IOs served and failed,
 bytes wrong, retries and failovers, the p99 batch latency before, during
 and after each fault, and each server's RSS and read-buffer pool occupancy
 at the end (no buffer may be in use), and checks that no process is left.
@@ -35,6 +40,12 @@ others, neither touching a replica:
      once the other leads
   8. kill -9 of etcd member 0 (every process's first endpoint), restarted
      on its data 3 s later (it rejoins)
+  9. SIGSTOP of etcd member 0 for 2 x TTL + 1 s, then SIGCONT: it accepts
+     connections and never answers, the way a wedged member fails; while it
+     is stopped no lease may be lost (no server logs a lost lease) and the
+     leading mgmtd stays the same; no chain may change version until TTL +
+     1 s after the SIGCONT (a member that led may then revoke the leases it
+     saw expire, etcd issue 15247: everyone registers again)
 
 and three figures more, from the clients' --routing-log (each routing a
 client puts in use, with its wall-clock time) and their reports: the time
@@ -65,6 +76,8 @@ CHUNK = 16 * 1024
 PER_FILE = 64
 SEND_TIMEOUT_MS = 3000
 WINDOW = 3.0  # seconds of samples before and after a fault
+PARTIAL_CLIENT = 2  # the client that reads partial ranges: PARTIAL_IO bytes at random (unaligned) offsets
+PARTIAL_IO = "6000"
 SERVERS = ["A", "B", "C"]
 TARGETS = {"A": (11, 12), "B": (21, 22), "C": (31, 32)}
 CHAINS = [(1, [("A", 11), ("B", 21)]), (2, [("B", 22), ("C", 31)]), (3, [("C", 32), ("A", 12)])]
@@ -209,11 +222,11 @@ class Soak:
             time.sleep(0.05)
         raise RuntimeError(f"server {name} did not start (see {log.name})")
 
-    def start_client(self, name, duration, hedge=False):
+    def start_client(self, name, duration, hedge=False, io_size="16K"):
         out = os.path.join(self.work, f"client-{name}.json")
         lat = os.path.join(self.work, f"client-{name}.lat")
         argv = [os.path.join(self.bin, "coio-storage-bench"), "--verify", "--json",
-                "--duration", str(duration), "--io-size", "16K", "--batch", "8", "--depth", "4",
+                "--duration", str(duration), "--io-size", io_size, "--batch", "8", "--depth", "4",
                 "--request-timeout-ms", "1000", "--latency-log", lat, "--reactor", self.args.reactor]
         if self.etcd:
             argv += ["--etcd", self.etcd.urls(), "--routing-log", self.routing_log(name)]
@@ -372,7 +385,7 @@ class Soak:
             ios = b"".join(struct.pack("<IIQIIQII", 31, 0, 1 + 3 * ((rid * 64 + i) % (CHUNKS // 3)), 0, CHUNK, 0, 0, 0)
                            for i in range(64))
             payload = struct.pack("<BBHI", 1, 1, 0, 64) + ios
-            s.sendall(struct.pack("<IHHQII", 0x4F494F43, 4, 1, rid, len(payload), 0) + payload)  # protocol version 4
+            s.sendall(struct.pack("<IHHQII", 0x4F494F43, 5, 1, rid, len(payload), 0) + payload)  # protocol version 5
             requested += 64 * CHUNK
         time.sleep(SEND_TIMEOUT_MS / 1000 * 1.25 + 1.5)
         s.settimeout(3.0)
@@ -426,6 +439,29 @@ class Soak:
             self.problems.append(f"no other mgmtd led within {TTL + ROUTING_WAIT:.0f} s of {leader}'s kill -9")
         self.start_mgmtd(leader)
 
+    def freeze_etcd_member(self):
+        chains = lambda: {k: json.loads(v)["version"] for k, v in self.etcd.get("/coio/chains/", prefix=True) or []}
+        before, leader = chains(), self.etcd.leader()
+        marks = {name: os.path.getsize(os.path.join(self.work, f"server-{name}.log")) for name in SERVERS}
+        self.etcd.procs[0].send_signal(signal.SIGSTOP)
+        time.sleep(2 * TTL + 1)
+        # Still stopped, past twice the TTL: no lease lost, the same leading mgmtd.
+        if self.etcd.leader() != leader:
+            self.problems.append(f"the leading mgmtd changed while etcd member 0 was stopped: {leader} -> "
+                                 f"{self.etcd.leader()}")
+        for name, mark in marks.items():
+            with open(os.path.join(self.work, f"server-{name}.log")) as f:
+                f.seek(mark)
+                if "the lease was lost" in f.read():
+                    self.problems.append(f"server {name} lost its lease while etcd member 0 was stopped")
+        self.etcd.procs[0].send_signal(signal.SIGCONT)
+        # Resumed (a member that led may then revoke every lease it saw expire: etcd issue 15247, fixed in
+        # 3.4.28; everyone registers again): no chain changes version, before or after.
+        time.sleep(TTL + 1)  # a manager that took over would have acted by now
+        after = chains()
+        if not before or after != before:
+            self.problems.append(f"chain versions changed while etcd member 0 was stopped or after: {before} -> {after}")
+
     def kill_etcd_member(self):
         self.etcd.procs[0].send_signal(signal.SIGKILL)
         self.etcd.procs[0].wait()
@@ -445,11 +481,14 @@ class Soak:
         slots = len(faults) + 1
         if self.etcd:
             faults[3:3] = [("kill -9 the leading mgmtd, restart", self.kill_leading_mgmtd)]
-            faults[5:5] = [("kill -9 etcd member 0, restart", self.kill_etcd_member)]
+            faults[5:5] = [("kill -9 etcd member 0, restart", self.kill_etcd_member),
+                           (f"SIGSTOP etcd member 0 {2 * TTL + 1} s, SIGCONT", self.freeze_etcd_member)]
             slots = len(faults) + 2  # the drain's waits end well before the clients do
         self.start = now()
         for i in range(3):
-            self.clients.append((str(i),) + self.start_client(str(i), duration, hedge=(i == 0)))
+            partial = i == PARTIAL_CLIENT
+            self.clients.append((str(i),) + self.start_client(str(i), duration, hedge=(i == 0),
+                                                              io_size=PARTIAL_IO if partial else "16K"))
         for i, (name, fault) in enumerate(faults):
             at = self.start + duration * (i + 1) / slots
             time.sleep(max(0.0, at - now()))
@@ -525,7 +564,9 @@ class Soak:
 
     def report(self, figures):
         totals = {"ios": 0, "failed": 0, "wrong": 0, "content": 0, "retries": 0, "failovers": 0, "hedges": 0,
-                  "hedge_wins": 0, "corrupt": 0, "offline_ios": 0, "updates": 0, "refreshes": 0, "bad_records": 0}
+                  "hedge_wins": 0, "corrupt": 0, "offline_ios": 0, "updates": 0, "refreshes": 0, "bad_records": 0,
+                  "partial_corrupt": 0}
+        failed_by_status = {}
         for name, proc, out, _ in self.clients:
             try:
                 with open(out) as f:
@@ -537,7 +578,11 @@ class Soak:
                 self.problems.append(f"client {name} exited with {proc.returncode}")
             e, c = r["errors"], r["cluster"]
             totals["ios"] += r["ios"]
-            totals["failed"] += e["io_status"] + e["checksum"]
+            totals["failed"] += e["io_status"]["total"] + e["checksum"]
+            for status, n in e["io_status"]["by_status"].items():
+                failed_by_status[status] = failed_by_status.get(status, 0) + n
+            if name == str(PARTIAL_CLIENT):
+                totals["partial_corrupt"] += c["corrupt_replicas"]
             totals["content"] += e["content"]
             totals["wrong"] += e["wrong_bytes"]
             for key, field in (("retries", "retries"), ("failovers", "failovers"), ("hedges", "hedges"),
@@ -550,12 +595,14 @@ class Soak:
         print()
         print(f"chaos soak: {self.args.duration} s, 3 servers x 2 targets, 3 chains x 2 replicas, 3 verifying clients")
         print(f"  IOs served            {totals['ios']}")
-        print(f"  IOs failed            {totals['failed']}")
+        print(f"  IOs failed            {totals['failed']}" +
+              (" (" + ", ".join(f"{s} {n}" for s, n in sorted(failed_by_status.items())) + ")" if failed_by_status else ""))
         print(f"  bytes wrong           {totals['wrong']} (in {totals['content']} IOs)")
         print(f"  retries               {totals['retries']} IOs read from another replica")
         print(f"  failovers             {totals['failovers']} times a server was marked down")
         print(f"  hedges                {totals['hedges']} (won {totals['hedge_wins']})")
-        print(f"  corrupt replicas      {totals['corrupt']} found (and not used)")
+        print(f"  corrupt replicas      {totals['corrupt']} found (and not used), "
+              f"{totals['partial_corrupt']} of them by the partial reads ({PARTIAL_IO} bytes)")
         if self.etcd:
             self.report_etcd(totals)
         samples = self.latencies()
@@ -575,7 +622,7 @@ class Soak:
                 continue
             print(f"    {name}: RSS {rss:.1f} MiB, read buffers in use {stats['buffers_in_use']} of {stats['buffers']}, "
                   f"connections {stats['connections']}, requests {stats['requests']}, "
-                  f"send timeouts {stats['send_timeouts']}")
+                  f"send timeouts {stats['send_timeouts']}, corrupt IOs {stats.get('corrupt_ios', '-')}")
             if stats["buffers_in_use"] != "0":
                 self.problems.append(f"server {name} still holds {stats['buffers_in_use']} read buffers")
         if totals["ios"] == 0:
@@ -586,6 +633,8 @@ class Soak:
             self.problems.append(f"{totals['wrong']} bytes wrong")
         if totals["corrupt"] == 0:
             self.problems.append("the corrupted replica was never detected")
+        if totals["partial_corrupt"] == 0:
+            self.problems.append("the partial reads never met the corrupted replica")
         if figures["C"][0] is not None and figures["C"][0]["send_timeouts"] == "0":
             self.problems.append("server C never dropped the client that stopped reading")
 

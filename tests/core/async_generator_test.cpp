@@ -398,3 +398,11 @@ TEST_CASE("AsyncGenerator: the body hops threads; the consumer resumes on the th
     CHECK(known);
   }
 }
+
+TEST_CASE("AsyncGenerator asserts on next() on a moved-from generator", "[asyncGenerator]") {
+  CHECK(coio::test::abortsInChild([] {
+    auto gen = []() -> AsyncGenerator<int> { co_yield 1; }();
+    auto owner = std::move(gen);
+    (void)blockingWait(gen.next());
+  }));
+}

@@ -2,6 +2,7 @@
 #include <coio/core/baton.hpp>
 #include <coio/core/blocking_wait.hpp>
 #include <coio/core/cancellation.hpp>
+#include <coio/core/detail/sanitizers.hpp>
 #include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
 
@@ -214,3 +215,63 @@ TEST_CASE("AsyncScope: a requestStop that lets the joiner destroy the scope is s
   CHECK(log == std::vector<std::string>{"stopped"});
   blockingWait(outer.join());
 }
+
+TEST_CASE("AsyncScope asserts on spawn after join, a second join, and destruction with tasks running",
+          "[asyncScope]") {
+  auto nothing = []() -> Task<void> { co_return; };
+  CHECK(coio::test::abortsInChild([&] {
+    AsyncScope scope;
+    blockingWait(scope.join());
+    scope.spawn(nothing());
+  }));
+  CHECK(coio::test::abortsInChild([] {
+    AsyncScope scope;
+    blockingWait(scope.join());
+    blockingWait(scope.join());
+  }));
+  CHECK(coio::test::abortsInChild([] {
+    Baton never;
+    {
+      AsyncScope scope;
+      scope.spawn([](Baton& b) -> Task<void> { co_await b; }(never));
+    }  // destroyed, its task waiting: asserted
+  }));
+}
+
+#if defined(COIO_DETAIL_ASAN)
+// docs/lifetimes.md's first mistake, run in a child: a capturing lambda
+// coroutine given to spawn() keeps using its closure, a temporary that died at
+// the end of the spawn statement. AddressSanitizer must report it (as a
+// stack-use-after-scope or, once the string it held was freed, a
+// heap-use-after-free: which one depends on the compiler and -O level).
+TEST_CASE("AsyncScope: ASan reports a capturing lambda coroutine given to spawn", "[asyncScope]") {
+  int report[2];
+  REQUIRE(pipe(report) == 0);
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(report[0]);
+    dup2(report[1], STDERR_FILENO);
+    Baton go;
+    std::size_t seen = 0;
+    AsyncScope scope;
+    scope.spawn([&seen, &go, name = std::string(64, 'x')]() -> Task<void> {
+      co_await go;
+      seen = name.size() + static_cast<std::size_t>(name[10]);
+    }());
+    go.post();
+    blockingWait(scope.join());
+    _exit(seen == 0 ? 2 : 0);  // only reached if nothing was reported
+  }
+  close(report[1]);
+  std::string text;
+  char chunk[4096];
+  for (ssize_t n; (n = read(report[0], chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<std::size_t>(n));
+  close(report[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(text.find("ERROR: AddressSanitizer: ") != std::string::npos);
+  CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+}
+#endif

@@ -205,3 +205,12 @@ TEST_CASE("BatchSemaphore: a waiter whose frame is destroyed leaves the queue", 
   sem.release(2);  // under ASan: would touch the freed frame if it were still queued
   CHECK(sem.available() == 3);
 }
+
+TEST_CASE("BatchSemaphore asserts on destruction with waiters", "[batchSemaphore]") {
+  CHECK(coio::test::abortsInChild([] {
+    auto sem = std::make_unique<BatchSemaphore>(4);
+    (void)sem->tryAcquire(3);
+    [](BatchSemaphore& s) -> coio::test::Eager { co_await s.acquire(2); }(*sem);
+    sem.reset();
+  }));
+}

@@ -193,3 +193,11 @@ TEST_CASE("Waiters destroyed while others queue and a post comes: each is resume
     }
   }
 }
+
+TEST_CASE("Baton asserts on destruction with a waiter", "[baton]") {
+  CHECK(coio::test::abortsInChild([] {
+    auto baton = std::make_unique<Baton>();
+    [](Baton& b) -> coio::test::Eager { co_await b; }(*baton);
+    baton.reset();
+  }));
+}

@@ -343,3 +343,7 @@ TEST_CASE("BoundedQueue: 4 producers and 4 consumers on threads deliver every it
   }
   CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
+
+TEST_CASE("BoundedQueue asserts on a capacity of 0", "[boundedQueue]") {
+  CHECK(coio::test::abortsInChild([] { BoundedQueue<int> q(0); }));
+}

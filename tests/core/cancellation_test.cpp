@@ -1,17 +1,26 @@
 // Stop tokens through trees of Tasks: currentStopToken, withStopToken,
 // inheritance by awaited Tasks, collectAll children and cancellable waits.
 #include <coio/core/blocking_wait.hpp>
+#include <coio/core/bounded_queue.hpp>
 #include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
+#include <coio/core/event.hpp>
+#include <coio/core/latch.hpp>
+#include <coio/core/mutex.hpp>
 #include <coio/core/semaphore.hpp>
+#include <coio/core/shared_mutex.hpp>
 #include <coio/core/task.hpp>
 #include <coio/testing/manual_executor.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using coio::Semaphore;
@@ -41,6 +50,55 @@ Task<bool> level1(Semaphore& sem, std::vector<std::stop_token>& seen) {
   seen.push_back(co_await currentStopToken());
   const bool acquired = co_await level2(sem, seen);
   co_return acquired;
+}
+
+// Whether a wait gave up: a cancellable wait yields a bool, a scoped lock
+// an empty guard, a queue operation operation_canceled.
+template <typename Op>
+Task<bool> givesUp(Op op) {
+  auto result = co_await std::move(op);
+  if constexpr (std::is_same_v<decltype(result), bool>) {
+    co_return !result;
+  } else if constexpr (requires { result.ownsLock(); }) {
+    co_return !result.ownsLock();
+  } else {
+    co_return !result && result.error() == std::errc::operation_canceled;
+  }
+}
+
+// One waiter on each primitive, each held, unset or full so that it must
+// wait, and each given a default token: only the one inherited from the
+// Task that awaits it can end the wait.
+struct Primitives {
+  coio::Mutex mutex;
+  coio::SharedMutex shared;
+  coio::Event event;
+  coio::Latch latch{1};
+  coio::BoundedQueue<int> empty{1};
+  coio::BoundedQueue<int> full{1};
+};
+
+Task<void> waitOnEach(Primitives& p, std::optional<std::vector<bool>>& gaveUp) {
+  int item = 2;
+  auto [a, b, c, d, e, f, g, h, i] = co_await coio::collectAll(
+      givesUp(p.mutex.lock(std::stop_token{})), givesUp(p.mutex.scopedLock(std::stop_token{})),
+      givesUp(p.shared.lock(std::stop_token{})), givesUp(p.shared.lockShared(std::stop_token{})),
+      givesUp(p.shared.scopedLockShared(std::stop_token{})), givesUp(p.event.wait(std::stop_token{})),
+      givesUp(p.latch.wait(std::stop_token{})), givesUp(p.empty.pop(std::stop_token{})),
+      givesUp(p.full.push(std::move(item), std::stop_token{})));
+  gaveUp = std::vector<bool>{a, b, c, d, e, f, g, h, i};
+  CHECK(item == 2);  // a push that gave up leaves the item with its caller
+}
+
+// The plain forms never look at a token.
+Task<void> plainWaits(Primitives& p, std::vector<std::string>& log) {
+  co_await p.mutex.lock();
+  log.push_back("locked");
+  co_await p.event.wait();
+  log.push_back("set");
+  coio::Result<int> popped = co_await p.empty.pop();
+  log.push_back(popped ? "popped " + std::to_string(*popped) : popped.error().message());
+  p.mutex.unlock();
 }
 
 }  // namespace
@@ -194,4 +252,40 @@ TEST_CASE("an explicit token on a cancellable wait wins over the inherited one",
   CHECK(log.empty());  // the wait follows its own token only
   explicitSource.request_stop();
   CHECK(log == std::vector<std::string>{"cancelled"});
+}
+
+TEST_CASE("the cancellable waits of Mutex, SharedMutex, Event, Latch and BoundedQueue given no token use the Task's",
+          "[cancellation]") {
+  ManualExecutor ex;
+  Primitives p;
+  REQUIRE(p.mutex.tryLock());
+  REQUIRE(p.shared.tryLock());
+  REQUIRE(p.full.tryPush(1));
+  std::stop_source stop;
+  std::optional<std::vector<bool>> gaveUp;
+  ex.spawn(withStopToken(stop.get_token(), waitOnEach(p, gaveUp)));
+  ex.drain();
+  CHECK_FALSE(gaveUp);  // all nine wait
+  stop.request_stop();  // each gives up inline, here
+  REQUIRE(gaveUp);
+  CHECK(*gaveUp == std::vector<bool>(9, true));
+  CHECK(ex.outstanding() == 0);
+  CHECK(p.full.size() == 1);
+  p.mutex.unlock();
+  p.shared.unlock();
+
+  // Under a token already stopped, the plain forms still wait, and get what they wait for.
+  REQUIRE(p.mutex.tryLock());
+  std::vector<std::string> log;
+  ex.spawn(withStopToken(stop.get_token(), plainWaits(p, log)));
+  ex.drain();
+  CHECK(log.empty());
+  p.mutex.unlock();
+  CHECK(log == std::vector<std::string>{"locked"});
+  p.event.set();
+  CHECK(log == std::vector<std::string>{"locked", "set"});
+  REQUIRE(p.empty.tryPush(7));
+  CHECK(log == std::vector<std::string>{"locked", "set", "popped 7"});
+  CHECK(ex.outstanding() == 0);
+  CHECK_FALSE(p.mutex.isLocked());
 }

@@ -555,3 +555,16 @@ TEST_CASE("collectAllWindowed with children finished on other threads", "[collec
     for (int i = 0; i < kChildren; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * i);
   }
 }
+
+TEST_CASE("collectAll asserts on an empty Task and collectAllWindowed on a window of 0", "[collectAll]") {
+  CHECK(coio::test::abortsInChild([] { (void)blockingWait(collectAll(Task<int>())); }));
+  CHECK(coio::test::abortsInChild([] {
+    std::vector<Task<int>> tasks(1);
+    (void)blockingWait(collectAllRange(std::move(tasks)));
+  }));
+  CHECK(coio::test::abortsInChild([] {
+    std::vector<Task<void>> tasks;
+    tasks.push_back([]() -> Task<void> { co_return; }());
+    (void)blockingWait(collectAllWindowed(std::move(tasks), 0));
+  }));
+}

@@ -294,3 +294,7 @@ TEST_CASE("collectAnyRange with children finishing on other threads", "[collectA
     CHECK(stopped);
   }
 }
+
+TEST_CASE("collectAnyRange asserts on an empty range", "[collectAny]") {
+  CHECK(coio::test::abortsInChild([] { (void)blockingWait(collectAnyRange(std::vector<Task<int>>{})); }));
+}

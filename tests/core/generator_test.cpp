@@ -261,3 +261,15 @@ TEST_CASE("Generator: moves, empty generators, and begin() only once", "[generat
     ++gen.begin();  // past the end
   }));
 }
+
+TEST_CASE("Generator asserts on begin() of a moved-from generator and on dereferencing its end", "[generator]") {
+  CHECK(coio::test::abortsInChild([] {
+    auto gen = upTo(3);
+    auto owner = std::move(gen);
+    (void)gen.begin();
+  }));
+  CHECK(coio::test::abortsInChild([] {
+    auto gen = upTo(0);
+    (void)*gen.begin();  // the end
+  }));
+}

@@ -1,4 +1,5 @@
 #include <coio/core/result.hpp>
+#include "test_helpers.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -53,4 +54,8 @@ TEST_CASE("coio error codes have a category and clear messages", "[result]") {
   CHECK(std::error_code(Errc::closed).message().find("closed") != std::string::npos);
   CHECK(coio::systemError(ECONNREFUSED) == std::errc::connection_refused);
   CHECK(ec != std::errc::timed_out);
+}
+
+TEST_CASE("Result asserts on an error_code that holds no error", "[result]") {
+  CHECK(coio::test::abortsInChild([] { Result<int> r{std::error_code()}; }));
 }

@@ -243,3 +243,15 @@ TEST_CASE("Semaphore: a hand-over chain through 20,000 waiters runs in bounded s
   CHECK(chain.sem.available() == 1);
   for (auto& w : waiters) w.handle.destroy();
 }
+
+TEST_CASE("Semaphore asserts on destruction with waiters", "[semaphore]") {
+  CHECK(coio::test::abortsInChild([] {
+    auto sem = std::make_unique<Semaphore>(0);
+    [](Semaphore& s) -> coio::test::Eager { co_await s.acquire(); }(*sem);
+    sem.reset();
+  }));
+}
+
+TEST_CASE("Semaphore asserts on a token count of 2^62 or more", "[semaphore]") {
+  CHECK(coio::test::abortsInChild([] { Semaphore sem(std::size_t{1} << 62); }));
+}

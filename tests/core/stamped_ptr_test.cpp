@@ -85,3 +85,8 @@ TEST_CASE("StampedPtr asserts on a pointer that does not fit", "[stampedPtr]") {
     (void)p;
   }));
 }
+
+TEST_CASE("StampedPtr asserts on a value that does not fit in 47 bits", "[stampedPtr]") {
+  CHECK(StampedPtr<int>::fromValue((std::uint64_t{1} << 47) - 1, 3).stamp() == 3);
+  CHECK(coio::test::abortsInChild([] { (void)StampedPtr<int>::fromValue(std::uint64_t{1} << 47, 3); }));
+}

@@ -137,3 +137,12 @@ TEST_CASE("A loop of synchronously completing tasks works in every build", "[tas
   std::uintptr_t lo = UINTPTR_MAX, hi = 0;
   CHECK(blockingWait(awaitManySync(1000, lo, hi)) == 1000);
 }
+
+TEST_CASE("Task asserts on awaiting a Task that holds no coroutine", "[task]") {
+  CHECK(coio::test::abortsInChild([] {
+    Task<int> task = answer();
+    Task<int> owner = std::move(task);
+    (void)blockingWait(std::move(task));  // moved from: asserted
+  }));
+  CHECK(coio::test::abortsInChild([] { (void)blockingWait(Task<int>()); }));
+}

@@ -33,20 +33,11 @@ using Clock = std::chrono::steady_clock;
 using coio::Result;
 using coio::Task;
 using coio::detail::FileDescriptor;
+using coio::testing::SocketPair;
 using coio::testing::TcpTestReactors;
 using coio::testing::TestReactors;
 
 namespace {
-
-struct SocketPair {
-  FileDescriptor a, b;
-  SocketPair() {
-    int fds[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
-    a.reset(fds[0]);
-    b.reset(fds[1]);
-  }
-};
 
 // Requests stop on `source` after `delay`, on the loop thread.
 template <typename R>

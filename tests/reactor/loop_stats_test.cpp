@@ -33,6 +33,7 @@ using coio::LoopStats;
 using coio::OpKind;
 using coio::Task;
 using coio::detail::FileDescriptor;
+using coio::testing::SocketPair;
 using coio::testing::TestReactors;
 
 namespace {
@@ -43,16 +44,6 @@ void busyWait(Clock::duration d) {
   while (Clock::now() < until) {
   }
 }
-
-struct SocketPair {
-  SocketPair() {
-    int fds[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
-    a = FileDescriptor(fds[0]);
-    b = FileDescriptor(fds[1]);
-  }
-  FileDescriptor a, b;
-};
 
 // A non-blocking TCP socket, and one listening on a loopback port.
 FileDescriptor tcpSocket() {

@@ -1,13 +1,16 @@
 #pragma once
 // The reactors every parameterised reactor/net test runs on, and helpers
 // shared by those tests.
+#include <coio/reactor/detail/fd.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #if COIO_TEST_URING
 #include <coio/reactor/uring_reactor.hpp>
 #endif
 
+#include <catch2/catch.hpp>
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <cstddef>
 #include <tuple>
@@ -42,6 +45,17 @@ inline std::size_t openFdCount() {
   }
   return n;
 }
+
+/// A connected pair of non-blocking Unix stream sockets.
+struct SocketPair {
+  SocketPair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
+    a.reset(fds[0]);
+    b.reset(fds[1]);
+  }
+  detail::FileDescriptor a, b;
+};
 
 /// Lifts the soft fd limit to the hard one (tests open thousands of sockets).
 inline void raiseFdLimit() {

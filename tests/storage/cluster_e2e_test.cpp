@@ -193,16 +193,8 @@ TEMPLATE_LIST_TEST_CASE("a corrupted replica: reported once, its bytes not retur
   // on server 1 (position 1). With equal loads the router reads position
   // 3 mod 2 = 1 first: corrupt that copy. It is the second chunk of its
   // store (chunks 0, 3, 6, ...), in data-0.
-  {
-    const std::filesystem::path file = storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0);
-    const int fd = ::open(file.c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    std::byte b{};
-    REQUIRE(::pread(fd, &b, 1, kChunkSize + 777) == 1);
-    b ^= std::byte{0x10};
-    REQUIRE(::pwrite(fd, &b, 1, kChunkSize + 777) == 1);
-    ::close(fd);
-  }
+  storage::testing::flipBits(storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0), kChunkSize + 777,
+                             std::byte{0x10});
   f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
     const std::vector<ReadOp> chunk3 = {{3, 0, kChunkSize, {}}};  // a whole chunk: its stored CRC
     const std::vector<ClusterOutcome> first = co_await f.readAll(client, chunk3);
@@ -218,6 +210,48 @@ TEMPLATE_LIST_TEST_CASE("a corrupted replica: reported once, its bytes not retur
     CHECK(client.stats().corruptReplicas == 1);
     CHECK(f.log.size() == 1);
     CHECK_FALSE(client.isDown(1));  // a bad copy is not a bad server
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("a replica corrupted on disk under partial reads: every read comes back right from the "
+                        "other replica; the corrupt copy is counted and logged once", "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  // Chunk 3 (chain 1: target 1 on server 0, target 12 on server 1; the router reads position
+  // 3 mod 2 = 1, target 12, first) is the second chunk of target 12's store, in data-0: flip a
+  // bit in its block 2 (4 KiB blocks), bytes 8192 to 12287.
+  storage::testing::flipBits(storage::ChunkStoreLayout::dataFileName(f.dirs.at(12)->path, 0), kChunkSize + 9000,
+                             std::byte{0x04});
+  f.run(f.options(), [&f](typename Cluster<TestType>::Client& client) -> Task<void> {
+    // A read outside the corrupt block is served by target 12: its copy is good there.
+    const std::vector<ReadOp> outside = {{3, 100, 5000, {}}};  // named: g++ 12 mishandles a braced list in co_await
+    const std::vector<ClusterOutcome> clean = co_await f.readAll(client, outside);
+    CHECK(clean[0].attempts == 1);
+    CHECK(clean[0].target == 12u);
+    CHECK(client.stats().corruptReplicas == 0);
+    // Partial reads that cover the block (the batch spreads over both replicas): those sent to
+    // target 12 are answered corrupt and read again from target 1; target 12 is then not read for
+    // chunk 3 any more.
+    std::mt19937 random(3);
+    std::vector<ReadOp> partial = {{3, 9000, 1, {}}, {3, 8000, 300, {}}, {3, 12000, 4000, {}}};
+    for (int i = 0; i < 40; ++i) {
+      const std::uint32_t inside = 8192 + random() % 4096;  // a byte of block 2
+      const std::uint32_t offset = inside - random() % std::min<std::uint32_t>(inside + 1, 6000);
+      const auto end = static_cast<std::uint32_t>(inside + 1 + random() % (kChunkSize - inside));
+      partial.push_back({3, offset, end - offset, {}});
+    }
+    const std::vector<ClusterOutcome> got = co_await f.readAll(client, partial);
+    for (const ClusterOutcome& o : got) CHECK(o.target == 1u);  // all from the good copy
+    CHECK(client.stats().corruptReplicas == 1);
+    CHECK(client.serverStats(1).ios == 1);  // the clean read only
+    REQUIRE(f.log.size() == 1);
+    CHECK(f.log[0].find("chunk 3 of target 12") != std::string::npos);
+    CHECK(f.log[0].find("is corrupt") != std::string::npos);
+    CHECK_FALSE(client.isDown(1));  // a bad copy is not a bad server
+    // Other chunks of the corrupted target are still read from it (chunk 9: chain 1, target 12 first).
+    const std::vector<ReadOp> mixed = {{9, 9000, 100, {}}, {3, 9000, 100, {}}};
+    const std::vector<ClusterOutcome> other = co_await f.readAll(client, mixed);
+    CHECK(other[0].target == 12u);
+    CHECK(other[1].target == 1u);
   });
 }
 

@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -47,10 +48,12 @@ constexpr auto kSlack = 1s;              // what the issue allows past a TTL
 
 std::int64_t ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
-// A child process of the server binary, its stdout and stderr into `log`;
-// SIGKILLed and reaped at the end of the test whatever happens.
+// A child process of the server binary (or of `program`), its stdout and
+// stderr into `log`; SIGKILLed and reaped at the end of the test whatever
+// happens.
 struct Child {
-  Child(std::vector<std::string> args, const std::string& log) : log(log) {
+  Child(std::vector<std::string> args, const std::string& log, const char* program = COIO_STORAGE_SERVER_BIN)
+      : log(log) {
     const pid_t parent = ::getpid();
     pid = ::fork();
     REQUIRE(pid >= 0);
@@ -58,7 +61,7 @@ struct Child {
       if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(120);
       const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (out < 0 || ::dup2(out, STDOUT_FILENO) < 0 || ::dup2(out, STDERR_FILENO) < 0) ::_exit(121);
-      std::vector<char*> argv{const_cast<char*>(COIO_STORAGE_SERVER_BIN)};
+      std::vector<char*> argv{const_cast<char*>(program)};
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       ::execv(argv[0], argv.data());
@@ -117,10 +120,13 @@ struct Cluster {
   storage::testing::EtcdCluster etcd;
   std::filesystem::path dir;
   std::vector<std::string> addresses;  // server 0, server 1
+  // What the servers, managers and tools get as --etcd: the first member
+  // alone, unless a test sets it (the first in the list is where they start).
+  std::string etcdUrls;
   R reactor;
   std::unique_ptr<storage::etcd::EtcdClient<R>> client;
 
-  Cluster() {
+  explicit Cluster(std::size_t members = 1) : etcd(members), etcdUrls(etcd.endpoint(0)) {
     std::string tmpl = (std::filesystem::exists("/dev/shm") ? std::string("/dev/shm") : std::string("/tmp")) +
                        "/coio-cluster-XXXXXX";
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
@@ -148,10 +154,8 @@ struct Cluster {
     std::filesystem::remove_all(dir, ignored);
   }
 
-  std::vector<std::string> etcdFlag() const { return {"--etcd", etcd.endpoints().front()}; }
-
   int load(bool force, std::string* out = nullptr) {
-    std::vector<std::string> args{"cluster", "load", (dir / "chains").string(), "--etcd", etcd.endpoints().front()};
+    std::vector<std::string> args{"cluster", "load", (dir / "chains").string(), "--etcd", etcdUrls};
     if (force) args.push_back("--force");
     return runTool(args, (dir / "load.log").string(), out);
   }
@@ -161,13 +165,13 @@ struct Cluster {
     return std::make_unique<Child>(
         std::vector<std::string>{"serve", "--target", a + "=" + (dir / a).string(), "--target", b + "=" + (dir / b).string(),
                                  "--listen", addresses[index], "--buffered", "--reactor", "epoll", "--etcd",
-                                 etcd.endpoints().front(), "--ttl", std::to_string(kServerTtl)},
+                                 etcdUrls, "--ttl", std::to_string(kServerTtl)},
         (dir / ("server" + std::to_string(index) + ".log")).string());
   }
 
   std::unique_ptr<Child> manager(const std::string& id) {
     return std::make_unique<Child>(
-        std::vector<std::string>{"mgmtd", "--etcd", etcd.endpoints().front(), "--id", id, "--ttl", std::to_string(kManagerTtl)},
+        std::vector<std::string>{"mgmtd", "--etcd", etcdUrls, "--id", id, "--ttl", std::to_string(kManagerTtl)},
         (dir / ("mgmtd-" + id + ".log")).string());
   }
 
@@ -549,8 +553,9 @@ TEST_CASE("two managers racing on the chains lose no update", "[etcd][cluster]")
   REQUIRE(cluster.load(false) == 0);
   std::vector<std::string> log;
   const auto keep = [&log](const std::string& line) { log.push_back(line); };
-  storage::ClusterManager<R> first(*cluster.client, "first", kManagerTtl, keep);
-  storage::ClusterManager<R> second(*cluster.client, "second", kManagerTtl, keep);
+  // No grace after a takeover: the leadership moves faster than any grace.
+  storage::ClusterManager<R> first(*cluster.client, "first", kManagerTtl, keep, 0s);
+  storage::ClusterManager<R> second(*cluster.client, "second", kManagerTtl, keep, 0s);
   std::stop_source managers;
   cluster.reactor.runUntil(coio::collectAll(first.run(managers.get_token()), second.run(managers.get_token()),
                                             churn(*cluster.client, cluster.addresses, managers)));
@@ -566,6 +571,43 @@ TEST_CASE("two managers racing on the chains lose no update", "[etcd][cluster]")
   CHECK(versions >= 4);
   CHECK(lines.find("first: leading") != std::string::npos);
   CHECK(lines.find("second: leading") != std::string::npos);
+}
+
+// A manager that takes over while a server's registration is missing (as
+// after etcd lost its leader: the server is renewing it) waits one TTL
+// before it marks the server's targets offline, then does.
+TEST_CASE("a manager that takes over marks a missing server offline only after a grace of one TTL", "[etcd][cluster]") {
+  Cluster cluster;
+  REQUIRE(cluster.load(false) == 0);
+  const storage::ServerRecord record{cluster.addresses[1], *coio::SocketAddress::parse(cluster.addresses[1]), {21, 22}};
+  std::vector<std::string> log;
+  storage::ClusterManager<R> manager(*cluster.client, "m", kManagerTtl, [&log](const std::string& line) { log.push_back(line); });
+  std::stop_source stop;
+  Clock::duration leadingToOffline{};
+  cluster.reactor.runUntil(coio::collectAll(
+      manager.run(stop.get_token()),
+      [](Cluster& c, const storage::ServerRecord& registered, storage::ClusterManager<R>& m, std::stop_source& done,
+         Clock::duration& took) -> Task<void> {
+        // Server 1 registered (no lease: this test stands in for it), server 0 not.
+        coio::Result<storage::etcd::PutResponse> put =
+            co_await c.client->put({storage::liveKey(registered.name), storage::toJson(registered)}, 2s);
+        REQUIRE(put);
+        while (!m.leading()) co_await c.reactor.sleepFor(5ms);
+        const Clock::time_point leading = Clock::now();
+        for (;;) {
+          coio::Result<storage::StoredRouting> now = co_await storage::readRouting(*c.client);
+          REQUIRE(now);
+          if (targetsOf(*now, c.addresses[0], storage::ReplicaState::offline)) break;
+          REQUIRE(Clock::now() - leading < std::chrono::seconds(kManagerTtl) + kSlack);
+          co_await c.reactor.sleepFor(20ms);
+        }
+        took = Clock::now() - leading;
+        done.request_stop();
+      }(cluster, record, manager, stop, leadingToOffline)));
+  INFO("leading -> offline in " << ms(leadingToOffline) << " ms");
+  CHECK(leadingToOffline >= std::chrono::seconds(kManagerTtl) - 50ms);  // the grace (less the time to see it lead)
+  CHECK(targetsOf(cluster.read(), cluster.addresses[1], storage::ReplicaState::serving));
+  checkHistories(cluster);
 }
 
 TEST_CASE("reads never wait on etcd: a server serves while etcd is down, registers once it is back", "[etcd][cluster]") {
@@ -604,4 +646,95 @@ TEST_CASE("reads never wait on etcd: a server serves while etcd is down, registe
   }
   cluster.etcd.start(0);
   cluster.waitFor([&](const auto& r) { return r.live.size() == 2; }, 10s, "both servers registered after etcd's restart");
+}
+
+// The way issue 37 found it: an etcd member that accepts connections and
+// never answers (SIGSTOP), first in every process's endpoint list, for
+// more than twice the leases' TTL, under verified reads from a client that
+// follows the routing in etcd. The servers' and the leading manager's
+// keep-alives move to the other members within a share of one call, so no
+// lease expires while it is stopped, no target is marked offline and no
+// read fails. Once with the frozen member leading (etcd elects another
+// meanwhile), once with it a follower.
+//
+// After SIGCONT a member that led revokes the leases that expired in its
+// own view (it saw no renewal while stopped) before it learns that it no
+// longer leads: etcd issue 15247, fixed in 3.4.28 and 3.5.11 (Debian 12
+// has 3.4.23). Then every holder registers again, and what must hold is
+// that no target went offline and no read failed; after a follower's
+// SIGCONT the leases are the same too.
+TEST_CASE("a frozen etcd member first in every endpoint list: no lease lost, no target offline, no read failed",
+          "[etcd][cluster][frozen]") {
+  const bool leader = GENERATE(true, false);
+  Cluster cluster(3);
+  const std::size_t frozen = leader ? cluster.etcd.leader() : (cluster.etcd.leader() + 1) % 3;
+  cluster.etcdUrls = cluster.etcd.endpoint(frozen);
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (i != frozen) cluster.etcdUrls += "," + cluster.etcd.endpoint(i);
+  }
+  INFO("the frozen member " << frozen << (leader ? " leads" : " follows") << "; --etcd " << cluster.etcdUrls);
+  REQUIRE(cluster.load(false) == 0);
+  auto m1 = cluster.manager("m1");
+  auto m2 = cluster.manager("m2");
+  auto a = cluster.server(0);
+  auto b = cluster.server(1);
+  cluster.waitFor([&](const auto& r) { return r.live.size() == 2 && allServing(r) && r.leaderLease != 0; }, 10s,
+                  "both servers serving, a leading manager");
+  std::this_thread::sleep_for(std::chrono::seconds(kServerTtl));  // past the manager's grace: it would act now
+  const storage::StoredRouting before = cluster.read();
+  const std::int64_t leaseA = cluster.liveLease(cluster.addresses[0]), leaseB = cluster.liveLease(cluster.addresses[1]);
+  REQUIRE(leaseA != 0);
+  REQUIRE(leaseB != 0);
+  const auto sameVersions = [&before](const storage::StoredRouting& now) {
+    REQUIRE(now.records.chains.size() == before.records.chains.size());
+    for (std::size_t c = 0; c < now.records.chains.size(); ++c) {
+      CHECK(now.records.chains[c].version == before.records.chains[c].version);
+    }
+  };
+
+  constexpr auto kFrozen = std::chrono::seconds(2 * kServerTtl + 1);
+  constexpr auto kAfter = std::chrono::seconds(kServerTtl + 1);  // a manager that took over would act by then
+  const std::string report = (cluster.dir / "bench.log").string();
+  Child bench({"--etcd", cluster.etcdUrls, "--verify", "--json", "--duration",
+               std::to_string((1s + kFrozen + kAfter).count()), "--io-size", "4K", "--batch", "8",
+               "--depth", "4", "--request-timeout-ms", "1000", "--reactor", "epoll"},
+              report, COIO_STORAGE_BENCH_BIN);
+  std::this_thread::sleep_for(1s);
+  cluster.etcd.signal(frozen, SIGSTOP);
+  std::this_thread::sleep_for(kFrozen);
+  // Still stopped, past twice the TTL: the same leases, the same leader, the same versions.
+  const storage::StoredRouting frozenNow = cluster.read();
+  CHECK(cluster.liveLease(cluster.addresses[0]) == leaseA);
+  CHECK(cluster.liveLease(cluster.addresses[1]) == leaseB);
+  CHECK(frozenNow.leaderLease == before.leaderLease);
+  sameVersions(frozenNow);
+  CHECK(a->output().find("the lease was lost") == std::string::npos);
+  CHECK(b->output().find("the lease was lost") == std::string::npos);
+  cluster.etcd.signal(frozen, SIGCONT);
+
+  const int status = bench.stop(0);  // signal 0: waits for its end
+  const std::string out = bench.output();
+  INFO("the bench's output:\n" << out);
+  INFO("server 0's log:\n" << a->output());
+  INFO("the managers' logs:\n" << m1->output() << m2->output());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::size_t json = out.find("{\"transport\"");
+  REQUIRE(json != std::string::npos);
+  const nlohmann::json figures = nlohmann::json::parse(out.substr(json, out.find('\n', json) - json));
+  CHECK(figures["ios"].get<std::uint64_t>() > 0);
+  CHECK(figures["errors"]["total"].get<std::uint64_t>() == 0);
+
+  // Resumed: no target offline, both servers registered; a follower's SIGCONT changes nothing at all.
+  const storage::StoredRouting after =
+      cluster.read();  // (kAfter has passed: a manager that took over would have acted by now)
+  sameVersions(after);
+  CHECK(after.live.size() == 2);
+  if (!leader) {
+    CHECK(cluster.liveLease(cluster.addresses[0]) == leaseA);
+    CHECK(cluster.liveLease(cluster.addresses[1]) == leaseB);
+    CHECK(after.leaderLease == before.leaderLease);
+  }
+  CHECK(a->stop(SIGTERM) == 0);
+  CHECK(b->stop(SIGTERM) == 0);
 }

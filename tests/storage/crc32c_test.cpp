@@ -30,3 +30,43 @@ TEST_CASE("CRC32C: hardware and table paths agree, and chaining equals one pass"
     }
   }
 }
+
+TEST_CASE("CRC32C combination: crc(A ‖ B) from crc(A), crc(B) and |B|, at random lengths", "[crc32c]") {
+  std::mt19937_64 rng(11);
+  std::vector<std::byte> data(200000);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  const auto check = [&](std::size_t a, std::size_t b) {
+    INFO("|A| " << a << ", |B| " << b);
+    const std::span<const std::byte> whole = std::span(data).first(a + b);
+    const std::uint32_t crcA = storage::crc32c(whole.first(a)), crcB = storage::crc32c(whole.subspan(a));
+    CHECK(storage::crc32cCombine(crcA, crcB, b) == storage::crc32c(whole));
+    CHECK(storage::Crc32cAppender(b).append(crcA, crcB) == storage::crc32c(whole));
+  };
+  for (std::size_t a : {0u, 1u, 5u, 4096u}) {
+    for (std::size_t b : {0u, 1u, 3u, 8u, 4095u, 4096u, 65536u}) check(a, b);
+  }
+  for (int i = 0; i < 300; ++i) check(rng() % 100000, rng() % 100000);
+  // An appender for one length appends any piece of that length, over and over.
+  const storage::Crc32cAppender blocks(4096);
+  std::uint32_t crc = 0;
+  for (std::size_t at = 0; at + 4096 <= data.size(); at += 4096) {
+    crc = blocks.append(crc, storage::crc32c(std::span(data).subspan(at, 4096)));
+  }
+  CHECK(crc == storage::crc32c(std::span(data).first(data.size() / 4096 * 4096)));
+}
+
+TEST_CASE("CRC32C of many blocks at once equals each block's, for any count and block size", "[crc32c]") {
+  std::mt19937 rng(5);
+  std::vector<std::byte> data(9 * 4096 + 100);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  for (std::size_t blockSize : {512u, 4096u, 13u, 8u}) {
+    for (std::size_t count = 0; count <= 9 && count * blockSize <= data.size(); ++count) {
+      INFO("blocks of " << blockSize << ", " << count << " of them");
+      std::vector<std::uint32_t> out(count, 0xDEADBEEF);
+      storage::crc32cBlocks(std::span(data).first(count * blockSize), blockSize, out);
+      for (std::size_t i = 0; i < count; ++i) {
+        CHECK(out[i] == storage::crc32c(std::span(data).subspan(i * blockSize, blockSize)));
+      }
+    }
+  }
+}

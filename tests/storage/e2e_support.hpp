@@ -42,6 +42,18 @@ using Setups = std::tuple<Setup<coio::EpollReactor, true>, Setup<coio::UringReac
 using Setups = std::tuple<Setup<coio::EpollReactor, false>, Setup<coio::UringReactor, false>>;
 #endif
 
+/// Flips the bits of `mask` in the byte at `offset` of `file`: a disk that
+/// corrupted a replica.
+inline void flipBits(const std::filesystem::path& file, std::uint64_t offset, std::byte mask) {
+  const int fd = ::open(file.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  std::byte b{};
+  REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(offset)) == 1);
+  b ^= mask;
+  REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(offset)) == 1);
+  ::close(fd);
+}
+
 /// A chunk store in a fresh temporary directory, removed at the end.
 struct TempDir {
   std::filesystem::path path;

@@ -32,7 +32,7 @@ namespace {
 
 using Reactors = std::tuple<coio::EpollReactor, coio::UringReactor>;
 
-constexpr auto kTimeout = 2s;
+constexpr auto kReplyTimeout = 2s;
 constexpr auto kPrompt = 1s;  // a clear error comes at once, not at the deadline
 
 struct Reply {
@@ -198,14 +198,14 @@ TEMPLATE_LIST_TEST_CASE("etcd client: a bad reply gives a clear error and the cl
       INFO(bad.what);
       fake.replies.push_back(bad.reply);
       const auto started = Clock::now();
-      Result<RangeResponse> refused = co_await client->range({"a"}, kTimeout);
+      Result<RangeResponse> refused = co_await client->range({"a"}, kReplyTimeout);
       CHECK(Clock::now() - started < kPrompt);
       REQUIRE(!refused);
       INFO("got: " << refused.error().message() << "; last: " << client->lastError());
       CHECK(refused.error() == bad.expected);
       CHECK(!client->lastError().empty());
       fake.replies.push_back({ok(kGoodRange)});
-      Result<RangeResponse> fine = co_await client->range({"a"}, kTimeout);
+      Result<RangeResponse> fine = co_await client->range({"a"}, kReplyTimeout);
       REQUIRE(fine);
       REQUIRE(fine->kvs.size() == 1);
       CHECK(fine->kvs[0].key == "a");
@@ -227,23 +227,23 @@ TEMPLATE_LIST_TEST_CASE("etcd client: a reply cut short fails a write and is ret
       INFO(cut);
       // A write: etcd may have applied it, so no retry; the error says why.
       fake.replies.push_back({cut, true});
-      Result<PutResponse> put = co_await client->put({"a", "b"}, kTimeout);
+      Result<PutResponse> put = co_await client->put({"a", "b"}, kReplyTimeout);
       REQUIRE(!put);
       CHECK(put.error() == HttpErrc::truncated);
       // A read: retried on a new connection, which answers.
       fake.replies.push_back({cut, true});
       fake.replies.push_back({ok(kGoodRange)});
-      Result<RangeResponse> range = co_await client->range({"a"}, kTimeout);
+      Result<RangeResponse> range = co_await client->range({"a"}, kReplyTimeout);
       CHECK(range);
       CHECK(client->lastError().find("truncated") != std::string::npos);
     }
     // A keep-alive connection the server closed while idle: any call, a
     // write too, is sent again on a new one (the request was never read).
     fake.replies.push_back({ok(R"({"header":{"revision":"8"}})"), true});
-    Result<PutResponse> first = co_await client->put({"a", "b"}, kTimeout);
+    Result<PutResponse> first = co_await client->put({"a", "b"}, kReplyTimeout);
     REQUIRE(first);
     fake.replies.push_back({ok(R"({"header":{"revision":"9"}})")});
-    Result<PutResponse> second = co_await client->put({"a", "c"}, kTimeout);
+    Result<PutResponse> second = co_await client->put({"a", "c"}, kReplyTimeout);
     REQUIRE(second);
     CHECK(second->header.revision == 9);
   }()));
@@ -264,28 +264,28 @@ TEMPLATE_LIST_TEST_CASE("etcd client: a watch stream with a bad message reports 
   reactor.runUntil(guarded(fake, [&]() -> Task<void> {
     // The stream: created, an event, then garbage.
     fake.replies.push_back({kChunkedHead + chunk(created) + chunk(event(11)) + chunk("{garbage\n")});
-    Result<std::unique_ptr<EtcdWatch<TestType>>> watch = co_await client->watch({"a"}, kTimeout);
+    Result<std::unique_ptr<EtcdWatch<TestType>>> watch = co_await client->watch({"a"}, kReplyTimeout);
     REQUIRE(watch);
     EtcdWatch<TestType>& w = **watch;
-    Result<WatchBatch> first = co_await w.next(kTimeout);
+    Result<WatchBatch> first = co_await w.next(kReplyTimeout);
     REQUIRE(first);
     CHECK(first->events.at(0).kv.modRevision == 11);
-    Result<WatchBatch> bad = co_await w.next(kTimeout);
+    Result<WatchBatch> bad = co_await w.next(kReplyTimeout);
     CHECK(bad.error() == EtcdErrc::badResponse);
     // Reconnects from revision 12; a message split across chunks, then one
     // over the size bound.
     const std::string split = event(12);
     fake.replies.push_back({kChunkedHead + chunk(created) + chunk(split.substr(0, 20)) + chunk(split.substr(20)) +
                             chunk(std::string(5000, ' '))});
-    Result<WatchBatch> again = co_await w.next(kTimeout);
+    Result<WatchBatch> again = co_await w.next(kReplyTimeout);
     REQUIRE(again);
     CHECK(again->events.at(0).kv.modRevision == 12);
-    Result<WatchBatch> huge = co_await w.next(kTimeout);
+    Result<WatchBatch> huge = co_await w.next(kReplyTimeout);
     CHECK(huge.error() == HttpErrc::bodyTooLarge);
     // A stream that ends is reopened; the request asked from revision 13.
     fake.replies.push_back({kChunkedHead + chunk(created) + "0\r\n\r\n"});
     fake.replies.push_back({kChunkedHead + chunk(created) + chunk(event(13))});
-    Result<WatchBatch> last = co_await w.next(kTimeout);
+    Result<WatchBatch> last = co_await w.next(kReplyTimeout);
     REQUIRE(last);
     CHECK(last->events.at(0).kv.modRevision == 13);
     CHECK(w.nextRevision() == 14);

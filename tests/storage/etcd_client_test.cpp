@@ -458,3 +458,46 @@ TEMPLATE_LIST_TEST_CASE("etcd: a three-member cluster loses a member, calls and 
     CHECK(later.kvs.size() == 1);
   });
 }
+
+TEMPLATE_LIST_TEST_CASE("etcd: a member that accepts and never answers costs a read one share of its deadline; "
+                        "later calls and a watch move to the others",
+                        "[etcd]", Reactors) {
+  EtcdCluster etcd(3);
+  // The frozen member is a follower: no election is under way to slow the others.
+  const std::size_t frozen = (etcd.leader() + 1) % 3;
+  std::vector<std::string> endpoints{etcd.endpoint(frozen)};  // the client starts at the first
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (i != frozen) endpoints.push_back(etcd.endpoint(i));
+  }
+  Fixture<TestType> f(endpoints);
+  auto& c = *f.client;
+  f.run([&]() -> Task<void> {
+    auto watch = expectOk(co_await c.watch(WatchRequest::prefix("/f/"), kTimeout), f);  // on the frozen member
+    auto first = expectOk(co_await c.put({"/f/0", "before"}, kTimeout), f);
+    auto asked = expectOk(co_await c.range({"/f/0"}, kTimeout), f);  // (not in CHECK: g++ would await it thrice)
+    CHECK(asked.header.memberId == first.header.memberId);
+    etcd.signal(frozen, SIGSTOP);
+    // A read: one attempt of 900 / 3 ms on the frozen member, then the next.
+    const auto started = Clock::now();
+    auto read = expectOk(co_await c.range({"/f/0"}, 900ms), f);
+    const auto took = Clock::now() - started;
+    CHECK(read.kvs.size() == 1);
+    CHECK(read.header.memberId != first.header.memberId);
+    CHECK(took >= 300ms);
+    CHECK(took < 300ms + kSlack);
+    // Later calls start elsewhere: a write too (a write's attempt is never cut short).
+    const auto writing = Clock::now();
+    auto put = expectOk(co_await c.put({"/f/1", "frozen"}, 900ms), f);
+    CHECK(Clock::now() - writing < kSlack);
+    // The watch's stream sits on the frozen member: its next next() moves it,
+    // from the revision after the last event, so the put is seen.
+    std::vector<Event> events = co_await collect(*watch, 2, f);
+    REQUIRE(events.size() == 2);
+    CHECK(events[0].kv.modRevision == first.header.revision);
+    CHECK(events[1].kv.modRevision == put.header.revision);
+    etcd.signal(frozen, SIGCONT);
+  });
+  bool moved = false;
+  for (const std::string& line : f.log) moved = moved || line.find("watch moved") != std::string::npos;
+  CHECK(moved);
+}

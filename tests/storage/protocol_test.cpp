@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 using namespace storage::proto;
@@ -45,7 +46,7 @@ TEST_CASE("The header is little-endian with the documented layout", "[protocol]"
   std::vector<std::byte> frame;
   encodeEmpty(frame, MessageType::transmitGrant, 0x0102030405060708);
   REQUIRE(frame.size() == kHeaderSize);
-  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 4, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+  const unsigned char expected[kHeaderSize] = {'C', 'O', 'I', 'O', 5, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                                                0,   0,   0,   0,   0, 0, 0, 0};
   CHECK(std::memcmp(frame.data(), expected, kHeaderSize) == 0);
 }
@@ -93,7 +94,8 @@ TEST_CASE("Bad headers are rejected with a reason", "[protocol]") {
   CHECK(corrupt(4, 1) == ProtocolErrc::unsupportedVersion);  // a version 1 peer
   CHECK(corrupt(4, 2) == ProtocolErrc::unsupportedVersion);  // a version 2 peer: its IOs name no target
   CHECK(corrupt(4, 3) == ProtocolErrc::unsupportedVersion);  // a version 3 peer: its IOs carry no chain version
-  CHECK(corrupt(4, 5) == ProtocolErrc::unsupportedVersion);
+  CHECK(corrupt(4, 4) == ProtocolErrc::unsupportedVersion);  // a version 4 peer: it knows no `corrupt` status
+  CHECK(corrupt(4, 6) == ProtocolErrc::unsupportedVersion);
   CHECK(corrupt(6, 0) == ProtocolErrc::unknownType);
   CHECK(corrupt(6, 77) == ProtocolErrc::unknownType);
   CHECK(corrupt(20, 1) == ProtocolErrc::reservedNotZero);
@@ -148,15 +150,15 @@ TEST_CASE("An IO is 40 bytes: target id, chain version, chunk id, offset, length
   CHECK(kMaxIosPerFrame == (kMaxPayload - 8) / 40);
 }
 
-TEST_CASE("Statuses 0 to 10 decode; 11 is a protocol error", "[protocol]") {
-  for (std::int32_t status = 0; status <= 11; ++status) {
+TEST_CASE("Statuses 0 to 11 decode; 12 is a protocol error", "[protocol]") {
+  for (std::int32_t status = 0; status <= 12; ++status) {
     BatchReadResponse resp;
     resp.results.push_back({IoStatus::ok, 0, 0});
     std::vector<std::byte> frame;
     encode(frame, 1, resp);
     frame[kHeaderSize + 8] = static_cast<std::byte>(status);
     auto back = decodeBatchReadResponse(payloadOf(frame), 1);
-    if (status <= 10) {
+    if (status <= 11) {
       REQUIRE(back);
       CHECK(back->results[0].status == static_cast<IoStatus>(status));
     } else {
@@ -165,6 +167,23 @@ TEST_CASE("Statuses 0 to 10 decode; 11 is a protocol error", "[protocol]") {
   }
   CHECK(static_cast<int>(IoStatus::targetNotFound) == 9);
   CHECK(static_cast<int>(IoStatus::staleRouting) == 10);
+  CHECK(static_cast<int>(IoStatus::corrupt) == 11);
+  // A corrupt IO carries no bytes, like any failed one; its status survives a round trip.
+  BatchReadResponse resp{{{IoStatus::ok, 10, 0x55}, {IoStatus::corrupt, 0, 0}}};
+  std::vector<std::byte> frame;
+  encode(frame, 9, resp);
+  auto back = decodeBatchReadResponse(payloadOf(frame), 2);
+  REQUIRE(back);
+  CHECK(back->results == resp.results);
+}
+
+TEST_CASE("Every status has its own name, as PROTOCOL.md writes it", "[protocol]") {
+  const std::vector<std::string> names = {"ok", "chunkNotFound", "rangeOutsideChunk", "bufferTooSmall",
+                                          "ioError", "batchTooLarge", "timedOut", "internalError",
+                                          "unavailable", "targetNotFound", "staleRouting", "corrupt"};
+  for (std::size_t s = 0; s < names.size(); ++s) CHECK(toString(static_cast<IoStatus>(s)) == names[s]);
+  CHECK(std::string(toString(static_cast<IoStatus>(12))) == "unknown");
+  CHECK(std::string(toString(static_cast<IoStatus>(-1))) == "unknown");
 }
 
 TEST_CASE("The granted flag is the request's second byte", "[protocol]") {

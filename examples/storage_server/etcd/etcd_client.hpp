@@ -80,6 +80,13 @@ class EtcdWatch;
 ///   server's idle close), or, for reads and keep-alives, after any
 ///   transport failure or an Unavailable reply. A write whose connection
 ///   failed after etcd may have read it yields the transport error.
+/// - A member that accepts and never answers (stopped, overloaded) costs a
+///   read, a keep-alive or a watch's opening one share of the call's
+///   timeout (timeout / endpoints): that attempt is cancelled and the next
+///   endpoint tried within the same call. Any attempt that times out, a
+///   write's included (a write is not sent again: it may have been read),
+///   moves later calls to the next endpoint, and a watch whose stream is on
+///   that member reconnects elsewhere at its next next().
 /// - Errors are values: the transport's (std::errc, coio::Errc::eof), an
 ///   http1::HttpErrc for a reply outside HTTP's subset, an EtcdErrc for
 ///   what etcd reported or a reply that is not the expected JSON. These
@@ -149,7 +156,8 @@ class EtcdClient {
   /// after that is seen, or from request.startRevision if set). Errors as
   /// for the other calls; EtcdErrc::compacted if startRevision was compacted.
   coio::Task<coio::Result<std::unique_ptr<EtcdWatch<R>>>> watch(WatchRequest request, Clock::duration timeout) {
-    auto watch = std::unique_ptr<EtcdWatch<R>>(new EtcdWatch<R>(*this, std::move(request)));
+    auto watch = std::unique_ptr<EtcdWatch<R>>(
+        new EtcdWatch<R>(*this, std::move(request), attemptTimeout(Kind::read, timeout)));
     coio::Result<void> opened = co_await coio::withTimeout(reactor_, watch->open(), timeout);
     if (!opened) {
       if (watch->terminal_) lastMessage_ = watch->terminalMessage_;
@@ -170,6 +178,7 @@ class EtcdClient {
     std::string host;  // IP:PORT, the Host header
     coio::SocketAddress address;
     std::vector<http1::HttpConnection<R>> idle;
+    Clock::time_point silentSince{};  // when an attempt on it last timed out (a watch there then moves)
   };
 
   // How a call may be retried (see the class comment).
@@ -194,26 +203,46 @@ class EtcdClient {
   template <typename T>
   coio::Task<coio::Result<T>> call(std::string_view path, std::string body, Kind kind, Clock::duration timeout) {
     auto once = [this, path, &body, kind](Endpoint& endpoint) { return exchange<T>(endpoint, path, body, kind); };
-    coio::Result<T> result = co_await coio::withTimeout(reactor_, failover<T>(once), timeout);
+    coio::Result<T> result =
+        co_await coio::withTimeout(reactor_, failover<T>(once, attemptTimeout(kind, timeout), kind != Kind::write), timeout);
     if (!result) co_return failed(result.error(), path, timeout);
     co_return result;
   }
 
-  // Runs `once(endpoint)` from the preferred endpoint on, moving to the
-  // next after a retryable failure and backing off after a round of them,
-  // until a final outcome (or the enclosing deadline).
+  // How long one attempt on one endpoint may take: a share of the call's
+  // timeout for what may be sent again, so that a member that accepts and
+  // never answers leaves time for the others; a write the whole of it.
+  Clock::duration attemptTimeout(Kind kind, Clock::duration timeout) const noexcept {
+    if (kind == Kind::write) return timeout;
+    return timeout / static_cast<Clock::rep>(endpoints_.size());
+  }
+
+  // Runs `once(endpoint)` from the preferred endpoint on, each attempt
+  // within `attemptTimeout`, moving to the next after a retryable failure
+  // (a timed-out attempt is one if `resend`) and backing off after a round
+  // of them, until a final outcome (or the enclosing deadline).
   template <typename T, typename Once>
-  coio::Task<coio::Result<T>> failover(Once& once) {
+  coio::Task<coio::Result<T>> failover(Once& once, Clock::duration attemptTimeout, bool resend) {
     Clock::duration backoff = options_.backoffMin;
     std::size_t failures = 0;
-    for (;;) {
-      Endpoint& endpoint = endpoints_[preferred_];
-      Attempt<T> attempt = co_await once(endpoint);
-      if (!attempt.retry) co_return std::move(attempt.result);
+    for (std::size_t index = preferred_;; index = (index + 1) % endpoints_.size()) {
+      Endpoint& endpoint = endpoints_[index];
+      coio::Result<Attempt<T>> timed = co_await coio::withTimeout(reactor_, once(endpoint), attemptTimeout);
+      if (!timed && timed.error() == std::errc::timed_out) {
+        // It accepted and did not answer in time: later calls start elsewhere.
+        endpoint.silentSince = Clock::now();
+        timed = Attempt<T>{std::errc::timed_out, resend};
+      }
+      if (!timed) co_return timed.error();  // the call's own deadline or stop
+      Attempt<T>& attempt = *timed;
+      if (!attempt.retry) {
+        if (attempt.result.error() == std::errc::timed_out) demote(index);
+        co_return std::move(attempt.result);
+      }
       std::string what = attempt.result.error().message();
       if (!lastMessage_.empty()) what += ": " + std::exchange(lastMessage_, {});  // etcd's words, if it spoke
       note(endpoint, what);
-      preferred_ = (preferred_ + 1) % endpoints_.size();
+      demote(index);
       if (++failures % endpoints_.size() == 0) {
         const bool slept = co_await reactor_.sleepFor(backoff, co_await coio::currentStopToken());
         if (!slept) co_return std::errc::operation_canceled;
@@ -325,6 +354,13 @@ class EtcdClient {
            ec == coio::Errc::eof || ec == http1::HttpErrc::truncated;
   }
 
+  // Endpoint `index` failed: later calls start at the next one, unless
+  // another call has moved them on already (overlapping calls that failed on
+  // it move them once).
+  void demote(std::size_t index) noexcept {
+    if (preferred_ == index) preferred_ = (index + 1) % endpoints_.size();
+  }
+
   void note(const Endpoint& endpoint, const std::string& what) {
     lastError_ = endpoint.host + ": " + what;
     if (options_.log) options_.log("etcd " + lastError_);
@@ -384,6 +420,12 @@ class EtcdWatch {
 
   /// The next batch of events, waiting up to `timeout` for one.
   coio::Task<coio::Result<WatchBatch>> next(Clock::duration timeout) {
+    if (stream_ && streamEndpoint_->silentSince > streamOpened_) {
+      // Its member stopped answering the client's calls: a stream there
+      // would stay silent, events unseen. Resumes elsewhere, from nextRevision_.
+      client_.note(*streamEndpoint_, "watch moved: the member stopped answering");
+      stream_.reset();
+    }
     if (ready_.empty() && !terminal_) {
       coio::Result<void> filled = co_await coio::withTimeout(client_.reactor_, fill(), timeout);
       if (!filled && ready_.empty()) {
@@ -411,13 +453,17 @@ class EtcdWatch {
   using Client = EtcdClient<R>;
   using Endpoint = typename Client::Endpoint;
 
-  EtcdWatch(Client& client, WatchRequest request)
-      : client_(client), request_(std::move(request)), nextRevision_(request_.startRevision) {}
+  EtcdWatch(Client& client, WatchRequest request, Clock::duration attemptTimeout)
+      : client_(client),
+        request_(std::move(request)),
+        attemptTimeout_(attemptTimeout),
+        nextRevision_(request_.startRevision) {}
 
-  // Opens the stream (failing over between endpoints) and waits until etcd created the watch.
+  // Opens the stream (failing over between endpoints, each given
+  // attemptTimeout_ to create the watch) and waits until etcd created it.
   coio::Task<coio::Result<void>> open() {
     auto once = [this](Endpoint& endpoint) { return openOn(endpoint); };
-    co_return co_await client_.template failover<void>(once);
+    co_return co_await client_.template failover<void>(once, attemptTimeout_, /*resend=*/true);
   }
 
   coio::Task<typename Client::template Attempt<void>> openOn(Endpoint& endpoint) {
@@ -438,6 +484,7 @@ class EtcdWatch {
     }
     stream_.emplace(std::move(c->http));
     streamEndpoint_ = &endpoint;
+    streamOpened_ = Clock::now();
     pending_.clear();
     ended_ = false;
     created_ = false;
@@ -538,10 +585,12 @@ class EtcdWatch {
 
   Client& client_;
   WatchRequest request_;
+  Clock::duration attemptTimeout_;  // for each endpoint to create the watch on (re)opening
   std::int64_t nextRevision_;  // 0: from when etcd creates the watch
   std::int64_t compactRevision_ = 0;
   std::optional<http1::HttpConnection<R>> stream_;
   const Endpoint* streamEndpoint_ = nullptr;  // where stream_ goes
+  Clock::time_point streamOpened_{};
   std::string pending_;                       // stream bytes not yet taken as messages
   bool ended_ = false;                        // the stream's response is complete
   bool created_ = false;
@@ -551,8 +600,10 @@ class EtcdWatch {
 };
 
 /// Keeps lease `leaseId` (of `ttl`) alive until `stop`: a keep-alive every
-/// ttl/3, each with ttl/3 to answer, so one lost keep-alive (etcd
-/// restarting, a member failing over) costs nothing. Returns success once
+/// ttl/3 (at a fixed rate: a slow one does not push the next back), each
+/// with ttl/3 to answer, of which a member that does not answer takes one
+/// share (EtcdClient's failover): one lost keep-alive (etcd restarting, a
+/// member failing over or stopped) costs nothing. Returns success once
 /// stopped; EtcdErrc::leaseNotFound as soon as etcd says the lease is gone
 /// (it expired while etcd could not be reached, or was revoked): whatever
 /// was bound to it must be registered again. Transport failures and
@@ -561,8 +612,10 @@ template <coio::Reactor R>
 coio::Task<coio::Result<void>> keepLeaseAlive(EtcdClient<R>& client, std::int64_t leaseId, Clock::duration ttl,
                                               std::stop_token stop) {
   const Clock::duration tick = std::max<Clock::duration>(ttl / 3, std::chrono::milliseconds(100));
-  for (;;) {
-    if (!co_await client.reactor().sleepFor(tick, stop)) co_return coio::Result<void>{};
+  for (Clock::time_point due = Clock::now() + tick;; due += tick) {
+    const Clock::duration wait = std::max(due - Clock::now(), Clock::duration::zero());
+    if (!co_await client.reactor().sleepFor(wait, stop)) co_return coio::Result<void>{};
+    due = std::max(due, Clock::now());  // after a stall of the whole process: no burst to catch up
     coio::Result<Lease> renewed = co_await coio::withStopToken(stop, client.leaseKeepAlive(leaseId, tick));
     if (stop.stop_requested()) co_return coio::Result<void>{};
     if (!renewed && renewed.error() == EtcdErrc::leaseNotFound) co_return renewed.error();

@@ -39,7 +39,8 @@ mkdir -p "$dir"
 cold=$dir/cold-4g.dat hot=$dir/hot-1g.dat size=4G hotsize=1G
 if ((quick)); then cold=$dir/quick-64m.dat hot=$dir/quick-hot-64m.dat size=64M hotsize=64M seconds=0.3; fi
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+huge_dir="" huge_restore=""  # setup_huge, below
+trap 'rm -f "$results"; if [[ -n $huge_restore ]]; then echo "$huge_restore" >/proc/sys/vm/nr_hugepages; fi' EXIT
 
 layout() {  # real blocks: O_DIRECT reads of unwritten extents never reach the disk
   local file=$1 bytes=$2
@@ -50,6 +51,36 @@ layout() {  # real blocks: O_DIRECT reads of unwritten extents never reach the d
 }
 layout "$cold" "$size"
 layout "$hot" "$hotsize"
+
+# fio's buffers on huge pages too, beside coio's default pool (transparent
+# huge pages), so that like is compared with like: fio can only map
+# hugetlbfs pages (--mem=mmaphuge), so as root the script reserves enough
+# 2 MiB pages for the largest case (4 MiB x 32) and mounts hugetlbfs if
+# needed, and gives the reservation back at exit; else the rows are left
+# out, with a line saying why.
+setup_huge() {
+  local need=80 free total
+  if [[ $(id -u) != 0 ]]; then
+    echo "run_disk_bench.sh: fio-huge rows left out: reserving hugetlbfs pages needs root" >&2
+    return
+  fi
+  total=$(awk '/^HugePages_Total/ {print $2}' /proc/meminfo)
+  free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
+  if ((free < need)); then
+    huge_restore=$total
+    echo $((total + need - free)) >/proc/sys/vm/nr_hugepages
+  fi
+  huge_dir=$(awk '$3 == "hugetlbfs" {print $2; exit}' /proc/mounts)
+  if [[ -z $huge_dir ]]; then
+    mkdir -p /dev/hugepages && mount -t hugetlbfs none /dev/hugepages && huge_dir=/dev/hugepages
+  fi
+  free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
+  if [[ -z $huge_dir ]] || ((free < need)); then
+    echo "run_disk_bench.sh: fio-huge rows left out: $free free 2 MiB pages (need $need), hugetlbfs at '${huge_dir}'" >&2
+    huge_dir=""
+  fi
+}
+((quick)) || setup_huge
 
 warm() { cat "$1" >/dev/null; }  # the VM pages cold memory out: warm right before each hot run
 
@@ -117,6 +148,7 @@ cold_rows() {  # bs depth
   # Like fio's, coio's buffers are on 4 KiB pages (--thp=0); the pool's
   # default, transparent huge pages, is shown apart where it matters.
   if [[ $bs != 4k ]]; then echo coio-epoll-THP coio-uring-THP; fi
+  if [[ $bs != 4k && -n $huge_dir ]]; then echo fio-huge fio-fixed-huge; fi
   # When the reactor's ring posts completions (UringReactor::Options::taskRun;
   # coio-uring itself is the default, deferred).
   if [[ $bs == 4k ]]; then echo coio-uring-immediate coio-uring-cooperative; fi
@@ -130,6 +162,10 @@ run_cold_row() {  # label bs depth
   case $label in
     fio) run_fio fio "$cold" "$size" "${bs^^}" "$depth" 1 ;;
     fio-fixed) run_fio fio-fixed "$cold" "$size" "${bs^^}" "$depth" 1 --fixedbufs=1 --registerfiles=1 ;;
+    fio-huge) run_fio fio-huge "$cold" "$size" "${bs^^}" "$depth" 1 --mem="mmaphuge:$huge_dir/coio-fio.$$" \
+      --hugepage-size=2M ;;
+    fio-fixed-huge) run_fio fio-fixed-huge "$cold" "$size" "${bs^^}" "$depth" 1 --fixedbufs=1 --registerfiles=1 \
+      --mem="mmaphuge:$huge_dir/coio-fio.$$" --hugepage-size=2M ;;
     coio-epoll | coio-uring) run_coio "$label" --engine="${label#coio-}" "${common[@]}" --thp=0 ;;
     coio-epoll-THP | coio-uring-THP) run_coio "$label" --engine="${label:5:5}" "${common[@]}" ;;
     coio-uring-immediate | coio-uring-cooperative)
@@ -238,17 +274,21 @@ def size(bs): return f"{bs // 2**20} MiB" if bs >= 2**20 else f"{bs // 1024} KiB
 
 # One table row per run of each case, with its ratios to the case's fio rows.
 def transfer_table(rows, prefix):
-    print("| bs | depth | run | IOPS | IOPS range | MiB/s | p50 µs | p99 µs | IOPS / fio | IOPS / fio-fixed | p50 / fio | p99 / fio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    # IOPS / fio-fixed-huge: coio's huge-page (THP) rows against fio with
+    # registered buffers on huge pages, where the script could reserve them.
+    print("| bs | depth | run | IOPS | IOPS range | MiB/s | p50 µs | p99 µs | IOPS / fio | IOPS / fio-fixed | "
+          "IOPS / fio-fixed-huge | p50 / fio | p99 / fio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for bs, depth in dict.fromkeys((r["bs"], r["depth"]) for r in rows):
         group = [r for r in rows if (r["bs"], r["depth"]) == (bs, depth)]
         fio = next(r for r in group if r["label"] == prefix + "fio")
         fixed = next(r for r in group if r["label"] == prefix + "fio-fixed")
+        huge = next((r for r in group if r["label"] == prefix + "fio-fixed-huge"), None)
         for r in group:
             print(f"| {size(bs)} | {depth} | {r['label'][len(prefix):]} | {r['iops']:.0f} | {r['range']} | {r['mibs']:.0f} | "
                   f"{r['p50_us']:.0f} | {r['p99_us']:.0f} | {ratio(r['iops'], fio['iops'])} | "
-                  f"{ratio(r['iops'], fixed['iops'])} | {ratio(r['p50_us'], fio['p50_us'])} | "
-                  f"{ratio(r['p99_us'], fio['p99_us'])} |")
+                  f"{ratio(r['iops'], fixed['iops'])} | {ratio(r['iops'], huge['iops']) if huge else '-'} | "
+                  f"{ratio(r['p50_us'], fio['p50_us'])} | {ratio(r['p99_us'], fio['p99_us'])} |")
 
 if cold:
     print("\n## O_DIRECT random reads, 4 GiB file: coio (registered buffers and file) vs fio (io_uring engine)\n")

@@ -66,13 +66,7 @@ bin=$build_dir/examples/storage_server
 # --- cleanup ------------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-cbench-XXXXXX")
 pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap stop_pids_and_remove_work EXIT
 trap 'exit 130' INT TERM
 
 # Five loopback ports free now: three servers, etcd's client and peer URLs.

@@ -161,11 +161,6 @@ print(f"{(int(b[10]) - int(a[10])) / 1000 / float(sys.argv[3])} {(int(b[2]) - in
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- the three tools; each appends one JSON line to $results or fails -------------
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime of a process, in clock ticks
-# CPU seconds of the waited-for children of this shell (times must run here, not in a $(...) subshell).
-children_cpu() { python3 -c '
-import re, sys
-print(sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", open(sys.argv[1]).read().splitlines()[1])))' "$1"; }
 
 run_fio() {  # size iodepth round [seconds label]
   local size=$1 depth=$2 round=$3 seconds=${4:-$duration} label=${5:-fio} out=$work/fio.json d0 d1

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   write("batch_read_request", f);
   f.clear();
   encode(f, 2, BatchReadResponse{{{IoStatus::ok, 4096, 0x1234}, {IoStatus::chunkNotFound, 0, 0},
-                                  {IoStatus::targetNotFound, 0, 0}, {IoStatus::staleRouting, 0, 0}}});
+                                  {IoStatus::targetNotFound, 0, 0}, {IoStatus::staleRouting, 0, 0},
+                                  {IoStatus::corrupt, 0, 0}}});
   write("batch_read_response", f);
   f.clear();
   encode(f, 3, ErrorFrame{ProtocolErrc::unknownType, "unknown message type 9"});
