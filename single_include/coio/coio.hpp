@@ -6177,7 +6177,7 @@ namespace coio::detail {
 /// InlineCompletion: past it the coroutine resumes in the next iteration);
 /// else start it and, while it waits, cancel it when the stop is requested
 /// (on the loop thread). A stop already requested completes it at once
-/// with -ECANCELED.
+/// with -ECANCELED, unless Derived says otherwise (stoppedAtOnce).
 ///
 /// Derived, which makes this class a friend, supplies:
 ///   bool tryNow() noexcept  done without waiting? (then result_ is set)
@@ -6185,7 +6185,11 @@ namespace coio::detail {
 ///   void cancel() noexcept  its stop was requested while it waits; it then
 ///                           ends on its own completion, or by resumeLater()
 ///   result()                what co_await yields (from result_)
-/// and resumes the coroutine (resume()) when the operation completes.
+/// and resumes the coroutine (resume()) when the operation completes. It
+/// may also supply `bool stoppedAtOnce() noexcept`, for an operation that
+/// does not simply end on a stop requested before it started (a batch
+/// whose transfers each end cancelled, a stream that still yields what
+/// completed): what to do instead, and whether it is then over.
 template <typename Derived>
 class CancellableOperation {
  public:
@@ -6213,8 +6217,16 @@ class CancellableOperation {
   ~CancellableOperation() = default;
 
   LoopCore& loop() const noexcept { return loop_; }
+  /// The awaiting coroutine, from await_suspend on.
+  std::coroutine_handle<> handle() const noexcept { return handle_; }
   /// Resumes the awaiting coroutine (at the operation's completion).
   void resume() const noexcept { handle_.resume(); }
+  /// A stop was requested before the operation started: it ends at once,
+  /// with -ECANCELED (Derived may say otherwise: see above).
+  bool stoppedAtOnce() noexcept {
+    result_ = -ECANCELED;
+    return true;
+  }
   /// Resumes it in a later iteration (an operation that ends on its stop).
   void resumeLater() noexcept { inline_.resumeLater(loop_, handle_); }
 
@@ -6233,10 +6245,7 @@ class CancellableOperation {
 
   // True (result_ set) if the operation is over without waiting.
   bool tryComplete() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
+    if (stop_.stop_requested()) return derived().stoppedAtOnce();
     return derived().tryNow();
   }
 

@@ -7,6 +7,9 @@
 // again by itself within ttl/3 + 1 s; the leading manager killed, the other
 // leads within the TTL and handles the next death; every chain's history is
 // versions 1, 2, 3, ... with no gap and no duplicate.
+// One file, though long: half of it is the one fixture (Cluster: etcd, the
+// binaries as child processes, the chains read back) that every case here
+// uses and no other suite does.
 #include "cluster_manager.hpp"
 #include "etcd_fixture.hpp"
 #include "storage_client.hpp"
