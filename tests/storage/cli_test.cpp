@@ -1,4 +1,4 @@
-#include "cli.hpp"
+#include "programs/cli.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/resource.h>

@@ -7,9 +7,9 @@
 // again by itself within ttl/3 + 1 s; the leading manager killed, the other
 // leads within the TTL and handles the next death; every chain's history is
 // versions 1, 2, 3, ... with no gap and no duplicate.
-#include "cluster_manager.hpp"
+#include "cluster/cluster_manager.hpp"
 #include "etcd_fixture.hpp"
-#include "storage_client.hpp"
+#include "client/storage_client.hpp"
 
 #include "../killed_at_end.hpp"
 

@@ -4,10 +4,10 @@
 // loopback TCP (host suite) and, with COIO_E2E_RDMA, over RDMA (label
 // `rdma`: runs where a device exists, e.g. the Soft-RoCE guest).
 #include "e2e_support.hpp"
-#include "storage_client.hpp"
-#include "storage_server.hpp"
+#include "client/storage_client.hpp"
+#include "server/storage_server.hpp"
 #if COIO_E2E_RDMA
-#include "rdma_channel.hpp"
+#include "transport/rdma_channel.hpp"
 #endif
 
 #include "../killed_at_end.hpp"

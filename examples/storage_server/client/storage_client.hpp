@@ -2,10 +2,10 @@
 // The storage client, over TCP or RDMA (a Channel): batchRead with per-IO
 // results, checksum verification, the client side of transmission
 // control, timeouts.
-#include "channel.hpp"
-#include "crc32c.hpp"
-#include "protocol.hpp"
-#include "tcp_channel.hpp"
+#include "transport/channel.hpp"
+#include "protocol/crc32c.hpp"
+#include "protocol/protocol.hpp"
+#include "transport/tcp_channel.hpp"
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/cancellation.hpp>

@@ -1,6 +1,6 @@
 #pragma once
-// Which replica each IO of a ClusterClient batch reads (cluster_client.hpp).
-#include "chain_table.hpp"
+// Which replica each IO of a ClusterClient batch reads (client/cluster_client.hpp).
+#include "cluster/chain_table.hpp"
 
 #include <algorithm>
 #include <cstddef>

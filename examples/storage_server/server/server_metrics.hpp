@@ -3,8 +3,8 @@
 // LoopStats, its ServerStats and latency histograms), taken on each shard's
 // loop thread, and the /metrics page made of them (docs/storage-example.md,
 // "Metrics", lists the names).
-#include "exposition.hpp"
-#include "storage_server.hpp"
+#include "metrics/exposition.hpp"
+#include "server/storage_server.hpp"
 
 #include <coio/core/task.hpp>
 #include <coio/reactor/loop_stats.hpp>

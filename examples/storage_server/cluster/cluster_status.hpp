@@ -1,7 +1,7 @@
 #pragma once
 // `coio-storage cluster status`: a routing's servers, targets and chains,
 // with states and versions, as a text table for people.
-#include "chain_table.hpp"
+#include "cluster/chain_table.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -6,8 +6,8 @@
 // names its line; assemble() builds one from per-key records (an etcd
 // watch's), and markTargetOffline/markTargetServing are 3FS's rules for a
 // chain's changes.
-#include "chunk_store.hpp"
-#include "cli.hpp"
+#include "store/chunk_store.hpp"
+#include "programs/cli.hpp"
 
 #include <coio/core/result.hpp>
 #include <coio/net/socket_address.hpp>
@@ -65,7 +65,7 @@ struct TargetRecord {
 };
 
 /// One chain as a cluster manager stores it (one per key, /coio/chains/<id>):
-/// a plain value, its servers named (routing_json.hpp serializes it).
+/// a plain value, its servers named (cluster/routing_json.hpp serializes it).
 struct ChainRecord {
   std::uint32_t id = 0;
   std::uint32_t version = 1;

@@ -5,8 +5,8 @@
 // as RDMA messages (one frame per message); each piece of data is
 // RDMA-written straight from the server's read buffers into the client's
 // registered memory.
-#include "channel.hpp"
-#include "group_commit.hpp"
+#include "transport/channel.hpp"
+#include "transport/group_commit.hpp"
 
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/collect_all.hpp>

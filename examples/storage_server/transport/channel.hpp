@@ -1,10 +1,10 @@
 #pragma once
 // What carries a connection's frames. The server and the client speak
-// PROTOCOL.md through a Channel: TcpChannel (tcp_channel.hpp) sends each
-// piece of data inline after an IoData frame, RdmaChannel (rdma_channel.hpp)
+// PROTOCOL.md through a Channel: TcpChannel (transport/tcp_channel.hpp) sends each
+// piece of data inline after an IoData frame, RdmaChannel (transport/rdma_channel.hpp)
 // writes it into the client's registered memory and sends the frames as
 // RDMA messages.
-#include "protocol.hpp"
+#include "protocol/protocol.hpp"
 
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>

@@ -3,14 +3,14 @@
 // --cluster, over a whole cluster through ClusterClient) for --duration
 // seconds, then reports IOPS, throughput, batch latency and the failed IOs
 // by status; the first few failures are logged to stderr as they happen.
-#include "chain_table.hpp"
-#include "chunk_store.hpp"
-#include "cli.hpp"
-#include "cluster_client.hpp"
-#include "etcd_routing.hpp"
-#include "storage_client.hpp"
+#include "cluster/chain_table.hpp"
+#include "store/chunk_store.hpp"
+#include "programs/cli.hpp"
+#include "client/cluster_client.hpp"
+#include "client/etcd_routing.hpp"
+#include "client/storage_client.hpp"
 #if COIO_STORAGE_RDMA
-#include "rdma_channel.hpp"
+#include "transport/rdma_channel.hpp"
 #endif
 
 #include <coio/core/collect_all.hpp>

@@ -4,10 +4,10 @@
 // followed through a watch from the next revision, each change applied
 // with ClusterClient::updateRouting. etcd is off the data path: reads use
 // the routing the client holds, whether etcd answers or not.
-#include "chain_table.hpp"
-#include "cluster_client.hpp"
+#include "cluster/chain_table.hpp"
+#include "client/cluster_client.hpp"
 #include "etcd/etcd_client.hpp"
-#include "routing_json.hpp"
+#include "cluster/routing_json.hpp"
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/cancellation.hpp>

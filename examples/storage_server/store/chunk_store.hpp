@@ -17,7 +17,7 @@
 //
 // Content is deterministic (a function of chunk id and offset), so a client
 // can check bytes without the index, and a corrupted byte is detectable.
-#include "crc32c.hpp"
+#include "protocol/crc32c.hpp"
 
 #include <coio/core/result.hpp>
 

@@ -3,7 +3,7 @@
 // cluster manager"): one chain, one server, the dataset, each the value of
 // one key of a cluster manager (etcd). nlohmann-json, for the example only:
 // the coio library does not depend on it.
-#include "chain_table.hpp"
+#include "cluster/chain_table.hpp"
 
 #include <coio/core/result.hpp>
 #include <coio/net/socket_address.hpp>

@@ -5,9 +5,9 @@
 // any number of `mgmtd`s, turns the registrations into the chains' states
 // (ClusterManager). `cluster load` and `cluster status` read and write the
 // records (loadRouting, readRouting).
-#include "chain_table.hpp"
+#include "cluster/chain_table.hpp"
 #include "etcd/etcd_client.hpp"
-#include "routing_json.hpp"
+#include "cluster/routing_json.hpp"
 
 #include <coio/core/cancellation.hpp>
 #include <coio/core/collect_any.hpp>

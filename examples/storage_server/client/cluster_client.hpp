@@ -6,9 +6,9 @@
 // next. The routing is live: updateRouting() applies a new one (a cluster
 // manager's), and a server that answers staleRouting makes the client
 // fetch a fresh one (ClusterOptions::refreshRouting).
-#include "chain_table.hpp"
-#include "replica_router.hpp"
-#include "storage_client.hpp"
+#include "cluster/chain_table.hpp"
+#include "client/replica_router.hpp"
+#include "client/storage_client.hpp"
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/cancellation.hpp>

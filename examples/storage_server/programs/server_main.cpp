@@ -1,16 +1,16 @@
 // coio-storage-server: creates a chunk dataset (init) and serves batched
 // reads of it (serve) over TCP or RDMA, one StorageServer per reactor thread.
-#include "chain_table.hpp"
-#include "chunk_store.hpp"
-#include "cluster_manager.hpp"
-#include "cli.hpp"
-#include "cluster_status.hpp"
-#include "metrics_http.hpp"
-#include "routing_json.hpp"
-#include "server_metrics.hpp"
-#include "storage_server.hpp"
+#include "cluster/chain_table.hpp"
+#include "store/chunk_store.hpp"
+#include "cluster/cluster_manager.hpp"
+#include "programs/cli.hpp"
+#include "cluster/cluster_status.hpp"
+#include "metrics/metrics_http.hpp"
+#include "cluster/routing_json.hpp"
+#include "server/server_metrics.hpp"
+#include "server/storage_server.hpp"
 #if COIO_STORAGE_RDMA
-#include "rdma_channel.hpp"
+#include "transport/rdma_channel.hpp"
 #endif
 
 #include <coio/net/tcp_listener.hpp>

@@ -1,7 +1,7 @@
 #pragma once
 // Command-line helpers shared by coio-storage-server and coio-storage-bench.
 #if COIO_STORAGE_RDMA
-#include "rdma_channel.hpp"
+#include "transport/rdma_channel.hpp"
 #endif
 
 #include <sys/resource.h>

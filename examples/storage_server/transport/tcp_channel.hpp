@@ -1,8 +1,8 @@
 #pragma once
 // The TCP transport: frames on a byte stream, each piece of data inline
 // right after its IoData frame.
-#include "channel.hpp"
-#include "frame_io.hpp"
+#include "transport/channel.hpp"
+#include "transport/frame_io.hpp"
 
 #include <coio/net/tcp_stream.hpp>
 

@@ -1,7 +1,7 @@
 #pragma once
 // Exposition: writes metrics in Prometheus' text exposition format (version
 // 0.0.4): each family's # HELP and # TYPE lines, then its samples.
-#include "latency_histogram.hpp"
+#include "metrics/latency_histogram.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -2,13 +2,13 @@
 // The storage server of one reactor: serves BatchReadRequests (PROTOCOL.md)
 // from its targets (chunk stores) over TCP or RDMA (a Transport). A multi-reactor server
 // runs one per reactor and lets one of them accept for all (serve()).
-#include "chain_table.hpp"
-#include "channel.hpp"
-#include "chunk_store.hpp"
-#include "crc32c.hpp"
-#include "latency_histogram.hpp"
-#include "protocol.hpp"
-#include "tcp_channel.hpp"
+#include "cluster/chain_table.hpp"
+#include "transport/channel.hpp"
+#include "store/chunk_store.hpp"
+#include "protocol/crc32c.hpp"
+#include "metrics/latency_histogram.hpp"
+#include "protocol/protocol.hpp"
+#include "transport/tcp_channel.hpp"
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/batch_semaphore.hpp>

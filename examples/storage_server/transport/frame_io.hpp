@@ -2,9 +2,9 @@
 // Frames over a TcpStream, shared by the server and the client: reading one
 // frame (header checked before the payload is read), and a writer that keeps
 // whole frames (and a response's trailing data) from interleaving.
-#include "channel.hpp"
-#include "group_commit.hpp"
-#include "protocol.hpp"
+#include "transport/channel.hpp"
+#include "transport/group_commit.hpp"
+#include "protocol/protocol.hpp"
 
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
