@@ -6,8 +6,8 @@
 // names its line; assemble() builds one from per-key records (an etcd
 // watch's), and markTargetOffline/markTargetServing are 3FS's rules for a
 // chain's changes.
+#include "cluster/numbers.hpp"
 #include "store/chunk_store.hpp"
-#include "programs/cli.hpp"
 
 #include <coio/core/result.hpp>
 #include <coio/net/socket_address.hpp>
@@ -298,7 +298,7 @@ class ChainTable {
           header = ok;
         } else if (words[0] == "chunks") {
           ok = setOnce(line, words, chunksLine_, "\"chunks N\", 1 <= N <= 2^40", [&](std::string_view v) {
-            const std::optional<std::uint64_t> n = cli::parseCount(v);
+            const std::optional<std::uint64_t> n = parseCount(v);
             if (!n || !goodChunks(*n)) return false;
             chunks_ = *n;
             return true;
@@ -306,7 +306,7 @@ class ChainTable {
         } else if (words[0] == "chunk-size") {
           const char* expected = "\"chunk-size S\", a multiple of 4K up to 2G (suffixes K, M, G)";
           ok = setOnce(line, words, chunkSizeLine_, expected, [&](std::string_view v) {
-            const std::optional<std::uint64_t> n = cli::parseSize(v);
+            const std::optional<std::uint64_t> n = parseSize(v);
             if (!n || !goodChunkSize(*n)) return false;
             chunkSize_ = static_cast<std::uint32_t>(*n);
             return true;
@@ -380,7 +380,7 @@ class ChainTable {
 
     // "chain ID HOST:PORT/TARGET..."
     bool addChain(std::size_t line, const std::vector<std::string_view>& words) {
-      const std::optional<std::uint64_t> id = words.size() >= 2 ? cli::parseCount(words[1]) : std::nullopt;
+      const std::optional<std::uint64_t> id = words.size() >= 2 ? parseCount(words[1]) : std::nullopt;
       if (!id || *id > UINT32_MAX) {
         fail(line, "expected \"chain ID HOST:PORT/TARGET...\" with a numeric chain id");
         return false;
@@ -431,7 +431,7 @@ class ChainTable {
     std::optional<Replica> parseReplica(std::size_t line, std::string_view word) {
       const std::size_t slash = word.rfind('/');
       const std::optional<std::uint64_t> target =
-          slash == std::string_view::npos ? std::nullopt : cli::parseCount(word.substr(slash + 1));
+          slash == std::string_view::npos ? std::nullopt : parseCount(word.substr(slash + 1));
       coio::Result<coio::SocketAddress> address = coio::Errc::invalidArgument;
       if (target) address = coio::SocketAddress::parse(word.substr(0, slash));
       if (!target || *target > UINT32_MAX || !address) {

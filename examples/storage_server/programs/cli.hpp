@@ -1,15 +1,19 @@
 #pragma once
-// Command-line helpers shared by coio-storage-server and coio-storage-bench.
+// Command-line helpers shared by coio-storage-server and coio-storage-bench:
+// parsing with CLI11 (one line on stderr and exit code 2 for a bad command
+// line), the options' units, and the limits the programs derive.
 #if COIO_STORAGE_RDMA
 #include "transport/rdma_channel.hpp"
 #endif
+#include "cluster/numbers.hpp"
 
+#include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,32 +22,80 @@
 
 namespace storage::cli {
 
-/// A byte count with an optional binary suffix: 4096, 64K, 4M, 1G (KiB, MiB, GiB).
-inline std::optional<std::uint64_t> parseSize(std::string_view text) {
-  std::uint64_t shift = 0;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
-      default: break;
-    }
-    if (shift != 0) text.remove_suffix(1);
-  }
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  if (shift != 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
-  return value << shift;
+/// The exit code of a command line that does not parse or check.
+inline constexpr int kUsageError = 2;
+
+/// A command-line problem found after parsing (a combination CLI11 does not
+/// check): one line on stderr, "PROGRAM: PROBLEM (see --help)"; returns
+/// kUsageError.
+inline int usageError(std::string_view program, std::string_view problem) {
+  std::fprintf(stderr, "%.*s: %.*s (see --help)\n", static_cast<int>(program.size()), program.data(),
+               static_cast<int>(problem.size()), problem.data());
+  return kUsageError;
 }
 
-/// A plain non-negative integer.
-inline std::optional<std::uint64_t> parseCount(std::string_view text) {
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
+/// Parses `argv` into `app`. nullopt: go on; else the exit code: 0 after
+/// --help (the help of the (sub)command it follows, on stdout), kUsageError
+/// after a bad command line (one line on stderr, as usageError's).
+/// Options given twice take the last value unless declared otherwise.
+inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::Success& done) {  // --help
+    return app.exit(done);
+  } catch (const CLI::ParseError& error) {
+    return usageError(app.get_name(), error.what());
+  }
 }
+
+/// The options of `app` and of the subcommands added to it afterwards:
+/// given twice, the last one counts (as the programs always did).
+inline void lastOneCounts(CLI::App& app) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+/// CLI11 transforms for the options' units; each checks the range too, so
+/// that a bad value is one message naming the option ("--reactors: 0 is not
+/// a count from 1 to 256"). The value then goes on in decimal.
+/// A plain non-negative integer from `min` to `max`.
+inline CLI::Validator countIn(std::uint64_t min, std::uint64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        const std::optional<std::uint64_t> n = parseCount(text);
+        if (!n || *n < min || *n > max) {
+          return text + " is not a count from " + std::to_string(min) + " to " + std::to_string(max);
+        }
+        text = std::to_string(*n);
+        return {};
+      },
+      "COUNT");
+}
+
+/// A byte size (4096, 64K, 4M, 1G: binary suffixes) from `min` to `max`,
+/// a multiple of `multiple`.
+inline CLI::Validator sizeIn(std::uint64_t min, std::uint64_t max, std::uint64_t multiple = 1) {
+  return CLI::Validator(
+      [min, max, multiple](std::string& text) -> std::string {
+        const std::optional<std::uint64_t> n = parseSize(text);
+        if (!n || *n < min || *n > max || *n % multiple != 0) {
+          std::string why = text + " is not a size (4096, 64K, 4M, 1G) from " + std::to_string(min) + " to " +
+                            std::to_string(max);
+          return multiple == 1 ? why : why + ", a multiple of " + std::to_string(multiple);
+        }
+        text = std::to_string(*n);
+        return {};
+      },
+      "SIZE");
+}
+
+/// A non-empty value.
+inline CLI::Validator nonEmpty() {
+  return CLI::Validator([](std::string& text) { return text.empty() ? std::string("is empty") : std::string(); }, "");
+}
+
+/// The longest deadline an option takes, in ms: no clock arithmetic overflows.
+inline constexpr std::uint64_t kDayMs = 24 * 3600 * 1000;
 
 /// "a,b,c" as its items; none if any item is empty ("a,,b", "", "a,").
 inline std::vector<std::string> splitList(std::string_view text) {
