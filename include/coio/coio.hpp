@@ -31,5 +31,6 @@
 #include <coio/reactor/loop_stats.hpp>
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/reactor_pool.hpp>
+#include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/manual_executor.hpp>

@@ -9,12 +9,14 @@
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/cancellation.hpp>
+#include <coio/core/event.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
 #include <algorithm>
@@ -201,12 +203,10 @@ class ClientConnection {
     }
     const auto left = std::max(options_.timeout - (std::chrono::steady_clock::now() - started),
                                std::chrono::steady_clock::duration::zero());
-    std::stop_source wake;  // the response, or the caller's stop
-    const auto wakeUp = [&wake] { wake.request_stop(); };
-    const std::stop_callback onDone(call.done.get_token(), wakeUp);
-    const std::stop_callback onStop(caller, wakeUp);
-    const bool due = co_await reactor_.sleepFor(left, wake.get_token());
-    const bool stopped = !due && !call.done.stop_requested();  // the caller gave up
+    // The response, the deadline, or the caller's stop (its task's token).
+    const coio::Result<void> answered = co_await coio::waitFor(reactor_, call.done, left);
+    const bool due = !answered && answered.error() == std::errc::timed_out;
+    const bool stopped = !answered && !due;  // the caller gave up
     if ((due || stopped) && call.receiving) {
       // Its data is being read into the caller's buffers and the rest is
       // late: only cancelling the read gets them back now. The stream's
@@ -215,7 +215,9 @@ class ClientConnection {
       readStop_.request_stop();
       // A cancelled read resumes the reader once the kernel has let go of
       // the buffers; returning before that would let them be freed under it.
-      while (!call.done.stop_requested()) (void)co_await reactor_.sleepFor(options_.timeout, call.done.get_token());
+      // (Not under the caller's token, which may be stopped: this wait must end
+      // with the reader's.)
+      co_await call.done.wait();
     } else if (due || stopped) {
       // The response may still come: the reader then drains its data.
       call.abandoned = true;
@@ -248,7 +250,7 @@ class ClientConnection {
   struct Call {
     std::vector<ReadOp> ios;
     std::vector<std::uint32_t> delivered;  // TCP: bytes of each IO received so far (IoData)
-    std::stop_source done;  // requested when `result` is set
+    coio::Event done;  // set when `result` is set
     coio::Result<std::vector<ReadOutcome>> result = coio::Errc::closed;
     bool grantAsked = false;
     bool granted = false;    // holds a limiter slot
@@ -280,7 +282,7 @@ class ClientConnection {
       return;
     }
     call.result = std::move(result);
-    call.done.request_stop();
+    call.done.set();
   }
 
   coio::Task<void> readResponses() {
@@ -397,7 +399,7 @@ class ClientConnection {
     const auto found = calls_.find(id);
     // Also give the slot back if the call already completed (e.g. the server
     // answered timedOut while this grant waited for a slot).
-    if (failure_ || found == calls_.end() || found->second->abandoned || found->second->done.stop_requested()) {
+    if (failure_ || found == calls_.end() || found->second->abandoned || found->second->done.isSet()) {
       limiter_.release();
       co_return;
     }
@@ -417,7 +419,11 @@ class ClientConnection {
     }
     std::vector<std::uint64_t> ids;
     for (auto& [id, call] : calls_) ids.push_back(id);
-    for (std::uint64_t id : ids) complete(id, *calls_.at(id), failure_);
+    // complete() may resume a batchRead inline (one waiting for its cancelled
+    // read), which erases its own call: look each one up afresh.
+    for (std::uint64_t id : ids) {
+      if (const auto found = calls_.find(id); found != calls_.end()) complete(id, *found->second, failure_);
+    }
   }
 
   std::unique_ptr<Channel<R>> channel_;

@@ -12,7 +12,9 @@
 
 #include <coio/core/async_scope.hpp>
 #include <coio/core/batch_semaphore.hpp>
+#include <coio/core/cancellation.hpp>
 #include <coio/core/collect_all.hpp>
+#include <coio/core/event.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
 #include <coio/disk/buffer_pool.hpp>
@@ -23,6 +25,7 @@
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
 #include <algorithm>
@@ -301,8 +304,8 @@ class StorageServer {
     for (Connection* c : connections_) {
       if (c->inFlight.empty()) c->stop.request_stop();  // else the last request to finish stops it
     }
-    std::stop_source joined;
-    co_await coio::collectAll(joinThenStop(joined), cutWhenDue(joined.get_token()));
+    coio::Event joined;
+    co_await coio::collectAll(joinThenSet(joined), cutWhenDue(joined));
     scopeJoined_ = true;
   }
 
@@ -372,7 +375,7 @@ class StorageServer {
     ~GrantWait() { conn.awaiting.erase(id); }
     Connection& conn;
     std::uint64_t id;
-    std::stop_source arrived;
+    coio::Event arrived;
     bool granted = false;
   };
 
@@ -447,14 +450,15 @@ class StorageServer {
         tokens_(pool_.count()),
         transport_(std::make_unique<TcpTransport<R>>(options.zeroCopySend)) {}
 
-  coio::Task<void> joinThenStop(std::stop_source& joined) {
+  coio::Task<void> joinThenSet(coio::Event& joined) {
     co_await scope_.join();
-    joined.request_stop();
+    joined.set();
   }
-  // Cuts every connection still draining once drainTimeout has passed.
-  coio::Task<void> cutWhenDue(std::stop_token joined) {
-    const bool due = co_await reactor_.sleepFor(options_.drainTimeout, std::move(joined));
-    if (!due) co_return;
+  // Cuts every connection still draining once drainTimeout has passed (at
+  // once if shutdown()'s caller is stopped).
+  coio::Task<void> cutWhenDue(coio::Event& joined) {
+    const coio::Result<void> drained = co_await coio::waitFor(reactor_, joined, options_.drainTimeout);
+    if (drained) co_return;
     for (Connection* c : connections_) c->stop.request_stop();
   }
 
@@ -644,7 +648,7 @@ class StorageServer {
           const auto waiting = conn.awaiting.find(id);
           if (waiting != conn.awaiting.end()) {
             waiting->second->granted = true;
-            waiting->second->arrived.request_stop();
+            waiting->second->arrived.set();
             conn.awaiting.erase(waiting);
           } else if (std::find(conn.ignoredGrants.begin(), conn.ignoredGrants.end(), id) == conn.ignoredGrants.end()) {
             co_return ReadFailure{proto::ProtocolErrc::unexpectedMessage, id};
@@ -933,8 +937,8 @@ class StorageServer {
   coio::Task<bool> awaitGrant(Connection& conn, GrantWait& wait) {
     if (!wait.granted) {
       // The connection's stop ends the wait as a grant would.
-      std::stop_callback onStop(conn.stop.get_token(), [&wait] { wait.arrived.request_stop(); });
-      (void)co_await reactor_.sleepFor(options_.transmitTimeout, wait.arrived.get_token());
+      (void)co_await coio::withStopToken(conn.stop.get_token(),
+                                         coio::waitFor(reactor_, wait.arrived, options_.transmitTimeout));
     }
     if (!wait.granted) ignoreLateGrant(conn, wait.id);
     co_return wait.granted;

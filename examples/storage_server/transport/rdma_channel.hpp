@@ -12,6 +12,9 @@
 #include <coio/core/collect_all.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/rdma/rdma.hpp>
+#include <coio/core/cancellation.hpp>
+#include <coio/core/event.hpp>
+#include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
 #include <algorithm>
@@ -60,9 +63,9 @@ class RdmaChannel final : public Channel<R> {
     coio::Result<std::unique_ptr<QueuePair>> qp = QueuePair::create(reactor, device, rdmaQueuePairConfig());
     if (!qp) co_return qp.error();
     // The handshake reads the stream: shutting it down ends a stuck one.
-    std::stop_source done;
+    coio::Event done;
     bool expired = false;
-    auto [connected, unit] = co_await coio::collectAll(connectThenStop(**qp, stream, done),
+    auto [connected, unit] = co_await coio::collectAll(connectThenSet(**qp, stream, done),
                                                        shutdownWhenDue(reactor, stream, stop, done, timeout, expired));
     (void)unit;
     if (!connected) {
@@ -217,20 +220,19 @@ class RdmaChannel final : public Channel<R> {
     }
   };
 
-  static coio::Task<coio::Result<void>> connectThenStop(QueuePair& qp, coio::TcpStream<R>& stream,
-                                                        std::stop_source& done) {
+  static coio::Task<coio::Result<void>> connectThenSet(QueuePair& qp, coio::TcpStream<R>& stream,
+                                                       coio::Event& done) {
     coio::Result<void> r = co_await qp.connect(stream);
-    done.request_stop();
+    done.set();
     co_return r;
   }
   static coio::Task<void> shutdownWhenDue(R& reactor, coio::TcpStream<R>& stream, std::stop_token stop,
-                                          std::stop_source& done, std::chrono::steady_clock::duration timeout,
+                                          coio::Event& done, std::chrono::steady_clock::duration timeout,
                                           bool& expired) {
-    // Wakes early when the handshake ends or `stop` is requested.
-    const std::stop_callback onStop(stop, [&done] { done.request_stop(); });
-    const bool due = co_await reactor.sleepFor(timeout, done.get_token());
-    if (due || stop.stop_requested()) {
-      expired = due;
+    // Ends early when the handshake does, or `stop` is requested.
+    const coio::Result<void> ended = co_await coio::withStopToken(std::move(stop), coio::waitFor(reactor, done, timeout));
+    if (!ended) {
+      expired = ended.error() == std::errc::timed_out;
       (void)stream.shutdown(coio::ShutdownHow::both);
     }
   }
