@@ -3,6 +3,9 @@
 // from its targets (chunk stores) over TCP or RDMA (a Transport). A multi-reactor server
 // runs one per reactor and lets one of them accept for all (serve()).
 #include "cluster/chain_table.hpp"
+#include "server/read_plan.hpp"
+#include "server/server_options.hpp"
+#include "server/target.hpp"
 #include "transport/channel.hpp"
 #include "store/chunk_store.hpp"
 #include "protocol/crc32c.hpp"
@@ -46,107 +49,6 @@
 
 namespace storage {
 
-/// A target to serve: a chunk store's directory (typically one per disk,
-/// several per disk allowed) and its id, unique across the cluster.
-struct TargetSpec {
-  std::uint32_t id = 0;
-  std::string dir;
-};
-
-struct ServerOptions {
-  std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
-  std::uint64_t maxBatchBytes = 64ull << 20;         ///< requested bytes per batch (--max-batch-bytes)
-  std::chrono::steady_clock::duration transmitTimeout = std::chrono::seconds(10);  ///< --transmit-timeout
-  /// How long a connection's sends may make no progress (none finishes
-  /// while some are pending) before it is dropped, within 1.25 x this: a
-  /// client that stops reading cannot pin buffers.
-  std::chrono::steady_clock::duration sendTimeout = std::chrono::seconds(10);
-  /// Requests in flight per connection (--max-requests); one more is a
-  /// protocol error (tooManyRequests): one client cannot queue unbounded work.
-  std::uint32_t maxRequestsPerConnection = 256;
-  /// shutdown(): how long in-flight requests may take to finish before
-  /// their connections are cut.
-  std::chrono::steady_clock::duration drainTimeout = std::chrono::seconds(5);
-  /// One pool buffer (--piece-size); larger reads are split into pieces,
-  /// each its own request to the device (ReadBatch::keepApart), sent as
-  /// soon as it is read.
-  std::size_t pieceSize = 128 * 1024;
-  std::size_t poolBytes = 128u << 20;                ///< this reactor's read-buffer pool
-  bool directIo = true;                              ///< O_DIRECT, if the file system allows it
-  /// How long a connection dropped for a protocol error gets to read its Error frame.
-  std::chrono::steady_clock::duration errorGrace = std::chrono::seconds(1);
-  /// How long a frame may take from its first byte to its last, and an
-  /// RDMA handshake from the accept (--frame-timeout-ms): a peer that
-  /// stalls mid-frame cannot hold its connection.
-  std::chrono::steady_clock::duration frameTimeout = std::chrono::seconds(10);
-  /// How long a connection may have nothing in flight (no request being
-  /// served, no frame begun) before it is closed (--idle-timeout-ms).
-  std::chrono::steady_clock::duration idleTimeout = std::chrono::seconds(60);
-  /// Connections this server serves at once, from accept to close; one
-  /// more is accepted and closed at once (--max-connections, split
-  /// between the reactors).
-  std::size_t maxConnections = 1024;
-  /// The congestion control of the connections' sends (--tcp-congestion,
-  /// TcpStream::setCongestionControl); empty: the system's default.
-  std::string tcpCongestion;
-  /// TCP: send the data pieces without copying them, straight from the
-  /// pool buffers (--zero-copy-send; TcpStream::writeZeroCopy), where the
-  /// reactor can (UringReactor on Linux 6.1+; note() says), else copy. A
-  /// request's buffers go back to the pool only once the kernel has let go
-  /// of every piece of it (the client acknowledged the data), so a client
-  /// that reads slowly holds buffers longer. A loss over loopback, where
-  /// the kernel copies anyway to deliver to the local socket and buffers
-  /// wait for the ACKs (docs/benchmarks.md, storage over TCP).
-  bool zeroCopySend = false;
-  /// A debugging aid (--poison-buffers): pool buffers are filled with a
-  /// pattern when they go back to the pool and, under AddressSanitizer,
-  /// poisoned until taken again (BufferPool::Options::poisonOnRelease).
-  bool poisonBuffers = false;
-};
-
-/// Counters of one server (read on its loop thread, or once it is idle).
-struct ServerStats {
-  std::uint64_t requests = 0;
-  std::uint64_t protocolErrors = 0;
-  std::uint64_t transmitTimeouts = 0;
-  std::uint64_t sendTimeouts = 0;       ///< connections dropped because their sends made no progress in time
-  std::uint64_t handshakeFailures = 0;  ///< accepted connections whose transport did not come up (RDMA)
-  std::uint64_t frameTimeouts = 0;      ///< connections cut because a frame or an RDMA handshake stalled
-  std::uint64_t idleTimeouts = 0;       ///< connections closed after idleTimeout with nothing in flight
-  /// Accepted and closed at once: every shard was at maxConnections (on the accepting shard).
-  std::uint64_t refusedConnections = 0;
-  /// Failed accepts (e.g. EMFILE), each followed by a 10 ms back-off (on the accepting shard).
-  std::uint64_t acceptErrors = 0;
-  /// IOs answered staleRouting: their chain version was older than the server's.
-  std::uint64_t staleIos = 0;
-  /// IOs answered corrupt: a block they read failed its stored CRC.
-  std::uint64_t corruptIos = 0;
-  std::size_t connections = 0;
-  std::size_t transmitting = 0;      ///< requests between grant and the end of their data
-  std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`
-};
-
-/// The latencies one StorageServer measures (its phases, PROTOCOL.md "A
-/// request's life"), on its loop thread.
-struct ServerLatencies {
-  /// Per request: from its frame read whole to its response sent whole
-  /// (to the socket, or over RDMA), whatever the outcome, timedOut included; not for a
-  /// request whose connection ended first.
-  LatencyHistogram request;
-  /// Per IO read from disk: from the request's reads' submission to the
-  /// completion of the IO's last piece.
-  LatencyHistogram diskRead;
-  /// Per request that came without the granted flag: from its
-  /// TransmitRequest sent to the TransmitGrant (or the transmit timeout).
-  LatencyHistogram transmitWait;
-
-  ServerLatencies& operator+=(const ServerLatencies& other) noexcept {
-    request += other.request;
-    diskRead += other.diskRead;
-    transmitWait += other.transmitWait;
-    return *this;
-  }
-};
 
 
 /// One reactor's share of the server: every target's files opened on the
@@ -310,60 +212,13 @@ class StorageServer {
   }
 
  private:
-  // A dataset this server serves, with its files open on disk_.
-  struct Target {
-    std::uint32_t id;
-    ChunkStoreIndex index;
-    BlockVerifier verifier;  // of its block size
-    std::vector<coio::File> files;
-    std::uint32_t chainVersion = 0;  // of its chain, as last routed (updateRouting); 0: unknown
-  };
+  using Target = ServedTarget;
+  using Piece = ReadPiece;
+  using Lease = BufferLease;
 
-  const Target* findTarget(std::uint32_t id) const noexcept {
-    const auto found = std::find_if(targets_.begin(), targets_.end(), [id](const Target& t) { return t.id == id; });
-    return found == targets_.end() ? nullptr : &*found;
-  }
+  const Target* findTarget(std::uint32_t id) const noexcept { return findServedTarget(targets_, id); }
+  coio::Result<Target> openTarget(const TargetSpec& spec) { return openServedTarget(disk_, spec, options_, note_); }
 
-  coio::Result<Target> openTarget(const TargetSpec& spec) {
-    coio::Result<ChunkStoreIndex> index = loadChunkStoreIndex(spec.dir);
-    if (!index) return index.error();
-    if (index->layout.chunkSize % 4096 != 0 || options_.pieceSize % index->layout.blockSize != 0) {
-      return coio::Errc::invalidArgument;
-    }
-    const BlockVerifier verifier(index->layout.blockSize);
-    Target target{spec.id, std::move(*index), verifier, {}, 0};
-    for (std::uint32_t f = 0; f < target.index.layout.files(); ++f) {
-      const std::string path = ChunkStoreLayout::dataFileName(spec.dir, f);
-      coio::Result<coio::File> file = coio::File::open(disk_, path.c_str(), {.direct = options_.directIo});
-      if (!file && options_.directIo && file.error() == std::errc::invalid_argument) {
-        // The file system has no O_DIRECT (tmpfs): read through the page cache.
-        note_ = "O_DIRECT unsupported here; buffered reads. ";
-        options_.directIo = false;
-        file = coio::File::open(disk_, path.c_str());
-      }
-      if (!file) return file.error();
-      // The widened range of a read must stay inside its chunk.
-      if (target.index.layout.chunkSize % file->alignment() != 0) return coio::Errc::invalidArgument;
-      (void)file->registerWithRing();  // a plain fd works too, just with a lookup per read
-      target.files.push_back(std::move(*file));
-    }
-    return target;
-  }
-
-  // One piece of a widened read: at most pieceSize bytes, whole blocks, into one buffer.
-  struct Piece {
-    const coio::File* file;
-    std::uint64_t fileOffset;
-    std::size_t length;
-    std::size_t head;  // where the asked bytes start in the buffer
-    std::size_t take;  // how many asked bytes it holds
-    std::span<const std::uint32_t> stored;  // its blocks' CRCs in the index
-  };
-  struct IoPlan {
-    std::size_t firstPiece = 0;
-    std::size_t pieces = 0;
-    const Target* target = nullptr;  // where the IO reads, once validated
-  };
 
   struct Connection;
   // A request waiting for its TransmitGrant: the connection's reader finds
@@ -396,31 +251,6 @@ class StorageServer {
   };
   static constexpr std::size_t kRememberIgnoredGrants = 1024;
 
-  // Pool buffers for one request, and their semaphore tokens: both go back
-  // on destruction.
-  class Lease {
-   public:
-    Lease() = default;
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    ~Lease() { release(); }
-    // After `count` tokens were acquired: takes that many buffers (the tokens guarantee they are free).
-    void hold(coio::BatchSemaphore& tokens, coio::BufferPool& pool, std::size_t count) {
-      tokens_ = &tokens;
-      count_ = count;
-      buffers.reserve(count);
-      for (std::size_t i = 0; i < count; ++i) buffers.push_back(*pool.tryAcquire());
-    }
-    void release() noexcept {
-      buffers.clear();  // back to the pool before a waiter is resumed to take them
-      if (tokens_) std::exchange(tokens_, nullptr)->release(count_);
-    }
-    std::vector<coio::Buffer> buffers;
-
-   private:
-    coio::BatchSemaphore* tokens_ = nullptr;
-    std::size_t count_ = 0;
-  };
 
   // Takes a request id out of the connection's in-flight set when its task
   // ends; the last one of a draining server ends the connection. Requests
@@ -698,37 +528,6 @@ class StorageServer {
     return results;
   }
 
-  // Splits each valid IO's range, widened to whole blocks and the file's
-  // alignment (both powers of two, both dividing the chunk size: the range
-  // stays inside its chunk), into pieces of at most pieceSize (a multiple
-  // of the block size: whole blocks each).
-  void plan(const proto::BatchReadRequest& request, const std::vector<proto::IoResult>& results,
-            std::vector<IoPlan>& plans, std::vector<Piece>& pieces) const {
-    for (std::size_t i = 0; i < request.ios.size(); ++i) {
-      const proto::ReadIo& io = request.ios[i];
-      plans[i].firstPiece = pieces.size();
-      if (results[i].status != proto::IoStatus::ok || io.length == 0) continue;
-      const Target& target = *plans[i].target;
-      const ChunkStoreLayout& layout = target.index.layout;
-      const ChunkLocation where = layout.locate(io.chunkId);
-      const coio::File& file = target.files[where.file];
-      const std::span<const std::uint32_t> crcs = target.index.crcsOf(layout.slotOf(io.chunkId));
-      const coio::AlignedRange range = coio::alignRange(where.offset + io.offset, io.length,
-                                                        std::max<std::size_t>(file.alignment(), layout.blockSize));
-      std::size_t head = range.head, left = range.requested;
-      for (std::size_t at = 0; at < range.length; at += options_.pieceSize) {
-        const std::size_t length = std::min(options_.pieceSize, range.length - at);
-        const std::size_t firstBlock = (range.offset + at - where.offset) / layout.blockSize;
-        Piece p{&file, range.offset + at, length, 0, 0, crcs.subspan(firstBlock, length / layout.blockSize)};
-        p.head = std::min(head, p.length);
-        p.take = std::min(left, p.length - p.head);
-        head -= p.head;
-        left -= p.take;
-        pieces.push_back(p);
-      }
-      plans[i].pieces = pieces.size() - plans[i].firstPiece;
-    }
-  }
 
   coio::Task<void> serveRequest(Connection& conn, std::uint64_t id, proto::BatchReadRequest request, bool counted,
                                 std::chrono::steady_clock::time_point received) {
@@ -736,7 +535,7 @@ class StorageServer {
     std::vector<IoPlan> plans(request.ios.size());
     std::vector<proto::IoResult> results = validate(request, *conn.channel, plans);
     std::vector<Piece> pieces;
-    plan(request, results, plans, pieces);
+    planReads(request, results, plans, pieces, options_.pieceSize);
     if (pieces.size() > pool_.count()) {  // more than the whole pool could ever hold
       for (proto::IoResult& r : results) r.status = proto::IoStatus::batchTooLarge;
       pieces.clear();
@@ -818,85 +617,6 @@ class StorageServer {
     answered(received, stop);
   }
 
-  // One request's data on its way out: which pieces are read, and per IO
-  // how far its in-order stream has got, with the CRC of what was sent.
-  struct RequestStream {
-    RequestStream(const proto::BatchReadRequest& r, std::vector<proto::IoResult>& res,
-                  const std::vector<IoPlan>& pl, const std::vector<Piece>& pi, const Lease& le, std::uint64_t requestId)
-        : request(r), results(res), plans(pl), pieces(pi), lease(le), id(requestId), done(pi.size(), false),
-          ioOf(pi.size()), asked(pi.size()), unread(r.ios.size()), next(r.ios.size(), 0), sent(r.ios.size(), 0),
-          crc(r.ios.size(), 0) {
-      for (std::size_t io = 0; io < plans.size(); ++io) {
-        unread[io] = plans[io].pieces;
-        for (std::size_t p = plans[io].firstPiece; p < plans[io].firstPiece + plans[io].pieces; ++p) ioOf[p] = io;
-      }
-      for (std::size_t p = 0; p < pieces.size(); ++p) {
-        asked[p] = lease.buffers[p].span().subspan(pieces[p].head, pieces[p].take);
-      }
-    }
-
-    // The run of `io`'s pieces that may go now, as one piece of data: read
-    // and verified, with every piece before them read and sent (one IoData
-    // frame, one gather write or RDMA chain, however many buffers it
-    // spans). A piece whose read failed fails its IO (ioError), one whose
-    // block fails its CRC fails it `corrupt`: nothing more of it goes.
-    std::optional<OutgoingPiece> releasable(std::size_t io, const coio::ReadBatch& batch) {
-      const std::size_t first = plans[io].firstPiece + next[io];
-      const std::uint32_t offset = sent[io];
-      for (; next[io] < plans[io].pieces; ++next[io]) {
-        const std::size_t p = plans[io].firstPiece + next[io];
-        if (!done[p] || results[io].status != proto::IoStatus::ok) break;
-        const coio::Result<std::size_t> n = batch.result(p);
-        if (!n || *n != pieces[p].length) {
-          results[io].status = proto::IoStatus::ioError;
-          break;
-        }
-        const BlockVerifier& verifier = plans[io].target->verifier;  // a piece's IO is a valid one
-        const std::span<const std::byte> read = lease.buffers[p].span().first(pieces[p].length);
-        if (!verifier.matches(read, pieces[p].stored)) {
-          results[io].status = proto::IoStatus::corrupt;
-          break;
-        }
-        if (request.checksum == proto::ChecksumMode::crc32c) {
-          crc[io] = verifier.crcOf(read, pieces[p].stored, pieces[p].head, pieces[p].head + pieces[p].take, crc[io]);
-        }
-        sent[io] += static_cast<std::uint32_t>(asked[p].size());
-      }
-      if (sent[io] == offset) return std::nullopt;
-      return OutgoingPiece{id, request.ios[io].remote,
-                           {static_cast<std::uint32_t>(io), offset, sent[io] - offset},
-                           std::span(asked).subspan(first, plans[io].firstPiece + next[io] - first)};
-    }
-
-    // The response's byte counts and checksums, once every piece went.
-    void finish(std::vector<proto::IoResult>& out) const {
-      for (std::size_t io = 0; io < out.size(); ++io) {
-        proto::IoResult& r = out[io];
-        if (r.status != proto::IoStatus::ok) continue;
-        if (next[io] < plans[io].pieces) {  // never read (batch too large for the pool, stopped)
-          r.status = proto::IoStatus::ioError;
-          continue;
-        }
-        r.bytes = request.ios[io].length;
-        if (request.checksum == proto::ChecksumMode::crc32c) r.checksum = crc[io];
-      }
-    }
-
-    const proto::BatchReadRequest& request;
-    std::vector<proto::IoResult>& results;
-    const std::vector<IoPlan>& plans;
-    const std::vector<Piece>& pieces;
-    const Lease& lease;
-    std::uint64_t id;
-    std::vector<bool> done;         // per piece: its read completed
-    std::vector<std::size_t> ioOf;  // per piece: its IO
-    std::vector<std::span<std::byte>> asked;  // per piece: the asked bytes in its buffer
-    std::vector<std::size_t> unread;  // per IO: its pieces not read yet
-    std::vector<std::size_t> next;  // per IO: its first piece not sent yet
-    std::vector<std::uint32_t> sent;    // per IO: bytes sent so far
-    std::vector<std::uint32_t> crc;     // per IO: CRC32C of them
-    bool transmitting = false;      // a piece went: counted in stats_.transmitting
-  };
 
   // The request's response went (a send that failed stopped the
   // connection): its latency counts.
