@@ -3,6 +3,7 @@
 // from its targets (chunk stores) over TCP or RDMA (a Transport). A multi-reactor server
 // runs one per reactor and lets one of them accept for all (serve()).
 #include "cluster/chain_table.hpp"
+#include "server/connection.hpp"
 #include "server/read_plan.hpp"
 #include "server/server_options.hpp"
 #include "server/target.hpp"
@@ -218,38 +219,10 @@ class StorageServer {
 
   const Target* findTarget(std::uint32_t id) const noexcept { return findServedTarget(targets_, id); }
   coio::Result<Target> openTarget(const TargetSpec& spec) { return openServedTarget(disk_, spec, options_, note_); }
+  using Connection = ServedConnection<R>;
+  using Expiry = ConnectionExpiry;
 
 
-  struct Connection;
-  // A request waiting for its TransmitGrant: the connection's reader finds
-  // it by request id while it lives.
-  struct GrantWait {
-    GrantWait(Connection& c, std::uint64_t requestId) : conn(c), id(requestId) { conn.awaiting.emplace(id, this); }
-    GrantWait(const GrantWait&) = delete;
-    GrantWait& operator=(const GrantWait&) = delete;
-    ~GrantWait() { conn.awaiting.erase(id); }
-    Connection& conn;
-    std::uint64_t id;
-    coio::Event arrived;
-    bool granted = false;
-  };
-
-  enum class Expiry { none, frame, idle, send };
-
-  struct Connection {
-    explicit Connection(std::unique_ptr<Channel<R>> c) : channel(std::move(c)) {}
-    std::unique_ptr<Channel<R>> channel;
-    std::stop_source stop;  // cancels the reader and every request
-    std::chrono::steady_clock::time_point idleSince = std::chrono::steady_clock::now();  // inFlight last emptied
-    Expiry expired = Expiry::none;  // why enforceDeadlines() stopped it
-    std::size_t sendsPending = 0;   // sends started and not finished (sendTracked)
-    std::uint64_t sendsDone = 0;    // sends finished: enforceDeadlines sees progress by it
-    coio::AsyncScope requests;
-    std::unordered_set<std::uint64_t> inFlight;               // request ids being served
-    std::unordered_map<std::uint64_t, GrantWait*> awaiting;   // ... of which these wait for a grant
-    std::deque<std::uint64_t> ignoredGrants;                  // recent ids answered without their grant
-  };
-  static constexpr std::size_t kRememberIgnoredGrants = 1024;
 
 
   // Takes a request id out of the connection's in-flight set when its task
@@ -379,7 +352,7 @@ class StorageServer {
     connections_.insert(&conn);
     ++stats_.connections;
     auto [failure, watched, enforced] = co_await coio::collectAll(
-        readRequestsThenStop(conn), conn.channel->watchPeer(conn.stop.get_token()), enforceDeadlines(conn));
+        readRequestsThenStop(conn), conn.channel->watchPeer(conn.stop.get_token()), conn.enforceDeadlines(reactor_, options_));
     (void)watched;
     (void)enforced;
     co_await conn.requests.join();
@@ -400,47 +373,6 @@ class StorageServer {
     connections_.erase(&conn);
   }
 
-  // Stops the connection once a frame has taken frameTimeout since its
-  // first byte, once it has had nothing in flight for idleTimeout, or once
-  // its sends have made no progress (none finished while some were
-  // pending) for sendTimeout: a client that stops reading must not pin
-  // buffers. It wakes at least every min(frameTimeout, idleTimeout,
-  // sendTimeout / 4), so that a deadline set while it sleeps (never sooner
-  // than that from now) is not missed, and a stalled send is seen within
-  // 1.25 x sendTimeout: nothing on the request path arms a timer.
-  coio::Task<void> enforceDeadlines(Connection& conn) {
-    using Clock = std::chrono::steady_clock;
-    const Clock::duration tick = std::min({options_.frameTimeout, options_.idleTimeout, options_.sendTimeout / 4});
-    std::uint64_t sendsSeen = conn.sendsDone;
-    Clock::time_point sendProgress = Clock::now();  // when sends were last seen idle or progressing
-    for (;;) {
-      const Clock::time_point now = Clock::now();
-      if (conn.sendsPending == 0 || conn.sendsDone != sendsSeen) {
-        sendsSeen = conn.sendsDone;
-        sendProgress = now;
-      } else if (now - sendProgress >= options_.sendTimeout) {
-        conn.expired = Expiry::send;
-        conn.stop.request_stop();
-        co_return;
-      }
-      Clock::time_point due = Clock::time_point::max();
-      Expiry expiry = Expiry::none;
-      if (const std::optional<Clock::time_point> started = conn.channel->frameStartedAt()) {
-        due = *started + options_.frameTimeout;
-        expiry = Expiry::frame;
-      } else if (conn.inFlight.empty()) {
-        due = conn.idleSince + options_.idleTimeout;
-        expiry = Expiry::idle;
-      }
-      if (now >= due) {
-        conn.expired = expiry;
-        conn.stop.request_stop();
-        co_return;
-      }
-      const bool slept = co_await reactor_.sleepUntil(std::min(due, now + tick), conn.stop.get_token());
-      if (!slept) co_return;  // the connection is ending
-    }
-  }
 
   // The reader; its end (or the watch's abort, which ends it) ends
   // everything else on the connection.
@@ -548,10 +480,10 @@ class StorageServer {
     // the client's slots, neither could go on. A response without data
     // needs no grant.
     if (!request.granted && !pieces.empty()) {
-      GrantWait grant(conn, id);
+      GrantWait<R> grant(conn, id);
       const std::chrono::steady_clock::time_point asked = std::chrono::steady_clock::now();
-      co_await askForGrant(conn, id);
-      const bool granted = co_await awaitGrant(conn, grant);
+      co_await conn.askForGrant(id);
+      const bool granted = co_await conn.awaitGrant(reactor_, options_.transmitTimeout, grant);
       if (stop.stop_requested()) co_return;  // the connection is going away
       latencies_.transmitWait.observe(std::chrono::steady_clock::now() - asked);
       if (!granted) {
@@ -559,7 +491,7 @@ class StorageServer {
         for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
         std::vector<std::byte> frame;
         proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
-        co_await sendFrame(conn, frame);
+        co_await conn.sendFrame(frame);
         answered(received, stop);
         co_return;
       }
@@ -591,7 +523,7 @@ class StorageServer {
       if (const std::optional<OutgoingPiece> piece = out.releasable(io, batch)) {
         if (!out.transmitting) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
         out.transmitting = true;
-        sends.spawn(sendPiece(conn, *piece));
+        sends.spawn(conn.sendPiece(*piece));
       }
     };
     while (std::optional<std::size_t> p = co_await batch.next(stop)) {
@@ -610,9 +542,9 @@ class StorageServer {
     std::vector<std::byte> frame;
     proto::encode(frame, id, proto::BatchReadResponse{std::move(results)});
     const bool inOrder = conn.channel->sendsInOrder();
-    if (inOrder && !stop.stop_requested()) sends.spawn(sendFrame(conn, frame));
+    if (inOrder && !stop.stop_requested()) sends.spawn(conn.sendFrame(frame));
     co_await sends.join();
-    if (!inOrder && !stop.stop_requested()) co_await sendFrame(conn, frame);
+    if (!inOrder && !stop.stop_requested()) co_await conn.sendFrame(frame);
     if (out.transmitting) --stats_.transmitting;
     answered(received, stop);
   }
@@ -624,53 +556,6 @@ class StorageServer {
     if (!stop.stop_requested()) latencies_.request.observe(std::chrono::steady_clock::now() - received);
   }
 
-  coio::Task<void> sendPiece(Connection& conn, OutgoingPiece piece) {
-    co_await sendTracked(conn, [&](std::stop_token token) { return conn.channel->sendData(piece, std::move(token)); });
-  }
-  coio::Task<void> sendFrame(Connection& conn, std::span<const std::byte> frame) {
-    co_await sendTracked(conn, [&](std::stop_token token) { return conn.channel->send(frame, std::move(token)); });
-  }
-
-  // Runs `send(token)` under the connection's stop, watched by
-  // enforceDeadlines (no timer of its own: one per piece would cost more
-  // than the send). A send that fails ends the connection (a TCP stream cut
-  // mid-frame, a QP in error).
-  template <typename Send>
-  coio::Task<void> sendTracked(Connection& conn, Send send) {
-    ++conn.sendsPending;
-    const coio::Result<void> sent = co_await send(conn.stop.get_token());
-    --conn.sendsPending;
-    ++conn.sendsDone;
-    if (!sent) conn.stop.request_stop();
-  }
-
-  // Sends TransmitRequest (a send that fails stops the connection).
-  coio::Task<void> askForGrant(Connection& conn, std::uint64_t id) {
-    std::vector<std::byte> frame;
-    proto::encodeEmpty(frame, proto::MessageType::transmitRequest, id);
-    co_await sendFrame(conn, frame);
-  }
-
-  // Waits up to transmitTimeout for the grant asked for, unless it came
-  // already. True if granted; false on timeout (a grant that comes later is
-  // then ignored) or when the connection stops.
-  coio::Task<bool> awaitGrant(Connection& conn, GrantWait& wait) {
-    if (!wait.granted) {
-      // The connection's stop ends the wait as a grant would.
-      (void)co_await coio::withStopToken(conn.stop.get_token(),
-                                         coio::waitFor(reactor_, wait.arrived, options_.transmitTimeout));
-    }
-    if (!wait.granted) ignoreLateGrant(conn, wait.id);
-    co_return wait.granted;
-  }
-
-  // The request is answered without its grant: should the grant still
-  // come, it crossed the response and is ignored, not a protocol error.
-  void ignoreLateGrant(Connection& conn, std::uint64_t id) {
-    if (conn.stop.stop_requested()) return;
-    conn.ignoredGrants.push_back(id);
-    if (conn.ignoredGrants.size() > kRememberIgnoredGrants) conn.ignoredGrants.pop_front();
-  }
 
   R& reactor_;
   ServerOptions options_;
