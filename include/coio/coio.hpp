@@ -24,6 +24,7 @@
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
 #include <coio/core/version.hpp>
+#include <coio/net/group_commit.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>

@@ -3,11 +3,11 @@
 // frame (header checked before the payload is read), and a writer that keeps
 // whole frames (and a response's trailing data) from interleaving.
 #include "transport/channel.hpp"
-#include "transport/group_commit.hpp"
 #include "protocol/protocol.hpp"
 
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
+#include <coio/net/group_commit.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/with_timeout.hpp>
@@ -124,7 +124,7 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
 /// another frame. Sends go out in the order they were called. Awaited on
 /// the stream's loop thread, which resumes every send.
 ///
-/// Group commit (GroupCommit, where leading, cancellation and breaking are
+/// Group commit (coio::GroupCommit, <coio/net/group_commit.hpp>, where leading, cancellation and breaking are
 /// explained): the sends made in one turn of the loop, or queued while a
 /// write is under way, go out in one gather write (IOV_MAX parts per batch,
 /// or a larger send alone) instead of one write each. A send cancelled
@@ -195,7 +195,7 @@ class FrameWriter {
 
   coio::TcpStream<R>& stream_;
   std::vector<iovec> gather_;  // the parts of the write under way (writeAll's scratch)
-  GroupCommit<R, Send, WriteSends> commit_;
+  coio::GroupCommit<R, Send, WriteSends> commit_;
 };
 
 /// Reads and discards until the stream ends or fails.

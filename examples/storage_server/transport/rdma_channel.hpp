@@ -6,10 +6,10 @@
 // RDMA-written straight from the server's read buffers into the client's
 // registered memory.
 #include "transport/channel.hpp"
-#include "transport/group_commit.hpp"
 
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/collect_all.hpp>
+#include <coio/net/group_commit.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/rdma/rdma.hpp>
 #include <coio/core/cancellation.hpp>
@@ -244,7 +244,7 @@ class RdmaChannel final : public Channel<R> {
   std::vector<coio::rdma::MemoryRegion> regions_;  // client: where IOs may land
   std::vector<std::byte> inbox_;                   // one received message
   bool broken_ = false;
-  GroupCommit<R, const OutgoingPiece*, WritePieces> writes_;  // server: the pieces' RDMA WRITEs
+  coio::GroupCommit<R, const OutgoingPiece*, WritePieces> writes_;  // server: the pieces' RDMA WRITEs
 };
 
 /// Serves connections over RDMA: registers a shard's read-buffer pool once

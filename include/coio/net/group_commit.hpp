@@ -1,8 +1,4 @@
 #pragma once
-// Group commit: concurrent callers' items are carried out in batches by one
-// leader at a time, so that many small sends become one system call (a
-// gather write, a chain of RDMA work requests). Shared by the TCP frame
-// writer and the RDMA channel's writes.
 #include <coio/core/result.hpp>
 #include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
@@ -17,27 +13,42 @@
 #include <utility>
 #include <vector>
 
-namespace storage {
+namespace coio {
 
-/// Carries out items in batches, in the order they were submitted.
+/// Group commit: concurrent callers' items carried out in batches by one
+/// leader at a time, so that many small sends become one system call (a
+/// gather write of many frames, a chain of RDMA work requests). The
+/// storage example's TCP frame writer and RDMA writes are built on it.
 ///
 /// A submit() that finds no batch under way leads: it yields once to the
-/// coroutines already ready on the loop (a burst of read completions, say),
-/// then hands the oldest queued items to `Batch` (as many as fit in
-/// `maxWeight`, or the first alone if heavier), wakes their callers with the
-/// batch's result, and repeats until its own item is done; then it hands
-/// leadership to the oldest item still queued. An item cancelled while
-/// queued leaves the queue untouched; once a batch took it, it runs to the
-/// end under the leader's stop token.
+/// coroutines already ready on the loop (reactor.schedule(): a burst of
+/// read completions, say, queues its items behind it), then hands the
+/// oldest queued items to `Batch` (as many as fit in `maxWeight`, or the
+/// first alone if heavier), wakes their callers with the batch's result,
+/// and repeats until its own item is done; then it hands leadership to the
+/// oldest item still queued.
 ///
-/// A batch that fails breaks the commit: every later submit() fails at once
-/// with Errc::closed (a byte stream cut mid-frame, a queue pair in error
-/// cannot be used again).
+/// Guarantees:
+/// - Items are carried out in the order submit() was called, each in
+///   exactly one batch, batches one at a time (never two `Batch` calls at
+///   once).
+/// - Each caller gets its own batch's result.
+/// - Cancellation: an item whose `stop` is requested while it is queued
+///   leaves the queue and yields std::errc::operation_canceled, nothing of
+///   it carried out; once a batch took it, it runs to the end under the
+///   leader's stop token, and its caller gets the batch's result.
+/// - A batch that fails breaks the commit: every later submit() fails at
+///   once with Errc::closed (a byte stream cut mid-frame, a queue pair in
+///   error cannot be used again); broken() tells.
+/// - Threads: used on the loop thread of `reactor` only. Every caller
+///   resumes there: the leader after its own batch, the others inline when
+///   the leader wakes them (in submit order), or when their stop is
+///   requested (on the loop thread that requests it).
 ///
 /// `Batch` is called as `co_await batch(std::span<const Item> items,
-/// std::stop_token)` and yields coio::Result<void>. Awaited on the loop
-/// thread of `reactor`, which resumes every caller.
-template <coio::Reactor R, typename Item, typename Batch>
+/// std::stop_token)` and yields Result<void>; `items` is valid until
+/// it returns.
+template <Reactor R, typename Item, typename Batch>
 class GroupCommit {
  public:
   GroupCommit(R& reactor, std::size_t maxWeight, Batch batch)
@@ -46,8 +57,8 @@ class GroupCommit {
   GroupCommit& operator=(const GroupCommit&) = delete;
 
   /// Carries out `item` (of `weight` towards a batch's maxWeight) in a batch.
-  coio::Task<coio::Result<void>> submit(Item item, std::size_t weight, std::stop_token stop) {
-    if (broken_) co_return coio::Errc::closed;
+  Task<Result<void>> submit(Item item, std::size_t weight, std::stop_token stop) {
+    if (broken_) co_return Errc::closed;
     Caller me{std::move(item), weight};
     queue_.push_back(&me);
     if (leading_) {
@@ -81,15 +92,15 @@ class GroupCommit {
     Caller(Item i, std::size_t w) noexcept : item(std::move(i)), weight(w) {}
     Item item;
     std::size_t weight;
-    coio::Semaphore wake{0};  // released when done, or when handed the lead
-    coio::Result<void> result = coio::Errc::closed;
+    Semaphore wake{0};  // released when done, or when handed the lead
+    Result<void> result = Errc::closed;
     bool taken = false;  // in a batch under way
     bool done = false;   // `result` is final
   };
 
   // Carries out the oldest queued items (whole ones, up to maxWeight, or
   // the first alone if heavier) in one batch, then wakes the ones it took.
-  coio::Task<void> runBatch(Caller& leader, std::stop_token stop) {
+  Task<void> runBatch(Caller& leader, std::stop_token stop) {
     std::vector<Caller*> taken;
     items_.clear();
     std::size_t weight = 0;
@@ -102,7 +113,7 @@ class GroupCommit {
       weight += c->weight;
     }
     // if/else, not a conditional: g++ 12 miscompiles `c ? x : co_await y`.
-    coio::Result<void> result = coio::Errc::closed;
+    Result<void> result = Errc::closed;
     if (!broken_) result = co_await batch_(std::span<const Item>(items_), stop);
     if (!result) broken_ = true;
     for (Caller* c : taken) {
@@ -128,4 +139,4 @@ class GroupCommit {
   bool broken_ = false;
 };
 
-}  // namespace storage
+}  // namespace coio
