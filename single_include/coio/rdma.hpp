@@ -4222,6 +4222,378 @@ struct StampedPtr {
 #define COIO_VERSION "0.1.0"
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
 // end <coio/core/version.hpp>
+// begin <coio/net/group_commit.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_GROUP_COMMIT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_GROUP_COMMIT_HPP
+// begin <coio/reactor/reactor.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+// begin <coio/reactor/loop_stats.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+// LoopStats and LoopStall: a view into a reactor's loop. The counters and
+// queue depths a service exports (reactor.stats()), and what the stall
+// detector reports about a turn of the loop that ran too long
+// (reactor.setStallHandler()). Both reactors fill them the same way.
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+namespace coio {
+
+/// The kinds of operation LoopStats counts.
+enum class OpKind : std::uint8_t {
+  recv,       ///< recv, recvAll (and a multishot recv kept armed for them)
+  send,       ///< send, sendv (and zero-copy sends)
+  accept,     ///< accept
+  connect,    ///< connect
+  poll,       ///< readable, writable
+  timer,      ///< sleepFor, sleepUntil (also withTimeout's deadline)
+  diskRead,   ///< a File's reads (read, readv, read_fixed)
+  diskWrite,  ///< a File's writes (write, writev, write_fixed)
+  diskSync,   ///< fsync, fdatasync
+  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
+};
+
+/// How many OpKinds there are: the size of LoopStats::ops.
+inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::other) + 1;
+
+/// The kind's name, for metric labels and messages ("recv", "diskRead", ...).
+constexpr std::string_view toString(OpKind kind) noexcept {
+  constexpr std::string_view names[kOpKinds] = {"recv", "send",     "accept",    "connect",  "poll",
+                                                "timer", "diskRead", "diskWrite", "diskSync", "other"};
+  return static_cast<std::size_t>(kind) < kOpKinds ? names[static_cast<std::size_t>(kind)] : "?";
+}
+
+/// The phases of one turn of the loop, in the order they run. A turn is
+/// everything the loop thread does between two waits for I/O.
+enum class LoopPhase : std::uint8_t {
+  /// Dispatching what the wait returned: I/O completions and readiness
+  /// (each resumes the coroutine that waited for it, inline), and
+  /// coroutines handed over from other threads (schedule, spawn).
+  completions,
+  /// Resuming the coroutines queued on the loop thread: spawned there,
+  /// `co_await schedule()`, operations that yield to the next iteration.
+  ready,
+  /// Firing the timers that are due (each resumes its sleeper, inline).
+  timers,
+};
+
+/// How many LoopPhases there are.
+inline constexpr std::size_t kLoopPhases = static_cast<std::size_t>(LoopPhase::timers) + 1;
+
+/// The phase's name ("completions", "ready", "timers").
+constexpr std::string_view toString(LoopPhase phase) noexcept {
+  constexpr std::string_view names[kLoopPhases] = {"completions", "ready", "timers"};
+  return static_cast<std::size_t>(phase) < kLoopPhases ? names[static_cast<std::size_t>(phase)] : "?";
+}
+
+/// A snapshot of one reactor's loop (`reactor.stats()`), taken on its loop
+/// thread. Counters count from the reactor's construction and never go
+/// back; depths are as of the snapshot.
+///
+/// What counts as an operation is what the reactor waits on the kernel for:
+/// an SQE (UringReactor; the Disk's SQEs too, on either reactor) or a wait
+/// registered for an fd's readiness (EpollReactor). It is `submitted` when
+/// that starts and `completed` when it ends, whatever the result (an error
+/// or a cancellation included; a multishot recv at its last completion);
+/// so submitted - completed is what is in flight. An operation that needs
+/// no wait (a send the socket took at once, a recv that found data under
+/// epoll, an error known up front) counts only in `completedInline`. The
+/// reactor's own operations (its wake-up eventfd, its timer deadline) and
+/// cancel requests are not counted. Timers count as operations of kind
+/// `timer`: submitted when set, completed when fired or cancelled.
+struct LoopStats {
+  /// The counters of one kind of operation.
+  struct Ops {
+    std::uint64_t submitted = 0;  ///< waits started: SQEs, fd waits, timers set
+    std::uint64_t completed = 0;  ///< waits ended, whatever the result
+  };
+
+  /// By OpKind (see operator[]).
+  std::array<Ops, kOpKinds> ops{};
+  /// The counters of `kind`.
+  const Ops& operator[](OpKind kind) const noexcept { return ops[static_cast<std::size_t>(kind)]; }
+
+  std::uint64_t completedInline = 0;  ///< operations of any kind that completed without a wait
+  std::uint64_t timersFired = 0;      ///< timers that fired (the others completed were cancelled)
+  std::uint64_t events = 0;           ///< what the reactor's waits returned: epoll events, io_uring CQEs
+  std::uint64_t resumed = 0;          ///< coroutines resumed from the ready queue (LoopPhase::ready)
+  std::uint64_t iterations = 0;       ///< turns of the loop
+
+  std::size_t inFlight = 0;     ///< operations submitted and not completed (timers aside)
+  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase (not those other threads handed over)
+  std::size_t timers = 0;       ///< timers set and not fired or cancelled yet
+  std::size_t unsubmitted = 0;  ///< UringReactor: SQEs prepared, not handed to the kernel yet (0 on epoll)
+
+  /// Whether the loop times its turns (setLoopTiming, setStallHandler):
+  /// the durations below only grow while it does.
+  bool timed = false;
+  /// The loop thread's time inside the reactor's waits for I/O that could
+  /// block (with io_uring, that includes the kernel's work on the
+  /// submissions the wait hands over).
+  std::chrono::nanoseconds waiting{};
+  /// Its time in the turns between those waits (the LoopPhases).
+  std::chrono::nanoseconds running{};
+  /// The longest turn timed.
+  std::chrono::nanoseconds longestTurn{};
+  /// Turns longer than the stall threshold: the stall handler's calls.
+  std::uint64_t stalls = 0;
+};
+
+/// One turn of the loop that ran longer than the stall threshold, as the
+/// stall handler receives it (see setStallHandler).
+struct LoopStall {
+  std::chrono::nanoseconds duration{};  ///< the turn: its phases together
+  LoopPhase phase = LoopPhase::completions;  ///< the phase that took longest
+  /// Each phase's time, by LoopPhase.
+  std::array<std::chrono::nanoseconds, kLoopPhases> phases{};
+  /// What each phase ran, by LoopPhase: events dispatched (each resumes
+  /// the coroutines waiting for it), coroutines resumed, timers fired.
+  std::array<std::uint64_t, kLoopPhases> ran{};
+};
+
+/// What the stall detector calls, on the loop thread, after a turn that ran
+/// longer than the threshold.
+using StallHandler = std::function<void(const LoopStall&)>;
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+// end <coio/reactor/loop_stats.hpp>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <stop_token>
+
+namespace coio {
+
+/// An awaitable whose `co_await` yields exactly T.
+template <typename A, typename T>
+concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
+
+/// An event loop driven by one thread; EpollReactor and UringReactor model
+/// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+///
+/// What every model guarantees:
+/// - `run()` drives the loop on the calling thread until `stop()`;
+///   `runUntil(task)` until `task` finishes. One thread at a time.
+/// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
+///   sleeping loop; spawned tasks are owned by the reactor and start on the
+///   loop thread. `stop()` works from any thread and is final: pending
+///   operations are cancelled; spawned tasks that had not started are
+///   destroyed unrun when the loop stops, and a task spawned after stop()
+///   at once, so nobody waits for them in vain; tasks that had started are
+///   destroyed (all their frames) when the reactor is destroyed. Coroutines
+///   owned elsewhere (e.g. by a blockingWait on another thread) that still
+///   wait on a stopped reactor are never resumed: stop it after they are done.
+/// - An exception escaping a spawned task, on whatever thread it ran last,
+///   stops the reactor and is rethrown by its run() / runUntil().
+/// - Fairness: operations that could complete at once every time (an
+///   always-readable or always-writable socket, data read ahead, an error
+///   known up front) still let the loop run its timers and other fds at
+///   least once per bounded batch of completions: per loop iteration at
+///   most `kInlineTurnsPerIteration` awaits complete without suspending,
+///   later ones resume in the next iteration. The disk layer's awaitables
+///   share the budget.
+/// - Every other awaitable resumes its coroutine on the loop thread and must
+///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
+///   system category) and take a std::stop_token: a stop requested on the
+///   loop thread cancels the operation, which then yields
+///   std::errc::operation_canceled. A cancelled operation resumes only once
+///   the kernel has let go of its buffers.
+/// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
+///   after the call (its state is checked when the wait starts), which makes
+///   them safe for edge-triggered sources: drain, then wait again.
+/// - `forget(fd)` before closing an fd the reactor has waited on: the
+///   reactor keeps state by fd number, which the next fd opened under that
+///   number would otherwise inherit (under UringReactor's default recv mode
+///   that can be bytes read ahead from the closed socket).
+/// - A view into the loop, on the loop thread: `stats()` (LoopStats:
+///   operations submitted and completed by kind, queue depths, time waiting
+///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
+///   handler)`, which calls the handler after each turn of the loop that
+///   ran longer than the threshold (LoopStall). Counting is a plain
+///   increment per operation; timing (off by default) a clock read per
+///   phase of a turn that ran something.
+template <typename R>
+concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
+                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
+                           socklen_t length,
+                           std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
+                           std::stop_token stop, StallHandler handler) {
+  r.run();
+  r.runUntil(std::move(task));
+  r.stop();
+  r.spawn(std::move(task));
+  { cr.isInLoopThread() } -> std::same_as<bool>;
+  { r.schedule() } -> AwaitableOf<void>;
+  { r.sleepFor(d) } -> AwaitableOf<void>;
+  { r.sleepUntil(t) } -> AwaitableOf<void>;
+  { r.sleepFor(d, stop) } -> AwaitableOf<bool>;
+  { r.sleepUntil(t, stop) } -> AwaitableOf<bool>;
+  { r.readable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.writable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.accept(fd, stop) } -> AwaitableOf<Result<int>>;
+  { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
+  { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
+  r.forget(fd);
+  { cr.stats() } -> std::same_as<LoopStats>;
+  r.setLoopTiming(true);
+  r.setStallHandler(d, std::move(handler));
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+// end <coio/reactor/reactor.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace coio {
+
+/// Group commit: concurrent callers' items carried out in batches by one
+/// leader at a time, so that many small sends become one system call (a
+/// gather write of many frames, a chain of RDMA work requests). The
+/// storage example's TCP frame writer and RDMA writes are built on it.
+///
+/// A submit() that finds no batch under way leads: it yields once to the
+/// coroutines already ready on the loop (reactor.schedule(): a burst of
+/// read completions, say, queues its items behind it), then hands the
+/// oldest queued items to `Batch` (as many as fit in `maxWeight`, or the
+/// first alone if heavier), wakes their callers with the batch's result,
+/// and repeats until its own item is done; then it hands leadership to the
+/// oldest item still queued.
+///
+/// Guarantees:
+/// - Items are carried out in the order submit() was called, each in
+///   exactly one batch, batches one at a time (never two `Batch` calls at
+///   once).
+/// - Each caller gets its own batch's result.
+/// - Cancellation: an item whose `stop` is requested while it is queued
+///   leaves the queue and yields std::errc::operation_canceled, nothing of
+///   it carried out; once a batch took it, it runs to the end under the
+///   leader's stop token, and its caller gets the batch's result.
+/// - A batch that fails breaks the commit: every later submit() fails at
+///   once with Errc::closed (a byte stream cut mid-frame, a queue pair in
+///   error cannot be used again); broken() tells.
+/// - Threads: used on the loop thread of `reactor` only. Every caller
+///   resumes there: the leader after its own batch, the others inline when
+///   the leader wakes them (in submit order), or when their stop is
+///   requested (on the loop thread that requests it).
+///
+/// `Batch` is called as `co_await batch(std::span<const Item> items,
+/// std::stop_token)` and yields Result<void>; `items` is valid until
+/// it returns.
+template <Reactor R, typename Item, typename Batch>
+class GroupCommit {
+ public:
+  GroupCommit(R& reactor, std::size_t maxWeight, Batch batch)
+      : reactor_(reactor), maxWeight_(maxWeight), batch_(std::move(batch)) {}
+  GroupCommit(const GroupCommit&) = delete;
+  GroupCommit& operator=(const GroupCommit&) = delete;
+
+  /// Carries out `item` (of `weight` towards a batch's maxWeight) in a batch.
+  Task<Result<void>> submit(Item item, std::size_t weight, std::stop_token stop) {
+    if (broken_) co_return Errc::closed;
+    Caller me{std::move(item), weight};
+    queue_.push_back(&me);
+    if (leading_) {
+      // Carried out by the leader, or handed the lead.
+      if (!co_await me.wake.acquire(stop)) {
+        if (!me.taken) {
+          std::erase(queue_, &me);
+          co_return std::errc::operation_canceled;
+        }
+        co_await me.wake.acquire();  // in a batch under way: the leader's stop governs it
+      }
+      if (me.done) co_return std::move(me.result);
+    } else {
+      leading_ = true;
+      co_await reactor_.schedule();  // let this turn's other items queue behind
+    }
+    if (stop.stop_requested()) {  // nothing of ours went
+      std::erase(queue_, &me);
+      handOver();
+      co_return std::errc::operation_canceled;
+    }
+    while (!me.done) co_await runBatch(me, stop);
+    handOver();
+    co_return std::move(me.result);
+  }
+
+  bool broken() const noexcept { return broken_; }
+
+ private:
+  struct Caller {
+    Caller(Item i, std::size_t w) noexcept : item(std::move(i)), weight(w) {}
+    Item item;
+    std::size_t weight;
+    Semaphore wake{0};  // released when done, or when handed the lead
+    Result<void> result = Errc::closed;
+    bool taken = false;  // in a batch under way
+    bool done = false;   // `result` is final
+  };
+
+  // Carries out the oldest queued items (whole ones, up to maxWeight, or
+  // the first alone if heavier) in one batch, then wakes the ones it took.
+  Task<void> runBatch(Caller& leader, std::stop_token stop) {
+    std::vector<Caller*> taken;
+    items_.clear();
+    std::size_t weight = 0;
+    while (!queue_.empty() && (taken.empty() || weight + queue_.front()->weight <= maxWeight_)) {
+      Caller* c = queue_.front();
+      queue_.pop_front();
+      c->taken = true;
+      taken.push_back(c);
+      items_.push_back(c->item);
+      weight += c->weight;
+    }
+    // if/else, not a conditional: g++ 12 miscompiles `c ? x : co_await y`.
+    Result<void> result = Errc::closed;
+    if (!broken_) result = co_await batch_(std::span<const Item>(items_), stop);
+    if (!result) broken_ = true;
+    for (Caller* c : taken) {
+      c->result = result;
+      c->done = true;
+    }
+    for (Caller* c : taken) {
+      if (c != &leader) c->wake.release();  // resumes it inline
+    }
+  }
+
+  void handOver() noexcept {
+    leading_ = !queue_.empty();
+    if (leading_) queue_.front()->wake.release();
+  }
+
+  R& reactor_;
+  std::size_t maxWeight_;
+  Batch batch_;
+  std::deque<Caller*> queue_;  // not yet taken, oldest first
+  std::vector<Item> items_;    // the batch under way
+  bool leading_ = false;       // a leader is running batches
+  bool broken_ = false;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_GROUP_COMMIT_HPP
+// end <coio/net/group_commit.hpp>
 // begin <coio/net/socket_address.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
@@ -4559,236 +4931,6 @@ inline long resetConnection(int fd) noexcept {
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
 // end <coio/detail/reset_connection.hpp>
-// begin <coio/reactor/reactor.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
-// begin <coio/reactor/loop_stats.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
-// LoopStats and LoopStall: a view into a reactor's loop. The counters and
-// queue depths a service exports (reactor.stats()), and what the stall
-// detector reports about a turn of the loop that ran too long
-// (reactor.setStallHandler()). Both reactors fill them the same way.
-#include <array>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <string_view>
-
-namespace coio {
-
-/// The kinds of operation LoopStats counts.
-enum class OpKind : std::uint8_t {
-  recv,       ///< recv, recvAll (and a multishot recv kept armed for them)
-  send,       ///< send, sendv (and zero-copy sends)
-  accept,     ///< accept
-  connect,    ///< connect
-  poll,       ///< readable, writable
-  timer,      ///< sleepFor, sleepUntil (also withTimeout's deadline)
-  diskRead,   ///< a File's reads (read, readv, read_fixed)
-  diskWrite,  ///< a File's writes (write, writev, write_fixed)
-  diskSync,   ///< fsync, fdatasync
-  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
-};
-
-/// How many OpKinds there are: the size of LoopStats::ops.
-inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::other) + 1;
-
-/// The kind's name, for metric labels and messages ("recv", "diskRead", ...).
-constexpr std::string_view toString(OpKind kind) noexcept {
-  constexpr std::string_view names[kOpKinds] = {"recv", "send",     "accept",    "connect",  "poll",
-                                                "timer", "diskRead", "diskWrite", "diskSync", "other"};
-  return static_cast<std::size_t>(kind) < kOpKinds ? names[static_cast<std::size_t>(kind)] : "?";
-}
-
-/// The phases of one turn of the loop, in the order they run. A turn is
-/// everything the loop thread does between two waits for I/O.
-enum class LoopPhase : std::uint8_t {
-  /// Dispatching what the wait returned: I/O completions and readiness
-  /// (each resumes the coroutine that waited for it, inline), and
-  /// coroutines handed over from other threads (schedule, spawn).
-  completions,
-  /// Resuming the coroutines queued on the loop thread: spawned there,
-  /// `co_await schedule()`, operations that yield to the next iteration.
-  ready,
-  /// Firing the timers that are due (each resumes its sleeper, inline).
-  timers,
-};
-
-/// How many LoopPhases there are.
-inline constexpr std::size_t kLoopPhases = static_cast<std::size_t>(LoopPhase::timers) + 1;
-
-/// The phase's name ("completions", "ready", "timers").
-constexpr std::string_view toString(LoopPhase phase) noexcept {
-  constexpr std::string_view names[kLoopPhases] = {"completions", "ready", "timers"};
-  return static_cast<std::size_t>(phase) < kLoopPhases ? names[static_cast<std::size_t>(phase)] : "?";
-}
-
-/// A snapshot of one reactor's loop (`reactor.stats()`), taken on its loop
-/// thread. Counters count from the reactor's construction and never go
-/// back; depths are as of the snapshot.
-///
-/// What counts as an operation is what the reactor waits on the kernel for:
-/// an SQE (UringReactor; the Disk's SQEs too, on either reactor) or a wait
-/// registered for an fd's readiness (EpollReactor). It is `submitted` when
-/// that starts and `completed` when it ends, whatever the result (an error
-/// or a cancellation included; a multishot recv at its last completion);
-/// so submitted - completed is what is in flight. An operation that needs
-/// no wait (a send the socket took at once, a recv that found data under
-/// epoll, an error known up front) counts only in `completedInline`. The
-/// reactor's own operations (its wake-up eventfd, its timer deadline) and
-/// cancel requests are not counted. Timers count as operations of kind
-/// `timer`: submitted when set, completed when fired or cancelled.
-struct LoopStats {
-  /// The counters of one kind of operation.
-  struct Ops {
-    std::uint64_t submitted = 0;  ///< waits started: SQEs, fd waits, timers set
-    std::uint64_t completed = 0;  ///< waits ended, whatever the result
-  };
-
-  /// By OpKind (see operator[]).
-  std::array<Ops, kOpKinds> ops{};
-  /// The counters of `kind`.
-  const Ops& operator[](OpKind kind) const noexcept { return ops[static_cast<std::size_t>(kind)]; }
-
-  std::uint64_t completedInline = 0;  ///< operations of any kind that completed without a wait
-  std::uint64_t timersFired = 0;      ///< timers that fired (the others completed were cancelled)
-  std::uint64_t events = 0;           ///< what the reactor's waits returned: epoll events, io_uring CQEs
-  std::uint64_t resumed = 0;          ///< coroutines resumed from the ready queue (LoopPhase::ready)
-  std::uint64_t iterations = 0;       ///< turns of the loop
-
-  std::size_t inFlight = 0;     ///< operations submitted and not completed (timers aside)
-  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase (not those other threads handed over)
-  std::size_t timers = 0;       ///< timers set and not fired or cancelled yet
-  std::size_t unsubmitted = 0;  ///< UringReactor: SQEs prepared, not handed to the kernel yet (0 on epoll)
-
-  /// Whether the loop times its turns (setLoopTiming, setStallHandler):
-  /// the durations below only grow while it does.
-  bool timed = false;
-  /// The loop thread's time inside the reactor's waits for I/O that could
-  /// block (with io_uring, that includes the kernel's work on the
-  /// submissions the wait hands over).
-  std::chrono::nanoseconds waiting{};
-  /// Its time in the turns between those waits (the LoopPhases).
-  std::chrono::nanoseconds running{};
-  /// The longest turn timed.
-  std::chrono::nanoseconds longestTurn{};
-  /// Turns longer than the stall threshold: the stall handler's calls.
-  std::uint64_t stalls = 0;
-};
-
-/// One turn of the loop that ran longer than the stall threshold, as the
-/// stall handler receives it (see setStallHandler).
-struct LoopStall {
-  std::chrono::nanoseconds duration{};  ///< the turn: its phases together
-  LoopPhase phase = LoopPhase::completions;  ///< the phase that took longest
-  /// Each phase's time, by LoopPhase.
-  std::array<std::chrono::nanoseconds, kLoopPhases> phases{};
-  /// What each phase ran, by LoopPhase: events dispatched (each resumes
-  /// the coroutines waiting for it), coroutines resumed, timers fired.
-  std::array<std::uint64_t, kLoopPhases> ran{};
-};
-
-/// What the stall detector calls, on the loop thread, after a turn that ran
-/// longer than the threshold.
-using StallHandler = std::function<void(const LoopStall&)>;
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
-// end <coio/reactor/loop_stats.hpp>
-
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <chrono>
-#include <concepts>
-#include <cstddef>
-#include <span>
-#include <stop_token>
-
-namespace coio {
-
-/// An awaitable whose `co_await` yields exactly T.
-template <typename A, typename T>
-concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
-
-/// An event loop driven by one thread; EpollReactor and UringReactor model
-/// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
-///
-/// What every model guarantees:
-/// - `run()` drives the loop on the calling thread until `stop()`;
-///   `runUntil(task)` until `task` finishes. One thread at a time.
-/// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
-///   sleeping loop; spawned tasks are owned by the reactor and start on the
-///   loop thread. `stop()` works from any thread and is final: pending
-///   operations are cancelled; spawned tasks that had not started are
-///   destroyed unrun when the loop stops, and a task spawned after stop()
-///   at once, so nobody waits for them in vain; tasks that had started are
-///   destroyed (all their frames) when the reactor is destroyed. Coroutines
-///   owned elsewhere (e.g. by a blockingWait on another thread) that still
-///   wait on a stopped reactor are never resumed: stop it after they are done.
-/// - An exception escaping a spawned task, on whatever thread it ran last,
-///   stops the reactor and is rethrown by its run() / runUntil().
-/// - Fairness: operations that could complete at once every time (an
-///   always-readable or always-writable socket, data read ahead, an error
-///   known up front) still let the loop run its timers and other fds at
-///   least once per bounded batch of completions: per loop iteration at
-///   most `kInlineTurnsPerIteration` awaits complete without suspending,
-///   later ones resume in the next iteration. The disk layer's awaitables
-///   share the budget.
-/// - Every other awaitable resumes its coroutine on the loop thread and must
-///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
-///   system category) and take a std::stop_token: a stop requested on the
-///   loop thread cancels the operation, which then yields
-///   std::errc::operation_canceled. A cancelled operation resumes only once
-///   the kernel has let go of its buffers.
-/// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
-///   after the call (its state is checked when the wait starts), which makes
-///   them safe for edge-triggered sources: drain, then wait again.
-/// - `forget(fd)` before closing an fd the reactor has waited on: the
-///   reactor keeps state by fd number, which the next fd opened under that
-///   number would otherwise inherit (under UringReactor's default recv mode
-///   that can be bytes read ahead from the closed socket).
-/// - A view into the loop, on the loop thread: `stats()` (LoopStats:
-///   operations submitted and completed by kind, queue depths, time waiting
-///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
-///   handler)`, which calls the handler after each turn of the loop that
-///   ran longer than the threshold (LoopStall). Counting is a plain
-///   increment per operation; timing (off by default) a clock read per
-///   phase of a turn that ran something.
-template <typename R>
-concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
-                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
-                           socklen_t length,
-                           std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
-                           std::stop_token stop, StallHandler handler) {
-  r.run();
-  r.runUntil(std::move(task));
-  r.stop();
-  r.spawn(std::move(task));
-  { cr.isInLoopThread() } -> std::same_as<bool>;
-  { r.schedule() } -> AwaitableOf<void>;
-  { r.sleepFor(d) } -> AwaitableOf<void>;
-  { r.sleepUntil(t) } -> AwaitableOf<void>;
-  { r.sleepFor(d, stop) } -> AwaitableOf<bool>;
-  { r.sleepUntil(t, stop) } -> AwaitableOf<bool>;
-  { r.readable(fd, stop) } -> AwaitableOf<Result<void>>;
-  { r.writable(fd, stop) } -> AwaitableOf<Result<void>>;
-  { r.accept(fd, stop) } -> AwaitableOf<Result<int>>;
-  { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
-  { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
-  { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
-  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
-  r.forget(fd);
-  { cr.stats() } -> std::same_as<LoopStats>;
-  r.setLoopTiming(true);
-  r.setStallHandler(d, std::move(handler));
-};
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
-// end <coio/reactor/reactor.hpp>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -6712,6 +6854,9 @@ class ReactorPool {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_POOL_HPP
 // end <coio/reactor/reactor_pool.hpp>
+// begin <coio/reactor/wait_for.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_WAIT_FOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_WAIT_FOR_HPP
 // begin <coio/reactor/with_timeout.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
@@ -6853,6 +6998,46 @@ auto withTimeout(R& reactor, Task<T> task, std::chrono::steady_clock::duration t
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
 // end <coio/reactor/with_timeout.hpp>
+
+#include <chrono>
+#include <stop_token>
+#include <system_error>
+
+namespace coio {
+
+/// Waits until `event` is set, for at most `timeout`: "this happened, or a
+/// deadline" (a response, a grant, a drain), in one call, without a
+/// std::stop_source standing in for the event. Yields an empty Result if
+/// the event is set, `std::errc::timed_out` at the deadline, and
+/// `std::errc::operation_canceled` if the awaiting task is stopped first
+/// (see currentStopToken; `withStopToken(token, waitFor(...))` waits under
+/// a token of your own instead).
+///
+/// Guarantees:
+/// - A set event wins: one set before the call yields success at once,
+///   without suspending or arming a timer; one set before the wait saw the
+///   deadline or the stop yields success even if they came too.
+/// - It returns only once the timer is gone (withTimeout's guarantee): no
+///   wake-up of it comes later.
+/// - Must be awaited on the reactor's thread; resumes there. When the
+///   event is set, the awaiting coroutine resumes in a later iteration of
+///   the loop, not inside set(): whoever sets the event finishes first.
+/// - The event must outlive the wait.
+template <Reactor R>
+Task<Result<void>> waitFor(R& reactor, Event& event, std::chrono::steady_clock::duration timeout) {
+  if (event.isSet()) co_return Result<void>{};
+  co_return co_await withTimeout(
+      reactor,
+      [&event](std::stop_token stop) -> Task<Result<void>> {
+        if (co_await event.wait(std::move(stop))) co_return Result<void>{};
+        co_return std::make_error_code(std::errc::operation_canceled);
+      },
+      timeout);
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_WAIT_FOR_HPP
+// end <coio/reactor/wait_for.hpp>
 // begin <coio/testing/manual_executor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
