@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -169,3 +172,50 @@ TEST_CASE("api example: withTimeout", "[api-example]") {
   CHECK(reactor.runUntil(with_timeout_example::askWithDeadline(reactor)) == std::errc::timed_out);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
 }
+
+namespace tcp_stream_example {
+
+//! [TcpStream]
+using Reactor = coio::EpollReactor;  // or coio::UringReactor: the same code
+
+// Counts the bytes a client sends until it ends its side, and answers with the count.
+coio::Task<void> countBytes(coio::TcpListener<Reactor>& listener) {
+  coio::Result<coio::TcpStream<Reactor>> conn = co_await listener.accept();  // resumes on the loop thread
+  if (!conn) co_return;
+  std::uint64_t count = 0;
+  std::byte buffer[64];
+  coio::Result<std::size_t> got = co_await conn->read(buffer);  // what is there, at least 1 byte
+  while (got) {
+    count += *got;
+    got = co_await conn->read(buffer);
+  }
+  if (got.error() != coio::Errc::eof) co_return;  // the end of the stream is Errc::eof
+  (void)co_await conn->writeAll(std::as_bytes(std::span(&count, 1)));
+}
+
+coio::Task<coio::Result<std::uint64_t>> countRemotely(Reactor& reactor, coio::SocketAddress server,
+                                                      std::string_view text) {
+  coio::Result<coio::TcpStream<Reactor>> conn = co_await coio::TcpStream<Reactor>::connect(reactor, server);
+  if (!conn) co_return conn.error();
+  if (coio::Result<void> sent = co_await conn->writeAll(std::as_bytes(std::span(text))); !sent) co_return sent.error();
+  if (coio::Result<void> ended = conn->shutdown(); !ended) co_return ended.error();  // the server reads Errc::eof
+  std::uint64_t count = 0;
+  coio::Result<void> got = co_await conn->readExact(std::as_writable_bytes(std::span(&count, 1)));
+  if (!got) co_return got.error();
+  co_return count;
+}
+
+std::uint64_t countHello() {
+  Reactor reactor;
+  coio::Result<coio::TcpListener<Reactor>> listener =
+      coio::TcpListener<Reactor>::bind(reactor, coio::SocketAddress::loopbackV4());  // a free port
+  if (!listener) return 0;
+  reactor.spawn(countBytes(*listener));
+  coio::Result<std::uint64_t> count = reactor.runUntil(countRemotely(reactor, *listener->localAddress(), "hello"));
+  return count ? *count : 0;  // 5
+}
+//! [TcpStream]
+
+}  // namespace tcp_stream_example
+
+TEST_CASE("api example: TcpStream", "[api-example]") { CHECK(tcp_stream_example::countHello() == 5); }
