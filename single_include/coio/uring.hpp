@@ -395,11 +395,6 @@ class OwnedCoroutine {
 
 namespace coio::detail {
 
-// The reference a generator of T hands out: T& for a value type, T itself
-// for an lvalue reference.
-template <typename T>
-using YieldReference = std::conditional_t<std::is_reference_v<T>, T, T&>;
-
 // Promise mixin. `Suspend` is the awaiter every co_yield returns: how the
 // body gives control back to its consumer (it gets the body's handle).
 template <typename T, typename Suspend>
@@ -409,7 +404,7 @@ class YieldSlot {
 
  public:
   using Value = std::remove_cvref_t<T>;
-  using Object = std::remove_reference_t<YieldReference<T>>;  // const if the consumer may not modify it
+  using Object = std::remove_reference_t<T>;  // what the consumer gets a reference to: const if it may not modify it
 
   Suspend yield_value(Object& value) noexcept {
     yielded = std::addressof(value);
@@ -847,6 +842,9 @@ struct TaskAccess {
 ///   coio coroutine (`blockingWait`, a reactor's `spawn`) runs under a token
 ///   that never stops. Reactor operations and cancellable waits given no
 ///   token of their own use it.
+///
+/// Example:
+/// \snippet api_examples.cpp task
 template <typename T>
 class [[nodiscard]] Task {
  public:
@@ -1019,7 +1017,7 @@ class [[nodiscard]] AsyncGenerator {
   /// The values generated, without reference or cv-qualifiers.
   using value_type = std::remove_cvref_t<T>;
   /// How the consumer sees an item: `T&`, or T itself if it is a reference.
-  using reference = detail::YieldReference<T>;
+  using reference = std::conditional_t<std::is_reference_v<T>, T, T&>;
   /// What `co_await next()` yields: a pointer to the item, null at the end.
   using pointer = std::add_pointer_t<reference>;
 
@@ -1901,19 +1899,32 @@ namespace coio {
 /// - A request for more than `capacity()` tokens can never be met: it throws
 ///   std::invalid_argument instead of hanging.
 /// - `release` happens-before the acquisition that takes its tokens.
+///
+/// Example:
+/// \snippet api_examples.cpp BatchSemaphore
 class BatchSemaphore {
  public:
+  /// What acquire(n) returns. `co_await` it once: it yields nothing, with
+  /// the n tokens held; it continues at once if they are free and nobody is
+  /// queued, else it is resumed on the thread whose release() satisfies it.
+  using AcquireAwaitable = detail::AcquireOperation<false>;
+  /// What acquire(n, stop) returns. `co_await` it once: it yields true with
+  /// the n tokens held, or false with none if `stop` was requested while it
+  /// was queued (then resumed on the thread that requested stop); otherwise
+  /// like AcquireAwaitable.
+  using CancellableAcquireAwaitable = detail::AcquireOperation<true>;
+
   /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
-  detail::AcquireOperation<false> acquire(std::size_t n) { return {core_, checked(n)}; }
+  AcquireAwaitable acquire(std::size_t n) { return {core_, checked(n)}; }
 
   /// Like acquire(n), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the tokens held, false without. A default
   /// `stop` means the token the awaiting Task runs under (see
   /// currentStopToken).
-  detail::AcquireOperation<true> acquire(std::size_t n, std::stop_token stop) {
+  CancellableAcquireAwaitable acquire(std::size_t n, std::stop_token stop) {
     return {core_, checked(n), std::move(stop)};
   }
 
@@ -2041,6 +2052,9 @@ BlockingWaitTask<void> makeBlockingWaitTask(A&& awaitable) {
 /// of it runs there and this thread sleeps until it is done. Never call it on
 /// a thread the awaitable needs in order to make progress (a reactor's own
 /// thread): that deadlocks, as in folly.
+///
+/// Example:
+/// \snippet api_examples.cpp blockingWait
 template <Awaitable A>
 AwaitResult<A> blockingWait(A&& awaitable) {
   auto task = detail::makeBlockingWaitTask(std::forward<A>(awaitable));
@@ -2348,6 +2362,25 @@ class BoundedQueue {
  public:
   /// The item type.
   using value_type = T;
+  /// What push(item) returns. `co_await` it once: it yields Result<void>,
+  /// success once the item is in the queue or with a consumer, else
+  /// Errc::closed; it continues at once if there is room (or the queue is
+  /// closed), else it is resumed on the thread whose pop / tryPop makes room
+  /// for it, or that calls close(). The item is read only then: keep it alive.
+  using PushAwaitable = detail::QueuePushOperation<T, false>;
+  /// What push(item, stop) returns: like PushAwaitable, but yields
+  /// std::errc::operation_canceled, the item untouched, if `stop` is
+  /// requested while it waits (resumed on the thread that requested stop).
+  using CancellablePushAwaitable = detail::QueuePushOperation<T, true>;
+  /// What pop() returns. `co_await` it once: it yields Result<T>, the oldest
+  /// item or Errc::closed; it continues at once if an item is there (or the
+  /// queue is closed and drained), else it is resumed on the thread whose
+  /// push / tryPush hands it an item, or that calls close().
+  using PopAwaitable = detail::QueuePopOperation<T, false>;
+  /// What pop(stop) returns: like PopAwaitable, but yields
+  /// std::errc::operation_canceled if `stop` is requested while it waits
+  /// (resumed on the thread that requested stop).
+  using CancellablePopAwaitable = detail::QueuePopOperation<T, true>;
 
   /// An open, empty queue holding at most `capacity` (at least 1) items.
   explicit BoundedQueue(std::size_t capacity) : ring_(capacity) {
@@ -2361,23 +2394,23 @@ class BoundedQueue {
 
   /// `co_await q.push(std::move(item))` appends `item`, waiting for room in
   /// FIFO order; yields Result<void> (see the class comment).
-  detail::QueuePushOperation<T, false> push(T&& item) noexcept { return {*this, item}; }
+  PushAwaitable push(T&& item) noexcept { return {*this, item}; }
 
   /// Like push(), but gives up if `stop` is requested while waiting
   /// (std::errc::operation_canceled, `item` untouched).
-  detail::QueuePushOperation<T, true> push(T&& item, std::stop_token stop) noexcept {
+  CancellablePushAwaitable push(T&& item, std::stop_token stop) noexcept {
     return {*this, item, std::move(stop)};
   }
 
   /// `co_await q.pop()` takes the oldest item, waiting for one in FIFO
   /// order; yields Result<T> (see the class comment).
-  detail::QueuePopOperation<T, false> pop() noexcept { return detail::QueuePopOperation<T, false>(*this); }
+  PopAwaitable pop() noexcept { return PopAwaitable(*this); }
 
   /// Like pop(), but gives up if `stop` is requested while waiting
   /// (std::errc::operation_canceled). An item available at once is taken
   /// even if stop was requested.
-  detail::QueuePopOperation<T, true> pop(std::stop_token stop) noexcept {
-    return detail::QueuePopOperation<T, true>(*this, std::move(stop));
+  CancellablePopAwaitable pop(std::stop_token stop) noexcept {
+    return CancellablePopAwaitable(*this, std::move(stop));
   }
 
   /// Appends `item` if there is room: success, std::errc::operation_would_block
@@ -2577,6 +2610,10 @@ struct RunUnder {
 
 }  // namespace detail
 
+/// What currentStopToken() returns: `co_await` it in a coroutine to get
+/// the `std::stop_token` that coroutine runs under; it never suspends.
+using CurrentStopTokenAwaitable = detail::CurrentStopTokenAwaiter;
+
 /// `co_await coio::currentStopToken()` yields the `std::stop_token` the
 /// current coroutine runs under: the one its awaiter ran under (down from a
 /// `withStopToken`, a `collectAny`, `withTimeout` or an `AsyncScope`), or a
@@ -2586,7 +2623,7 @@ struct RunUnder {
 ///
 /// Never suspends: the awaiting coroutine goes on at once, on its thread.
 /// The token is a copy: keep it as long as you like.
-inline detail::CurrentStopTokenAwaiter currentStopToken() noexcept { return {}; }
+inline CurrentStopTokenAwaitable currentStopToken() noexcept { return {}; }
 
 /// Runs `task` under `token` instead of the awaiting coroutine's: `task`,
 /// every Task it awaits, and every reactor operation or cancellable wait in
@@ -2631,6 +2668,7 @@ Task<T> withStopToken(std::stop_token token, Task<T> task) {
 // begin <coio/core/unit.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
+#include <type_traits>
 
 namespace coio {
 
@@ -2640,6 +2678,11 @@ struct Unit {
   /// All Units are equal.
   friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
 };
+
+/// T, or Unit for void: what collectAll and collectAny yield for a
+/// `Task<T>` child.
+template <typename T>
+using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
@@ -2795,19 +2838,13 @@ decltype(auto) childResult(const Task<T>& task) {
   }
 }
 
+// The results of a range of finished children, in input order: a
+// std::vector, nothing for void children (collectAll's CollectedResults).
+// `early` holds those of the first early->size() (startRange), the frames
+// those of the rest. Frees each of these once its result is out, in the
+// same pass, while its frame is in cache.
 template <typename T>
-using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
-
-// What collectAllRange yields: the results in input order, or nothing.
-template <typename T>
-using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
-
-// The results of a range of finished children, in input order (nothing
-// for void children): `early` holds those of the first early->size()
-// (startRange), the frames those of the rest. Frees each of these once its
-// result is out, in the same pass, while its frame is in cache.
-template <typename T>
-RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
+auto collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
     std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());
@@ -2893,6 +2930,11 @@ struct WindowLatch final : CollectLatch {
 
 }  // namespace detail
 
+/// What collectAllRange and collectAllWindowed yield for `Task<T>`
+/// children: the results in input order, or nothing for `Task<void>`.
+template <typename T>
+using CollectedResults = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
+
 /// Runs the tasks concurrently and yields all their results as a tuple
 /// (a `Task<void>` contributes `Unit`).
 ///
@@ -2904,15 +2946,18 @@ struct WindowLatch final : CollectLatch {
 /// exception (in time) is rethrown. The children run under the awaiting
 /// coroutine's stop token (see currentStopToken); a child that throws does
 /// not stop the others.
+///
+/// Example (with collectAllRange):
+/// \snippet api_examples.cpp collectAll
 template <typename... Ts>
-Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
+Task<std::tuple<UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
   std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, stop);
   });
   co_return std::apply(
-      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
+      [](auto&... child) { return std::tuple<UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
       children);
 }
 
@@ -2924,7 +2969,7 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 /// frames are freed once all children finished, before the awaiting
 /// coroutine resumes.
 template <typename T>
-auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
+auto collectAllRange(std::vector<Task<T>> tasks) -> Task<CollectedResults<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::RangeValues<T> values(children.size());
@@ -2947,7 +2992,7 @@ auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>>
 /// child runs, even after one threw or the token was stopped (it then
 /// starts under a stopped token). `window` must be at least 1 (asserted).
 template <typename T>
-auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
+auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<CollectedResults<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
   COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
@@ -3088,8 +3133,11 @@ Variant winnerResult(Children& children, void* winner) {
 ///   threw; if it threw, `co_await` rethrows its exception (once every child
 ///   finished). Exceptions of the children that finish later are dropped,
 ///   as collectAll drops all but the first.
+///
+/// Example:
+/// \snippet api_examples.cpp collectAny
 template <typename... Ts>
-Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
+Task<std::variant<UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0, "collectAny of no task: nothing can finish first");
   static_assert((!std::is_reference_v<Ts> && ...), "collectAny does not support Task<T&>: return pointers");
   std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
@@ -3097,7 +3145,7 @@ Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
-  co_return detail::winnerResult<std::variant<detail::UnitIfVoid<Ts>...>>(
+  co_return detail::winnerResult<std::variant<UnitIfVoid<Ts>...>>(
       children, latch.winner.load(std::memory_order_relaxed));
 }
 
@@ -3105,7 +3153,7 @@ Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
 /// and its result (`Unit` for `Task<void>`). Same guarantees as collectAny;
 /// the vector must not be empty (asserted).
 template <typename T>
-Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
+Task<std::pair<std::size_t, UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
   static_assert(!std::is_reference_v<T>, "collectAnyRange does not support Task<T&>: return pointers");
   COIO_ASSERT(!tasks.empty(), "collectAnyRange of no task: nothing can finish first");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
@@ -3116,7 +3164,7 @@ Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<
   void* const winner = latch.winner.load(std::memory_order_relaxed);
   std::size_t i = 0;
   while (detail::childAddress(children[i]) != winner) ++i;
-  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, detail::childResult(children[i]));
+  co_return std::pair<std::size_t, UnitIfVoid<T>>(i, detail::childResult(children[i]));
 }
 
 }  // namespace coio
@@ -3159,10 +3207,16 @@ namespace coio {
 ///   returned: a thread that did not wait must not destroy the Event while
 ///   a set() may still run (it releases a lock after setting the flag).
 class Event {
-  template <bool Cancellable>
-  using WaitOperation = detail::WaitOperation<Event, detail::WaitNode, Cancellable>;
-
  public:
+  /// What wait() returns. `co_await` it once: it yields nothing once the
+  /// Event is set; it continues at once if it is, else it is resumed on the
+  /// thread that calls set().
+  using WaitAwaitable = detail::WaitOperation<Event, detail::WaitNode, false>;
+  /// What wait(stop) returns. `co_await` it once: it yields true once the
+  /// Event is set, or false if `stop` was requested while it waited (then
+  /// resumed on the thread that requested stop); otherwise like WaitAwaitable.
+  using CancellableWaitAwaitable = detail::WaitOperation<Event, detail::WaitNode, true>;
+
   /// An Event not set, or already set if `initiallySet`.
   explicit Event(bool initiallySet = false) noexcept : set_(initiallySet) {}
   Event(const Event&) = delete;
@@ -3190,17 +3244,19 @@ class Event {
 
   /// `co_await ev.wait()` returns once the Event is set: at once if it is,
   /// else resumed on the thread that calls set().
-  WaitOperation<false> wait() noexcept { return WaitOperation<false>(*this); }
+  WaitAwaitable wait() noexcept { return WaitAwaitable(*this); }
 
   /// Like wait(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true if the Event was set, false if it gave up (on
   /// the thread that requested stop). A set Event yields true even if stop
   /// was requested.
-  WaitOperation<true> wait(std::stop_token stop) noexcept { return WaitOperation<true>(*this, std::move(stop)); }
+  CancellableWaitAwaitable wait(std::stop_token stop) noexcept {
+    return CancellableWaitAwaitable(*this, std::move(stop));
+  }
 
  private:
-  friend WaitOperation<false>;
-  friend WaitOperation<true>;
+  friend WaitAwaitable;
+  friend CancellableWaitAwaitable;
 
   bool tryNow(detail::WaitNode& w) noexcept {
     if (!isSet()) return false;
@@ -3312,7 +3368,7 @@ class [[nodiscard]] Generator : public std::ranges::view_base {
   /// The values generated, without reference or cv-qualifiers.
   using value_type = std::remove_cvref_t<T>;
   /// What `*it` yields: `T&`, or T itself if it is a reference.
-  using reference = detail::YieldReference<T>;
+  using reference = std::conditional_t<std::is_reference_v<T>, T, T&>;
 
   /// The range's iterator: an input iterator whose end is `std::default_sentinel`.
   /// Copies share the generator's position (as for any input iterator).
@@ -3925,27 +3981,40 @@ namespace coio {
 ///   thread and unlock on another.
 class Mutex {
  public:
+  /// What lock() returns. `co_await` it once: it yields nothing, with the
+  /// lock held; it continues at once if the lock is free, else it is
+  /// resumed on the thread whose unlock() hands it the lock.
+  using LockAwaitable = detail::LockOperation<false>;
+  /// What lock(stop) returns. `co_await` it once: it yields true with the
+  /// lock held, or false without it if `stop` was requested while it waited
+  /// (then resumed on the thread that requested stop); otherwise like
+  /// LockAwaitable.
+  using CancellableLockAwaitable = detail::LockOperation<true>;
+  /// What scopedLock() returns: like LockAwaitable, but `co_await` yields a
+  /// LockGuard that holds the lock and unlocks it when destroyed.
+  using ScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<Mutex>, LockAwaitable>;
+  /// What scopedLock(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a LockGuard, empty (`ownsLock()` false) if it gave up.
+  using CancellableScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<Mutex>, CancellableLockAwaitable>;
+
   /// An unlocked mutex.
   Mutex() noexcept = default;
 
   /// `co_await m.lock()` takes the lock, waiting in FIFO order.
-  detail::LockOperation<false> lock() noexcept { return detail::LockOperation<false>(core_); }
+  LockAwaitable lock() noexcept { return LockAwaitable(core_); }
 
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without. A waiter that
   /// gives up leaves the queue.
-  detail::LockOperation<true> lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
+  CancellableLockAwaitable lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
 
   /// `co_await m.scopedLock()` takes the lock like lock() and yields a guard
   /// that unlocks when destroyed.
-  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<false>> scopedLock() noexcept {
-    return {*this, core_};
-  }
+  ScopedLockAwaitable scopedLock() noexcept { return {*this, core_}; }
 
   /// Like scopedLock(), but gives up if `stop` is requested while waiting:
   /// the guard yielded is then empty (`ownsLock()` false).
-  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<true>> scopedLock(
-      std::stop_token stop) noexcept {
+  CancellableScopedLockAwaitable scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, std::move(stop)};
   }
 
@@ -3992,17 +4061,27 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// What acquire() returns. `co_await` it once: it yields nothing, with a
+  /// token held; it continues at once if a token is free and nobody waits,
+  /// else it is resumed on the thread whose release() hands it the token.
+  using AcquireAwaitable = detail::AcquireOperation<false>;
+  /// What acquire(stop) returns. `co_await` it once: it yields true with a
+  /// token held, or false without one if `stop` was requested while it
+  /// waited (then resumed on the thread that requested stop); otherwise
+  /// like AcquireAwaitable.
+  using CancellableAcquireAwaitable = detail::AcquireOperation<true>;
+
   /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
-  detail::AcquireOperation<false> acquire() noexcept { return {core_, 1}; }
+  AcquireAwaitable acquire() noexcept { return {core_, 1}; }
 
   /// Like acquire(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with a token held, false without. A waiter that
   /// gives up lets the ones behind it proceed. A default `stop` means the
   /// token the awaiting Task runs under (see currentStopToken).
-  detail::AcquireOperation<true> acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  CancellableAcquireAwaitable acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
 
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }
@@ -4056,23 +4135,44 @@ namespace coio {
 ///   Destroying the SharedMutex while coroutines wait, and releasing a lock
 ///   not held, are programming errors (asserted).
 class SharedMutex {
-  template <LockKind Kind, bool Cancellable>
-  using ScopedOperation =
-      detail::ScopedLockOperation<LockGuard<SharedMutex, Kind>, detail::AcquireOperation<Cancellable>>;
-
  public:
+  /// What lock() and lockShared() return. `co_await` it once: it yields
+  /// nothing, with the lock held (exclusive or shared, as asked); it
+  /// continues at once if the lock can be taken, else it is resumed on the
+  /// thread whose unlock() / unlockShared() lets it proceed.
+  using LockAwaitable = detail::AcquireOperation<false>;
+  /// What lock(stop) and lockShared(stop) return. `co_await` it once: it
+  /// yields true with the lock held, or false without it if `stop` was
+  /// requested while it waited (then resumed on the thread that requested
+  /// stop); otherwise like LockAwaitable.
+  using CancellableLockAwaitable = detail::AcquireOperation<true>;
+  /// What scopedLock() returns: like LockAwaitable, but `co_await` yields a
+  /// LockGuard that unlocks when destroyed.
+  using ScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<SharedMutex>, LockAwaitable>;
+  /// What scopedLock(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a LockGuard, empty (`ownsLock()` false) if it gave up.
+  using CancellableScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<SharedMutex>, CancellableLockAwaitable>;
+  /// What scopedLockShared() returns: like LockAwaitable, but `co_await`
+  /// yields a shared LockGuard that unlocks (shared) when destroyed.
+  using ScopedLockSharedAwaitable =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, LockAwaitable>;
+  /// What scopedLockShared(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a shared LockGuard, empty if it gave up.
+  using CancellableScopedLockSharedAwaitable =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, CancellableLockAwaitable>;
+
   /// An unlocked SharedMutex.
   SharedMutex() noexcept : core_(kAll) {}
 
   /// `co_await m.lock()` takes the lock exclusively, waiting in FIFO order.
-  detail::AcquireOperation<false> lock() noexcept { return {core_, kAll}; }
+  LockAwaitable lock() noexcept { return {core_, kAll}; }
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without.
-  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
+  CancellableLockAwaitable lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
   /// Like lock(), yielding a guard that unlocks when destroyed.
-  ScopedOperation<LockKind::exclusive, false> scopedLock() noexcept { return {*this, core_, kAll}; }
+  ScopedLockAwaitable scopedLock() noexcept { return {*this, core_, kAll}; }
   /// Like lock(stop), yielding a guard: empty if stop was requested while waiting.
-  ScopedOperation<LockKind::exclusive, true> scopedLock(std::stop_token stop) noexcept {
+  CancellableScopedLockAwaitable scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, kAll, std::move(stop)};
   }
   /// Takes the lock exclusively if nobody holds or waits for it.
@@ -4085,17 +4185,14 @@ class SharedMutex {
 
   /// `co_await m.lockShared()` takes the lock shared, waiting in FIFO order
   /// (behind any queued writer).
-  detail::AcquireOperation<false> lockShared() noexcept { return {core_, 1}; }
+  LockAwaitable lockShared() noexcept { return {core_, 1}; }
   /// Like lockShared(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without.
-  detail::AcquireOperation<true> lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  CancellableLockAwaitable lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
   /// Like lockShared(), yielding a guard that unlocks (shared) when destroyed.
-  ScopedOperation<LockKind::shared, false> scopedLockShared() noexcept {
-    return {*this, core_, 1};
-  }
+  ScopedLockSharedAwaitable scopedLockShared() noexcept { return {*this, core_, 1}; }
   /// Like lockShared(stop), yielding a guard: empty if stop was requested while waiting.
-  ScopedOperation<LockKind::shared, true> scopedLockShared(
-      std::stop_token stop) noexcept {
+  CancellableScopedLockSharedAwaitable scopedLockShared(std::stop_token stop) noexcept {
     return {*this, core_, 1, std::move(stop)};
   }
   /// Takes the lock shared if no writer holds it and nobody waits.
@@ -6920,6 +7017,11 @@ Task<void> stopWhenDue(R& reactor, std::chrono::steady_clock::duration timeout, 
 
 }  // namespace detail
 
+/// What withTimeout(reactor, task, timeout) yields for a `Task<T>`:
+/// `Result<T>`, or T itself when it already is a `Result<U>`.
+template <typename T>
+using TimeoutResult = typename detail::TimeoutResult<T>::type;
+
 /// Runs `start(token)` (which returns an awaitable yielding Result<T>, e.g.
 /// `[&](std::stop_token t) { return stream.read(buf, t); }`) and requests
 /// stop on `token` once `timeout` has passed. The operation is really
@@ -6975,9 +7077,12 @@ auto withTimeout(R& reactor, Start start, std::chrono::steady_clock::duration ti
 ///   deadline.
 /// - Must be awaited on the reactor's thread, and the task must finish
 ///   there (it may hop elsewhere in between); resumes there.
+///
+/// Example:
+/// \snippet api_examples.cpp withTimeout
 template <Reactor R, typename T>
 auto withTimeout(R& reactor, Task<T> task, std::chrono::steady_clock::duration timeout)
-    -> Task<typename detail::TimeoutResult<T>::type> {
+    -> Task<TimeoutResult<T>> {
   static_assert(!std::is_reference_v<T>, "withTimeout does not support Task<T&>: return a pointer");
   detail::LinkedStopSource operation;  // the task's token: stopped at the deadline or with ours
   std::stop_source timer;              // ends the timer once the task finished
