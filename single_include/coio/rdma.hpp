@@ -4467,6 +4467,7 @@ using StallHandler = std::function<void(const LoopStall&)>;
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <stop_token>
 
@@ -4478,6 +4479,8 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 
 /// An event loop driven by one thread; EpollReactor and UringReactor model
 /// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+/// Both are a ReactorLoop (run, spawn, schedule, sleeps, stats) over a
+/// backend (ReactorBackend) plus their I/O operations.
 ///
 /// What every model guarantees:
 /// - `run()` drives the loop on the calling thread until `stop()`;
@@ -4547,6 +4550,37 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { cr.stats() } -> std::same_as<LoopStats>;
   r.setLoopTiming(true);
   r.setStallHandler(d, std::move(handler));
+};
+
+/// What ReactorLoop needs of its backend B, the part of a reactor that
+/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
+/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
+/// The loop constructs it with its LoopCore (and the reactor's options) and
+/// calls, on the loop thread:
+/// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
+///   something happens; zero: not at all) and dispatch what completed,
+///   resuming the coroutines that waited. Right after its wait returns it
+///   calls `core.woke(timeout)`; when the core's wake-up eventfd fired it
+///   drains it and calls `core.resumeRemote()`; it counts its operations in
+///   `core.meter()` where it submits, completes and dispatches them.
+/// - `armDeadline(t)`: make the next waits end by `t` (the earliest timer)
+///   without a timeout on each; false if it cannot (the loop then passes a
+///   timeout to poll).
+/// - `quiesce()`: make sure the kernel holds no reference to any operation,
+///   without resuming anything (after a stop, and before the reactor's
+///   tasks are destroyed).
+/// - `leaveLoop()`: as run() / runUntil() return, undo what that run tied
+///   to its thread.
+/// - `unsubmitted()`: operations prepared but not handed to the kernel yet
+///   (LoopStats::unsubmitted).
+template <typename B>
+concept ReactorBackend = requires(B& b, const B& cb, std::optional<std::chrono::steady_clock::duration> timeout,
+                                  std::chrono::steady_clock::time_point t) {
+  b.poll(timeout);
+  { b.armDeadline(t) } noexcept -> std::same_as<bool>;
+  { b.quiesce() } noexcept;
+  { b.leaveLoop() } noexcept;
+  { cb.unsubmitted() } noexcept -> std::same_as<std::size_t>;
 };
 
 }  // namespace coio
@@ -4832,9 +4866,39 @@ class SocketAddress {
 // begin <coio/net/tcp_listener.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
-// begin <coio/detail/fd.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
+// begin <coio/net/detail/transform_awaiter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_DETAIL_TRANSFORM_AWAITER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_DETAIL_TRANSFORM_AWAITER_HPP
+// TransformAwaiter: wraps an awaiter and maps its result, without a
+// coroutine frame of its own (e.g. a recv's 0 bytes into Errc::eof).
+#include <coroutine>
+#include <utility>
+
+namespace coio::detail {
+
+template <typename Awaiter, typename Fn>
+struct [[nodiscard]] TransformAwaiter {
+  Awaiter inner;
+  Fn fn;
+
+  bool await_ready() { return inner.await_ready(); }
+  // Typed: the inner awaiter may read the awaiting promise (its stop token).
+  template <typename Promise>
+  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
+    return inner.await_suspend(h);
+  }
+  decltype(auto) await_resume() { return fn(inner.await_resume()); }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_DETAIL_TRANSFORM_AWAITER_HPP
+// end <coio/net/detail/transform_awaiter.hpp>
+// begin <coio/net/tcp_stream.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+// begin <coio/reactor/detail/fd.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
 // FileDescriptor: sole owner of a file descriptor, closed on destruction.
 #include <unistd.h>
 
@@ -4873,41 +4937,11 @@ class FileDescriptor {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
-// end <coio/detail/fd.hpp>
-// begin <coio/detail/transform_awaiter.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
-// TransformAwaiter: wraps an awaiter and maps its result, without a
-// coroutine frame of its own (e.g. a recv's 0 bytes into Errc::eof).
-#include <coroutine>
-#include <utility>
-
-namespace coio::detail {
-
-template <typename Awaiter, typename Fn>
-struct [[nodiscard]] TransformAwaiter {
-  Awaiter inner;
-  Fn fn;
-
-  bool await_ready() { return inner.await_ready(); }
-  // Typed: the inner awaiter may read the awaiting promise (its stop token).
-  template <typename Promise>
-  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
-    return inner.await_suspend(h);
-  }
-  decltype(auto) await_resume() { return fn(inner.await_resume()); }
-};
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
-// end <coio/detail/transform_awaiter.hpp>
-// begin <coio/net/tcp_stream.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
-#define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
-// begin <coio/detail/iovec.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
+// end <coio/reactor/detail/fd.hpp>
+// begin <coio/reactor/detail/iovec.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
 // Gather writes over the caller's iovecs, shared by both reactors and TcpStream.
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -4947,16 +4981,16 @@ inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept 
 }
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
-// end <coio/detail/iovec.hpp>
-// begin <coio/detail/reset_connection.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
+// end <coio/reactor/detail/iovec.hpp>
+// begin <coio/reactor/detail/reset_connection.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
 // resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
 // and UringReactor's shutdown of zero-copy sends.
-// begin <coio/detail/syscall.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// begin <coio/reactor/detail/syscall.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
 // Conventions for system calls inside coio: a raw result is a `long`, >= 0
 // on success and -errno on failure (the io_uring CQE convention), so that
 // both reactors map results to `Result<T>` the same way.
@@ -5009,8 +5043,8 @@ Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
 }
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-// end <coio/detail/syscall.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+// end <coio/reactor/detail/syscall.hpp>
 
 #include <sys/socket.h>
 
@@ -5026,8 +5060,8 @@ inline long resetConnection(int fd) noexcept {
 }
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
-// end <coio/detail/reset_connection.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+// end <coio/reactor/detail/reset_connection.hpp>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -5402,25 +5436,61 @@ class TcpListener {
 // begin <coio/reactor/epoll_reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
-// begin <coio/detail/reactor_base.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
-// ReactorBase<Derived>: everything the epoll and io_uring reactors share:
-// the loop (run / runUntil / stop), tasks owned by the reactor (spawn),
-// hand-over from other threads (schedule, through an eventfd), and timers.
-// Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
-// `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
-// the loop at time t without a timeout on each wait; false if it cannot),
-// `quiesce()` (make sure the kernel holds no reference to any operation,
-// without resuming anything), `leaveLoop()` (on the loop thread, as
-// run() / runUntil() return: undo what that run of the loop tied to its
-// thread) and `unsubmitted()` (operations prepared but not handed to the
-// kernel yet, for stats()). Derived counts its operations in `meter_`
-// (LoopMeter) where it submits and completes them, and its poll calls
-// `woke(timeout)` right after its wait returns, before dispatching.
-// begin <coio/detail/loop_meter.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
+// begin <coio/reactor/detail/epoll_backend.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_BACKEND_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_BACKEND_HPP
+// EpollBackend: EpollReactor's ReactorBackend. One epoll instance watches
+// the fds operations wait on (edge-triggered, registered on first wait),
+// the loop's wake-up eventfd and a timerfd for the earliest timer.
+// begin <coio/reactor/detail/loop_core.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_CORE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_CORE_HPP
+// LoopCore: the state of a reactor's loop that does not depend on its
+// backend (ReactorLoop runs it): the ready queue, the hand-over
+// queue from other threads, the spawned tasks it owns (RootPromise), the
+// timers, the inline-completion budget and the counters (LoopMeter).
+// Backends and awaiters reach it through the members below; what users
+// call is ReactorLoop's.
+// begin <coio/reactor/detail/event_fd.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
+// EventFd: the wake-up channel of a loop (any thread signals, the loop
+// watches it), also the disk layer's completion signal under EpollReactor.
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+
+namespace coio::detail {
+
+class EventFd {
+ public:
+  EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (!fd_.valid()) throwSystemError(errno, "coio: eventfd");
+  }
+  int fd() const noexcept { return fd_.get(); }
+  void signal() noexcept {
+    const std::uint64_t one = 1;
+    // Fails only if the counter would overflow, and then the loop is due to wake anyway.
+    (void)retryOnEintr([&] { return ::write(fd_.get(), &one, sizeof one); });
+  }
+  void drain() noexcept {
+    std::uint64_t value;
+    (void)retryOnEintr([&] { return ::read(fd_.get(), &value, sizeof value); });
+  }
+
+ private:
+  FileDescriptor fd_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
+// end <coio/reactor/detail/event_fd.hpp>
+// begin <coio/reactor/detail/loop_meter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_METER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_METER_HPP
 // LoopMeter: the counters behind LoopStats and the turn timing behind the
 // stall detector, one per loop (LoopCore). Loop thread only: counting is a
 // plain increment where the reactors submit, complete and dispatch.
@@ -5432,9 +5502,9 @@ class TcpListener {
 // the wake-up after a wait that could block (one read; a wait that could not
 // block, because work was ready, counts as running). Off, it costs a test of
 // one bool per phase.
-// begin <coio/detail/timer_queue.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
+// begin <coio/reactor/detail/timer_queue.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_TIMER_QUEUE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_TIMER_QUEUE_HPP
 // TimerQueue: an intrusive binary min-heap of timers ordered by (deadline,
 // insertion sequence), so that timers with equal deadlines fire in the order
 // they were added. Each node knows its heap index: removal is O(log n) with
@@ -5546,8 +5616,8 @@ class TimerQueue {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
-// end <coio/detail/timer_queue.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_TIMER_QUEUE_HPP
+// end <coio/reactor/detail/timer_queue.hpp>
 
 #include <algorithm>
 #include <array>
@@ -5701,64 +5771,28 @@ class LoopMeter {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
-// end <coio/detail/loop_meter.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_METER_HPP
+// end <coio/reactor/detail/loop_meter.hpp>
+// begin <coio/reactor/detail/root_task.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_ROOT_TASK_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_ROOT_TASK_HPP
+// The coroutines the loop drives itself: RootPromise owns a spawned task,
+// DriverTask runs runUntil's task and keeps its result.
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <coroutine>
-#include <cstdint>
 #include <exception>
-#include <mutex>
-#include <optional>
-#include <stop_token>
-#include <system_error>
-#include <thread>
 #include <utility>
-#include <vector>
 
 namespace coio::detail {
 
-// The wake-up channel of a loop: any thread signals, the loop watches it.
-class EventFd {
- public:
-  EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    if (!fd_.valid()) throwSystemError(errno, "coio: eventfd");
-  }
-  int fd() const noexcept { return fd_.get(); }
-  void signal() noexcept {
-    const std::uint64_t one = 1;
-    // Fails only if the counter would overflow, and then the loop is due to wake anyway.
-    (void)retryOnEintr([&] { return ::write(fd_.get(), &one, sizeof one); });
-  }
-  void drain() noexcept {
-    std::uint64_t value;
-    (void)retryOnEintr([&] { return ::read(fd_.get(), &value, sizeof value); });
-  }
-
- private:
-  FileDescriptor fd_;
-};
-
 class LoopCore;
 
-/// A coroutine queued to resume in a later loop iteration without
-/// allocating (LoopCore::post): the awaiter that queues it owns the node,
-/// so that noexcept paths such as stop callbacks can queue.
-struct PostedResume {
-  PostedResume* next = nullptr;
-  std::coroutine_handle<> handle;
-};
-
-// The coroutine that owns a spawned task. It lives in the reactor's list of
+// The coroutine that owns a spawned task. It lives in the loop's list of
 // roots until it finishes (then it unlinks and frees itself), until the loop
 // stops before it started (then the loop destroys it), or until the reactor
 // is destroyed (then the reactor destroys it, and with it the whole chain of
-// frames it awaits).
+// frames it awaits). FinalAwaiter and unhandled_exception are defined in
+// loop_core.hpp, beside the list they leave.
 struct RootPromise : PooledFrame {
   struct InitialAwaiter {
     RootPromise& promise;
@@ -5789,6 +5823,7 @@ struct RootPromise : PooledFrame {
 };
 
 inline RootPromise::Handle makeRoot(Task<void> task) { co_await std::move(task); }
+inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
 
 // runUntil's driver: suspends at the end so that the result can be read.
 template <typename T>
@@ -5824,10 +5859,43 @@ inline DriverTask<void> makeDriver(Task<void> task) {
   co_await std::move(task);
 }
 
-/// The state and operations common to every reactor (see ReactorBase).
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_ROOT_TASK_HPP
+// end <coio/reactor/detail/root_task.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+/// A coroutine queued to resume in a later loop iteration without
+/// allocating (LoopCore::post): the awaiter that queues it owns the node,
+/// so that noexcept paths such as stop callbacks can queue.
+struct PostedResume {
+  PostedResume* next = nullptr;
+  std::coroutine_handle<> handle;
+};
+
+/// The backend-independent state of a loop (see ReactorLoop).
 class LoopCore {
  public:
   using Clock = std::chrono::steady_clock;
+
+  /// How many operations per loop iteration may complete inline (without
+  /// suspending: a socket with room or data, data a reactor read ahead, an
+  /// error known up front). Past that, they still complete but resume their
+  /// coroutine in the next iteration, after timers and other fds: a
+  /// coroutine whose operations are always ready cannot keep the loop from
+  /// the rest of its work. Spent through InlineCompletion only.
+  static constexpr unsigned kInlineTurnsPerIteration = 64;
 
   LoopCore() = default;
   LoopCore(const LoopCore&) = delete;
@@ -5839,142 +5907,20 @@ class LoopCore {
     return loopThread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
   }
 
-  /// Asks the loop to stop; callable from any thread. Final: afterwards
-  /// run() and runUntil() return at once, nothing the reactor holds is
-  /// resumed again, and spawn() destroys its task unrun. When the loop
-  /// notices the stop it destroys (on the loop thread) the spawned tasks
-  /// that had not started yet; tasks that had started stay suspended until
-  /// the reactor is destroyed (their frames may be waiting on another
-  /// reactor, which only the reactor's destruction may assume is over).
+  /// True on the loop thread, or on any thread while no loop runs (the
+  /// reactor's structures are then free to touch).
+  bool ownedByCaller() const noexcept {
+    const std::thread::id t = loopThread_.load(std::memory_order_relaxed);
+    return t == std::this_thread::get_id() || t == std::thread::id{};
+  }
+
+  /// ReactorLoop::stop (here for the roots, which stop the loop they fail).
   void stop() noexcept {
     stopRequested_.store(true, std::memory_order_release);
     if (!isInLoopThread()) wake_.signal();
   }
 
   bool stopRequested() const noexcept { return stopRequested_.load(std::memory_order_acquire); }
-
-  /// Hands `task` to the reactor, which owns it from now on; callable from
-  /// any thread. The task starts on the loop thread in a later iteration
-  /// (never inline). Once stop() was called the task is destroyed unrun, at
-  /// once, on the calling thread (so whoever waits for it, e.g. on a
-  /// std::future set by the task, learns it never ran instead of hanging);
-  /// a task spawned just before the stop is destroyed unrun by the loop
-  /// when it stops (or, if no loop runs again, with the reactor).
-  void spawn(Task<void> task) {
-    std::coroutine_handle<RootPromise> h = makeRoot(std::move(task)).h;
-    h.promise().owner = this;
-    const bool local = isInLoopThread();
-    bool accepted = false, wake = false;
-    {
-      std::lock_guard lock(mutex_);
-      // Checked under the lock: the loop takes it to collect the unstarted
-      // roots after it saw the stop, so a root is either collected or refused.
-      if (!closed_ && !stopRequested()) {
-        RootPromise& p = h.promise();
-        p.next = roots_;
-        if (roots_) roots_->prev = &p;
-        roots_ = &p;
-        if (!local) wake = pushRemoteLocked(h);
-        accepted = true;
-      }
-    }
-    if (!accepted) {
-      h.destroy();  // outside the lock: the task's destructors may spawn
-      return;
-    }
-    if (local) ready_.push_back(h);
-    if (wake) wake_.signal();
-  }
-
-  class [[nodiscard]] ScheduleAwaiter {
-   public:
-    explicit ScheduleAwaiter(LoopCore& core) noexcept : core_(core) {}
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) { core_.enqueue(h); }
-    void await_resume() const noexcept {}
-
-   private:
-    LoopCore& core_;
-  };
-
-  /// `co_await schedule()` continues on the loop thread: from another thread
-  /// it hops over (waking the loop); on the loop thread it yields to the
-  /// coroutines already ready.
-  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{*this}; }
-
-  template <bool Cancellable>
-  class [[nodiscard]] SleepAwaiter : TimerNode {
-   public:
-    SleepAwaiter(LoopCore& core, Clock::time_point deadline, std::stop_token stop = {}) noexcept
-        : core_(core), stop_(std::move(stop)) {
-      this->deadline = deadline;
-      this->fire = &SleepAwaiter::onFire;
-    }
-    SleepAwaiter(const SleepAwaiter&) = delete;
-    SleepAwaiter& operator=(const SleepAwaiter&) = delete;
-    ~SleepAwaiter() {
-      if (queued()) core_.timers_.remove(*this);
-    }
-
-    bool await_ready() const noexcept { return Cancellable && stop_.stop_requested(); }
-    template <typename Promise>
-    bool await_suspend(std::coroutine_handle<Promise> h) {
-      COIO_ASSERT(core_.ownedByCaller(), "sleep awaited off the reactor's thread");
-      if (inheritStopToken(stop_, h) && stop_.stop_requested()) return false;
-      handle_ = h;
-      core_.timers_.push(*this);
-      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-      return true;
-    }
-    auto await_resume() noexcept {
-      if constexpr (Cancellable) {
-        onStop_.reset();
-        return fired_;
-      }
-    }
-
-   private:
-    struct OnStop {
-      SleepAwaiter* self;
-      void operator()() const noexcept {
-        COIO_ASSERT(self->core_.isInLoopThread(), "stop requested off the reactor's thread");
-        if (!self->queued()) return;
-        self->core_.timers_.remove(*self);
-        self->core_.post(self->posted_, self->handle_);
-      }
-    };
-    static void onFire(TimerNode* n) noexcept {
-      auto* self = static_cast<SleepAwaiter*>(n);
-      self->fired_ = true;
-      self->handle_.resume();
-    }
-
-    LoopCore& core_;
-    std::stop_token stop_;
-    std::coroutine_handle<> handle_;
-    PostedResume posted_;
-    bool fired_ = false;
-    std::optional<std::stop_callback<OnStop>> onStop_;
-  };
-
-  /// Resumes on the loop thread at `deadline` (in a later iteration if it
-  /// has passed). Timers with equal deadlines fire in the order they were set.
-  /// Awaited from a coio Task, it ends early (as the cancellable form does,
-  /// yielding nothing) once the token the Task runs under is stopped: a
-  /// loop that only sleeps should check that token.
-  SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
-  SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
-  /// Cancellable: yields true if the deadline passed, false if `stop` was
-  /// requested first (the timer is then removed and the coroutine resumes in
-  /// a later iteration; at once if it already was). `stop` must be requested
-  /// on the loop thread. A default `stop` means the token of the awaiting
-  /// Task (see currentStopToken).
-  SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
-    return {*this, deadline, std::move(stop)};
-  }
-  SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
-    return {*this, Clock::now() + d, std::move(stop)};
-  }
 
   /// Loop thread: resume `h` in a later iteration (after I/O is polled).
   /// Never allocates: `node`, which must live until then (a member of the
@@ -5986,58 +5932,50 @@ class LoopCore {
     postedTail_ = &node;
   }
 
-  /// How many operations per loop iteration may complete inline (without
-  /// suspending: a socket with room or data, data a reactor read ahead, an
-  /// error known up front). Past that, they still complete but resume their
-  /// coroutine in the next iteration, after timers and other fds: a
-  /// coroutine whose operations are always ready cannot keep the loop from
-  /// the rest of its work. Spent through InlineCompletion only.
-  static constexpr unsigned kInlineTurnsPerIteration = 64;
-
-  /// True on the loop thread, or on any thread while no loop runs (the
-  /// reactor's structures are then free to touch).
-  bool ownedByCaller() const noexcept {
-    const std::thread::id t = loopThread_.load(std::memory_order_relaxed);
-    return t == std::this_thread::get_id() || t == std::thread::id{};
+  /// Resumes `h` on the loop thread: queued if called there, else handed
+  /// over (waking the loop). ReactorLoop::schedule's.
+  void enqueue(std::coroutine_handle<> h) {
+    if (isInLoopThread()) {
+      ready_.push_back(h);
+      return;
+    }
+    bool wake;
+    {
+      std::lock_guard lock(mutex_);
+      wake = pushRemoteLocked(h);
+    }
+    if (wake) wake_.signal();
   }
 
-  /// Turns the timing of the loop's turns on or off (off by default; a
-  /// stall handler turns it on too): stats().waiting, running and
-  /// longestTurn grow only while it is on. Cost while on: one clock read
-  /// per phase of a turn that ran something (LoopPhase: at most three), and
-  /// one after each wait that could block; none while off. Loop thread (or
-  /// while no loop runs); the turn under way is timed from the call on.
-  void setLoopTiming(bool on) noexcept {
-    COIO_ASSERT(ownedByCaller(), "loop timing set off the reactor's thread");
-    meter_.setTiming(on);
+  /// Whether an operation that completed at once may go on inline (and
+  /// counts both). Outside a running loop there is no iteration to yield
+  /// to. InlineCompletion's: nothing else spends the budget.
+  bool takeInlineTurn() noexcept {
+    meter_.completedInline();
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
   }
 
-  /// The stall detector: after each turn of the loop (the work between two
-  /// waits for I/O: see LoopPhase) that took longer than `threshold`,
-  /// calls `handler` with the turn's duration, its phases' durations and
-  /// what each ran (LoopStall), on the loop thread, before the loop waits
-  /// again. An empty `handler` removes it. Times the loop while set (see
-  /// setLoopTiming for the cost). The handler may read stats(), spawn,
-  /// stop() or replace itself; its own time is not part of any turn; an
-  /// exception it throws propagates out of run() / runUntil(). Loop thread
-  /// (or while no loop runs). `threshold` must not be negative.
-  void setStallHandler(Clock::duration threshold, StallHandler handler) {
-    COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
-    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
-    meter_.setStallHandler(threshold, std::move(handler));
-  }
+  // --- What a backend (see ReactorBackend) uses. Loop thread.
 
- protected:
+  /// The timers (sleeps).
+  TimerQueue& timers() noexcept { return timers_; }
+  /// The counters behind stats(): a backend counts its operations where it
+  /// submits and completes them.
+  LoopMeter& meter() noexcept { return meter_; }
+  /// The wake-up eventfd the backend watches; when it fires, drain it, then
+  /// call resumeRemote().
   EventFd& wake() noexcept { return wake_; }
 
-  /// Derived's poll, as soon as its wait returned (before it dispatches
+  /// The backend's poll, as soon as its wait returned (before it dispatches
   /// anything): `timeout` is what the wait was given.
   void woke(std::optional<Clock::duration> timeout) noexcept {
     if (meter_.timed()) meter_.woke(!timeout || *timeout != Clock::duration::zero());
   }
 
-  /// Loop thread, after the wake-up eventfd fired (and was drained):
-  /// resumes everything other threads handed over.
+  /// After the wake-up eventfd fired (and was drained): resumes everything
+  /// other threads handed over.
   void resumeRemote() {
     {
       std::lock_guard lock(mutex_);
@@ -6047,8 +5985,25 @@ class LoopCore {
     remoteBatch_.clear();
   }
 
-  /// Destroys every task the reactor owns (after the derived reactor has
-  /// quiesced the kernel side), and refuses new ones.
+ protected:
+  // Links the root of a spawned task in (false once stopped or closed: the
+  // caller destroys it). `local`: on the loop thread; else it is handed
+  // over, and `wake` says whether the loop must be signalled.
+  bool linkRoot(RootPromise& p, bool local, bool& wake) {
+    std::lock_guard lock(mutex_);
+    // Checked under the lock: the loop takes it to collect the unstarted
+    // roots after it saw the stop, so a root is either collected or refused.
+    if (closed_ || stopRequested()) return false;
+    p.owner = this;
+    p.next = roots_;
+    if (roots_) roots_->prev = &p;
+    roots_ = &p;
+    if (!local) wake = pushRemoteLocked(std::coroutine_handle<RootPromise>::from_promise(p));
+    return true;
+  }
+
+  /// Destroys every task the loop owns (after the backend has quiesced the
+  /// kernel side), and refuses new ones.
   ///
   /// One root at a time, each unlinked before it is destroyed: destroying a
   /// frame runs destructors that may resume another root (a Baton posted, a
@@ -6103,7 +6058,6 @@ class LoopCore {
     clearReady();
   }
 
- protected:
   // Whether it resumed anything. Each coroutine counts as it is resumed.
   bool runReady() {
     std::swap(ready_, running_);
@@ -6147,36 +6101,12 @@ class LoopCore {
   PostedResume* postedHead_ = nullptr;  // post(): resumed after ready_, in order
   PostedResume* postedTail_ = nullptr;
   TimerQueue timers_;
-  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see takeInlineTurn
   std::atomic<std::thread::id> loopThread_{};
   LoopMeter meter_{timers_};
 
  private:
   friend struct RootPromise;
-  friend class InlineCompletion;
-  friend class DedicatedRing;  // the Disk's ring of an EpollReactor counts in its meter_
-
-  // Whether an operation that completed at once may go on inline (and
-  // counts both). Outside a running loop there is no iteration to yield to.
-  bool takeInlineTurn() noexcept {
-    meter_.completedInline();
-    if (inlineTurns_ == 0) return !isInLoopThread();
-    --inlineTurns_;
-    return true;
-  }
-
-  void enqueue(std::coroutine_handle<> h) {
-    if (isInLoopThread()) {
-      ready_.push_back(h);
-      return;
-    }
-    bool wake;
-    {
-      std::lock_guard lock(mutex_);
-      wake = pushRemoteLocked(h);
-    }
-    if (wake) wake_.signal();
-  }
 
   // Only the push onto an empty queue signals: the loop drains the eventfd
   // before it takes the queue, so a later push always finds the queue
@@ -6230,7 +6160,210 @@ inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootP
   if (failure) owner->fail(std::move(failure));
 }
 
-inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_CORE_HPP
+// end <coio/reactor/detail/loop_core.hpp>
+
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+namespace coio::detail {
+
+enum class Direction : std::uint8_t { read = 0, write = 1 };
+
+struct EpollWaiter {
+  void (*onReady)(EpollWaiter*) noexcept = nullptr;
+};
+
+// What the backend knows of one fd: its registration (made on first wait,
+// edge-triggered, both directions) and, per direction, whether the fd may be
+// ready (cleared only when an attempt would block) and who waits.
+struct EpollFdState {
+  std::uint32_t generation = 0;  // bumped by forget(): stale events are dropped
+  bool registered = false;
+  bool hungUp = false;  // the peer closed or the fd failed: ready for good, no more edges
+  bool ready[2] = {true, true};
+  EpollWaiter* waiter[2] = {nullptr, nullptr};
+
+  // After an attempt that did not block.
+  void attempted(Direction dir, bool exhausted) noexcept {
+    if (exhausted && !hungUp) ready[static_cast<std::size_t>(dir)] = false;
+  }
+};
+
+/// EpollReactor's backend (see ReactorBackend). Loop thread only.
+class EpollBackend {
+ public:
+  using Clock = LoopCore::Clock;
+
+  /// Throws std::system_error if epoll or the timerfd cannot be created.
+  explicit EpollBackend(LoopCore& core)
+      : core_(core), epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+        timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+    if (!epoll_.valid()) throwSystemError(errno, "coio::EpollReactor: epoll_create1");
+    if (!timer_.valid()) throwSystemError(errno, "coio::EpollReactor: timerfd_create");
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    ev.data.u64 = kWakeKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, core_.wake().fd(), &ev) != 0) {
+      throwSystemError(errno, "coio::EpollReactor: registering the wake-up eventfd");
+    }
+    ev.events = EPOLLIN;
+    ev.data.u64 = kTimerKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, timer_.get(), &ev) != 0) {
+      throwSystemError(errno, "coio::EpollReactor: registering the timerfd");
+    }
+  }
+
+  LoopCore& core() noexcept { return core_; }
+
+  EpollFdState& state(int fd) {
+    COIO_ASSERT(fd >= 0, "epoll state of a negative fd");
+    if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
+    return fds_[static_cast<std::size_t>(fd)];
+  }
+
+  // Registers `w` as the waiter; with `rearm`, re-arms an existing
+  // registration so that the fd's current state is reported. 0 or an errno.
+  // A wait is an operation of `kind` in LoopStats, until endWait.
+  int startWait(int fd, Direction dir, EpollWaiter& w, bool rearm, OpKind kind) noexcept {
+    COIO_ASSERT(core_.ownedByCaller(), "epoll operation awaited off the reactor's thread");
+    EpollFdState& st = state(fd);
+    const auto d = static_cast<std::size_t>(dir);
+    COIO_ASSERT(st.waiter[d] == nullptr, "two operations wait on the same fd in the same direction");
+    st.ready[d] = false;
+    if (!st.registered || rearm) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.u64 = key(fd, st.generation);
+      if (::epoll_ctl(epoll_.get(), st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return errno;
+      st.registered = true;
+    }
+    st.waiter[d] = &w;
+    core_.meter().submitted(counterOf(kind));
+    return 0;
+  }
+
+  void endWait(int fd, Direction dir, OpKind kind) noexcept {
+    fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
+    core_.meter().completed(counterOf(kind));
+  }
+
+  /// EpollReactor::forget.
+  void forget(int fd) noexcept {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= fds_.size()) return;
+    EpollFdState& st = fds_[static_cast<std::size_t>(fd)];
+    // After stop() waiters never resume, so owners may close fds in any order.
+    COIO_ASSERT(core_.stopRequested() || (st.waiter[0] == nullptr && st.waiter[1] == nullptr),
+                "forget() while an operation waits on the fd");
+    if (st.registered) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    st = EpollFdState{st.generation + 1};
+  }
+
+  // --- ReactorBackend.
+
+  void poll(std::optional<Clock::duration> timeout) {
+    timespec ts{};
+    if (timeout) ts = toTimespec<timespec>(*timeout);
+    const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
+                                 timeout ? &ts : nullptr, nullptr);
+    const int err = errno;
+    core_.woke(timeout);
+    if (n < 0) {
+      if (err == EINTR) return;
+      throwSystemError(err, "coio::EpollReactor: epoll_pwait2");
+    }
+    core_.meter().dispatched(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
+  }
+
+  // Makes sure the loop wakes by `deadline`; false if the timerfd could not be set.
+  bool armDeadline(Clock::time_point deadline) noexcept {
+    if (armedDeadline_ == deadline) return true;
+    itimerspec spec{};
+    spec.it_value = toTimespec<timespec>(deadline.time_since_epoch());
+    if (::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) return false;
+    armedDeadline_ = deadline;
+    return true;
+  }
+
+  void quiesce() noexcept {}  // epoll holds no reference to an operation
+  void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
+  std::size_t unsubmitted() const noexcept { return 0; }  // nor queues them
+
+ private:
+  static constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
+  static constexpr std::uint64_t kTimerKey = kWakeKey - 1;
+  static std::uint64_t key(int fd, std::uint32_t generation) noexcept {
+    return (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(fd);
+  }
+
+  void dispatch(const epoll_event& ev) noexcept {
+    if (ev.data.u64 == kWakeKey) {
+      core_.wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
+      core_.resumeRemote();
+      return;
+    }
+    if (ev.data.u64 == kTimerKey) {  // the loop fires its due timers next
+      std::uint64_t expirations;
+      (void)::read(timer_.get(), &expirations, sizeof expirations);  // level-triggered: drain it
+      armedDeadline_.reset();
+      return;
+    }
+    const auto fd = static_cast<std::size_t>(ev.data.u64 & 0xffffffffu);
+    const auto generation = static_cast<std::uint32_t>(ev.data.u64 >> 32);
+    EpollFdState& st = fds_[fd];  // deque: stays valid while callbacks add fds
+    if (st.generation != generation) return;
+    if (ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) st.hungUp = true;
+    if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      st.ready[0] = true;
+      if (EpollWaiter* w = st.waiter[0]) w->onReady(w);
+    }
+    // The reader's coroutine may have forgotten the fd meanwhile.
+    if ((ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && st.generation == generation) {
+      st.ready[1] = true;
+      if (EpollWaiter* w = st.waiter[1]) w->onReady(w);
+    }
+  }
+
+  LoopCore& core_;
+  FileDescriptor epoll_;
+  FileDescriptor timer_;                            // CLOCK_MONOTONIC = steady_clock
+  std::optional<Clock::time_point> armedDeadline_;  // what timer_ is set for, until it fires
+  std::deque<EpollFdState> fds_;
+  std::vector<epoll_event> events_ = std::vector<epoll_event>(256);
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_BACKEND_HPP
+// end <coio/reactor/detail/epoll_backend.hpp>
+// begin <coio/reactor/detail/epoll_operation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_OPERATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_OPERATION_HPP
+// EpollReactor's operations: the non-blocking system call behind each
+// (an Attempt) and the awaitable that tries it and waits for readiness.
+// begin <coio/reactor/detail/cancellable_operation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
+// CancellableOperation: the awaiter skeleton every reactor operation
+// shares (cppcoro's io_operation_cancellable is the model).
+// begin <coio/reactor/detail/inline_completion.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_INLINE_COMPLETION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_INLINE_COMPLETION_HPP
+// InlineCompletion: where the loop's inline budget is spent.
+
+#include <coroutine>
+
+namespace coio::detail {
 
 /// The one place where the loop's inline budget
 /// (LoopCore::kInlineTurnsPerIteration) is spent. Every awaiter whose
@@ -6242,6 +6375,7 @@ inline void RootPromise::unhandled_exception() noexcept { failure = std::current
 /// inline while the iteration's budget lasts; past it, its coroutine is
 /// posted and resumes in the next iteration. The budget counts
 /// completions, not attempts: an attempt that would block costs nothing.
+/// CancellableOperation writes this out for the reactors' operations.
 class InlineCompletion {
  public:
   bool admit(LoopCore& loop, bool completed) noexcept {
@@ -6259,173 +6393,126 @@ class InlineCompletion {
   bool yieldDone(LoopCore& loop, std::coroutine_handle<> h) noexcept {
     return !admit(loop, true) && deferred(loop, h);
   }
+  /// Posts `h` to resume in a later iteration, for an operation that waited
+  /// and ended without its own completion (its stop): the node is free
+  /// then, as a deferred completion never waits.
+  void resumeLater(LoopCore& loop, std::coroutine_handle<> h) noexcept { loop.post(posted_, h); }
 
  private:
   bool deferred_ = false;
   PostedResume posted_;
 };
 
-/// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_INLINE_COMPLETION_HPP
+// end <coio/reactor/detail/inline_completion.hpp>
+
+#include <cerrno>
+#include <coroutine>
+#include <optional>
+#include <stop_token>
+#include <utility>
+
+namespace coio::detail {
+
+/// The awaiter of one cancellable operation on a loop, written once:
+/// adopt the awaiting Task's stop token if given none; complete without
+/// suspending when the operation can (within the loop's inline budget,
+/// InlineCompletion: past it the coroutine resumes in the next iteration);
+/// else start it and, while it waits, cancel it when the stop is requested
+/// (on the loop thread). A stop already requested completes it at once
+/// with -ECANCELED, unless Derived says otherwise (stoppedAtOnce).
+///
+/// Derived, which makes this class a friend, supplies:
+///   bool tryNow() noexcept  done without waiting? (then result_ is set)
+///   bool start()            begin waiting; false if it ended instead (result_ set)
+///   void cancel() noexcept  its stop was requested while it waits; it then
+///                           ends on its own completion, or by resumeLater()
+///   result()                what co_await yields (from result_)
+/// and resumes the coroutine (resume()) when the operation completes. It
+/// may also supply `bool stoppedAtOnce() noexcept`, for an operation that
+/// does not simply end on a stop requested before it started (a batch
+/// whose transfers each end cancelled, a stream that still yields what
+/// completed): what to do instead, and whether it is then over.
 template <typename Derived>
-class ReactorBase : public LoopCore {
+class CancellableOperation {
  public:
-  /// Runs the loop on the calling thread until stop() (or until a spawned
-  /// task throws, on whatever thread it then runs: the reactor then stops,
-  /// and the first such exception is rethrown here).
-  void run() {
-    loop([] { return false; }, nullptr);
-  }
+  CancellableOperation(LoopCore& loop, std::stop_token stop) noexcept : loop_(loop), stop_(std::move(stop)) {}
+  CancellableOperation(const CancellableOperation&) = delete;
+  CancellableOperation& operator=(const CancellableOperation&) = delete;
 
-  /// Runs the loop on the calling thread until `task` (started on this
-  /// thread, inside the loop) finishes, and returns its result or rethrows
-  /// its exception. Other tasks stay suspended until the loop runs again.
-  /// If the reactor is stopped first, the task is destroyed unfinished and
-  /// runUntil throws std::system_error(Errc::closed).
-  template <typename T>
-  T runUntil(Task<T> task) {
-    DriverTask<T> driver = makeDriver(std::move(task));
-    loop([&] { return driver.done(); }, driver.handle());
-    if (!driver.done()) {
-      throw std::system_error(make_error_code(Errc::closed), "coio: reactor stopped before runUntil's task finished");
-    }
-    return driver.result();
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(loop_, tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(loop_, tryComplete())) return false;
+    handle_ = h;
+    if (inline_.deferred(loop_, h)) return true;  // done, but the loop's other work goes first
+    if (!derived().start()) return false;
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
   }
-
-  /// A snapshot of the loop's counters, queue depths and times (see
-  /// LoopStats for what each counts). Counting costs a plain increment
-  /// where operations are submitted and completed and where the loop turns;
-  /// the snapshot itself walks nothing but the queue of posted coroutines.
-  /// Loop thread (or while no loop runs): from another thread, hop over
-  /// first (`co_await reactor.schedule()`), which also makes the snapshot
-  /// consistent (every counter as of one moment of the loop).
-  LoopStats stats() const {
-    COIO_ASSERT(ownedByCaller(), "stats() read off the reactor's thread");
-    LoopStats s = meter_.snapshot();
-    s.ready = readyCount();
-    s.unsubmitted = static_cast<const Derived&>(*this).unsubmitted();
-    return s;
+  decltype(auto) await_resume() {
+    onStop_.reset();
+    return derived().result();
   }
 
  protected:
-  /// For Derived's destructor: lets go of the kernel side, then destroys
-  /// the tasks the reactor still owns (their awaiters deregister).
-  void closeLoop() noexcept {
-    derived().quiesce();
-    destroyRoots();
+  ~CancellableOperation() = default;
+
+  LoopCore& loop() const noexcept { return loop_; }
+  /// The awaiting coroutine, from await_suspend on.
+  std::coroutine_handle<> handle() const noexcept { return handle_; }
+  /// Resumes the awaiting coroutine (at the operation's completion).
+  void resume() const noexcept { handle_.resume(); }
+  /// A stop was requested before the operation started: it ends at once,
+  /// with -ECANCELED (Derived may say otherwise: see above).
+  bool stoppedAtOnce() noexcept {
+    result_ = -ECANCELED;
+    return true;
   }
+  /// Resumes it in a later iteration (an operation that ends on its stop).
+  void resumeLater() noexcept { inline_.resumeLater(loop_, handle_); }
+
+  long result_ = 0;  // raw: >= 0, or -errno
 
  private:
+  struct OnStop {
+    CancellableOperation* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->loop_.isInLoopThread(), "stop requested off the reactor's thread");
+      self->derived().cancel();
+    }
+  };
+
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
-  template <typename Done>
-  void loop(Done done, std::coroutine_handle<> first) {
-    COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
-    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    struct LeaveLoop {
-      ReactorBase& reactor;
-      ~LeaveLoop() {
-        reactor.derived().leaveLoop();
-        reactor.loopThread_.store(std::thread::id{}, std::memory_order_relaxed);
-      }
-    } leave{*this};
-    if (first && !stopRequested()) ready_.push_back(first);
-    if (meter_.timed()) meter_.beginTurn();
-    // A turn is the work between two waits: dispatching what the wait
-    // returned (in poll), then the ready phase, then the timers. Timed
-    // (LoopMeter), each phase that ran something ends with a clock read.
-    while (!done() && !stopRequested()) {
-      meter_.iteration();
-      inlineTurns_ = kInlineTurnsPerIteration;
-      const bool resumed = runReady();
-      // No clock read without timers, one with (waitTimeout reads it only
-      // if no deadline could be armed): where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call. Timed, that read
-      // is the ready phase's end.
-      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
-      if (timers_.size() != 0) {
-        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
-        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
-      }
-      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
-      if (done() || stopRequested()) break;
-      derived().poll(waitTimeout());
-      if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
-    }
-    // The last turn, if it ended in its completions phase (after a break,
-    // an empty turn: endTurn() has nothing left to account).
-    if (meter_.timed()) meter_.endTurn();
-    if (stopRequested()) {
-      // Final: the kernel lets go of every operation; nothing resumes again.
-      derived().quiesce();
-      destroyUnstartedRoots();
-    }
-    if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  // True (result_ set) if the operation is over without waiting.
+  bool tryComplete() noexcept {
+    if (stop_.stop_requested()) return derived().stoppedAtOnce();
+    return derived().tryNow();
   }
 
-  // How long Derived::poll may wait: not at all with coroutines ready, else
-  // until I/O (nullopt) once the next timer's deadline is armed in the
-  // reactor (Derived::armDeadline, re-armed only when that deadline changes:
-  // a wait with a timeout of its own costs the kernel an hrtimer per wait),
-  // or, if that could not be armed, until the deadline.
-  std::optional<Clock::duration> waitTimeout() {
-    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
-    const std::optional<Clock::time_point> next = timers_.nextDeadline();
-    if (!next) return std::nullopt;
-    if (derived().armDeadline(*next)) return std::nullopt;
-    // A fresh reading: fired timers resumed their coroutines since fireDue's.
-    return std::max(*next - Clock::now(), Clock::duration::zero());
-  }
+  LoopCore& loop_;
+  std::stop_token stop_;
+  InlineCompletion inline_;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
-// end <coio/detail/reactor_base.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
+// end <coio/reactor/detail/cancellable_operation.hpp>
 
-#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
-#include <coroutine>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <deque>
-#include <optional>
 #include <span>
 #include <stop_token>
-#include <vector>
+#include <utility>
 
-namespace coio {
-
-class EpollReactor;
-
-namespace detail {
-
-enum class Direction : std::uint8_t { read = 0, write = 1 };
-
-struct EpollWaiter {
-  void (*onReady)(EpollWaiter*) noexcept = nullptr;
-};
-
-// What the reactor knows of one fd: its registration (made on first wait,
-// edge-triggered, both directions) and, per direction, whether the fd may be
-// ready (cleared only when an attempt would block) and who waits.
-struct EpollFdState {
-  std::uint32_t generation = 0;  // bumped by forget(): stale events are dropped
-  bool registered = false;
-  bool hungUp = false;  // the peer closed or the fd failed: ready for good, no more edges
-  bool ready[2] = {true, true};
-  EpollWaiter* waiter[2] = {nullptr, nullptr};
-
-  // After an attempt that did not block.
-  void attempted(Direction dir, bool exhausted) noexcept {
-    if (exhausted && !hungUp) ready[static_cast<std::size_t>(dir)] = false;
-  }
-};
+namespace coio::detail {
 
 // The non-blocking system call behind each operation: the raw result, or
 // -EAGAIN when it would block. `exhausted(result)`: the result proves the
@@ -6496,12 +6583,417 @@ struct ReadinessAttempt : NeverExhausted {
   long operator()() const noexcept { return 0; }
 };
 
+/// One epoll-driven operation (see EpollReactor). `co_await` yields
+/// Result<T>; the coroutine resumes on the loop thread. The system call is
+/// tried first (unless Rearm: a readiness wait), and again at each edge.
 template <typename Attempt, typename T, bool Rearm>
-class EpollOperation;
+class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<EpollOperation<Attempt, T, Rearm>> {
+  using Base = CancellableOperation<EpollOperation>;
+  friend Base;
 
+ public:
+  EpollOperation(EpollBackend& backend, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
+      : Base(backend.core(), std::move(stop)), backend_(backend), fd_(fd), dir_(dir), attempt_(std::move(attempt)) {
+    onReady = &EpollOperation::ready;
+  }
+  ~EpollOperation() {
+    if (waiting_) backend_.endWait(fd_, dir_, Attempt::kind);  // the frame is destroyed while suspended here
+  }
+
+ private:
+  // True (result_ set) if the operation is over without waiting.
+  bool tryNow() {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      this->result_ = -EBADF;
+      return true;
+    }
+    if constexpr (Rearm) {
+      return false;
+    } else {
+      // The system call, if the fd may be ready; true if it did not block.
+      EpollFdState& st = backend_.state(fd_);
+      if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
+      this->result_ = attempt_();
+      if (this->result_ == -EAGAIN) return false;
+      st.attempted(dir_, attempt_.exhausted(this->result_));
+      return true;
+    }
+  }
+
+  bool start() {
+    if (const int err = backend_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
+      this->result_ = -err;
+      return false;
+    }
+    waiting_ = true;
+    return true;
+  }
+
+  void cancel() noexcept {
+    if (!waiting_) return;
+    finish(-ECANCELED);
+    this->resumeLater();
+  }
+
+  Result<T> result() const { return toResult<T>(this->result_); }
+
+  void finish(long result) noexcept {
+    backend_.endWait(fd_, dir_, Attempt::kind);
+    waiting_ = false;
+    this->result_ = result;
+  }
+
+  static void ready(EpollWaiter* w) noexcept {
+    auto* self = static_cast<EpollOperation*>(w);
+    const long r = self->attempt_();
+    EpollFdState& st = self->backend_.state(self->fd_);
+    if (r == -EAGAIN) {  // spurious: wait for the next edge
+      st.ready[static_cast<std::size_t>(self->dir_)] = false;
+      return;
+    }
+    st.attempted(self->dir_, self->attempt_.exhausted(r));
+    self->finish(r);
+    self->resume();
+  }
+
+  EpollBackend& backend_;
+  int fd_;
+  Direction dir_;
+  bool waiting_ = false;
+  Attempt attempt_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_OPERATION_HPP
+// end <coio/reactor/detail/epoll_operation.hpp>
+// begin <coio/reactor/reactor_loop.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
+// ReactorLoop: the event loop both reactors are, over a backend
+// that waits for I/O (ReactorBackend).
+// begin <coio/reactor/detail/sleep_awaiter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
+// SleepAwaiter: what ReactorLoop::sleepFor / sleepUntil return.
+
+#include <stop_token>
+#include <utility>
+
+namespace coio::detail {
+
+/// A timer of the loop: resumes on the loop thread at its deadline, or
+/// early when its stop is requested (its own token, Cancellable; or the
+/// awaiting Task's). The cancellable form yields whether the deadline passed.
+template <bool Cancellable>
+class [[nodiscard]] SleepAwaiter : TimerNode, public CancellableOperation<SleepAwaiter<Cancellable>> {
+  using Base = CancellableOperation<SleepAwaiter>;
+  friend Base;
+
+ public:
+  SleepAwaiter(LoopCore& core, LoopCore::Clock::time_point deadline, std::stop_token stop = {}) noexcept
+      : Base(core, std::move(stop)) {
+    this->deadline = deadline;
+    this->fire = &SleepAwaiter::onFire;
+  }
+  ~SleepAwaiter() {
+    if (queued()) this->loop().timers().remove(*this);
+  }
+
+ private:
+  bool tryNow() const noexcept { return false; }  // in a later iteration, even if the deadline passed
+  bool start() {
+    COIO_ASSERT(this->loop().ownedByCaller(), "sleep awaited off the reactor's thread");
+    this->loop().timers().push(*this);
+    return true;
+  }
+  void cancel() noexcept {
+    if (!queued()) return;
+    this->loop().timers().remove(*this);
+    this->resumeLater();
+  }
+  auto result() const noexcept {
+    if constexpr (Cancellable) return this->result_ > 0;  // fired
+  }
+
+  static void onFire(TimerNode* n) noexcept {
+    auto* self = static_cast<SleepAwaiter*>(n);
+    self->result_ = 1;
+    self->resume();
+  }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
+// end <coio/reactor/detail/sleep_awaiter.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+// The backend of a reactor (see ReactorBackend), specialised beside it.
+template <typename Reactor>
+struct BackendOf;
 }  // namespace detail
 
-/// An event loop over epoll, driven by one thread.
+/// The event loop of a reactor (EpollReactor, UringReactor: each is a
+/// ReactorLoop over its backend plus its I/O operations): run / runUntil /
+/// stop, tasks owned by the loop (spawn), hand-over from other threads
+/// (schedule, through an eventfd), timers (sleepFor, sleepUntil) and a
+/// view into the loop (stats, setLoopTiming, setStallHandler). What every
+/// reactor guarantees is listed with the coio::Reactor concept.
+///
+/// A turn of the loop: resume the ready coroutines, fire the due timers,
+/// then the backend's poll (wait for I/O and dispatch it), with a timeout
+/// of zero while coroutines are ready. `Reactor` is the reactor deriving
+/// from it; its backend (a ReactorBackend) is detail::BackendOf<Reactor>.
+template <typename Reactor>
+class ReactorLoop : public detail::LoopCore {
+  using Backend = typename detail::BackendOf<Reactor>::type;
+  static_assert(ReactorBackend<Backend>, "a reactor's backend must model ReactorBackend");
+
+ public:
+  /// The loop's clock (timers, stats).
+  using Clock = std::chrono::steady_clock;
+
+  /// Runs the loop on the calling thread until stop() (or until a spawned
+  /// task throws, on whatever thread it then runs: the reactor then stops,
+  /// and the first such exception is rethrown here).
+  void run() {
+    loop([] { return false; }, nullptr);
+  }
+
+  /// Runs the loop on the calling thread until `task` (started on this
+  /// thread, inside the loop) finishes, and returns its result or rethrows
+  /// its exception. Other tasks stay suspended until the loop runs again.
+  /// If the reactor is stopped first, the task is destroyed unfinished and
+  /// runUntil throws std::system_error(Errc::closed).
+  template <typename T>
+  T runUntil(Task<T> task) {
+    detail::DriverTask<T> driver = detail::makeDriver(std::move(task));
+    loop([&] { return driver.done(); }, driver.handle());
+    if (!driver.done()) {
+      throw std::system_error(make_error_code(Errc::closed), "coio: reactor stopped before runUntil's task finished");
+    }
+    return driver.result();
+  }
+
+  /// Asks the loop to stop; callable from any thread. Final: afterwards
+  /// run() and runUntil() return at once, nothing the reactor holds is
+  /// resumed again, and spawn() destroys its task unrun. When the loop
+  /// notices the stop it destroys (on the loop thread) the spawned tasks
+  /// that had not started yet; tasks that had started stay suspended until
+  /// the reactor is destroyed (their frames may be waiting on another
+  /// reactor, which only the reactor's destruction may assume is over).
+  void stop() noexcept { LoopCore::stop(); }
+
+  /// True on the thread currently inside run() / runUntil().
+  bool isInLoopThread() const noexcept { return LoopCore::isInLoopThread(); }
+
+  /// Hands `task` to the reactor, which owns it from now on; callable from
+  /// any thread. The task starts on the loop thread in a later iteration
+  /// (never inline). Once stop() was called the task is destroyed unrun, at
+  /// once, on the calling thread (so whoever waits for it, e.g. on a
+  /// std::future set by the task, learns it never ran instead of hanging);
+  /// a task spawned just before the stop is destroyed unrun by the loop
+  /// when it stops (or, if no loop runs again, with the reactor).
+  void spawn(Task<void> task) {
+    const std::coroutine_handle<detail::RootPromise> h = detail::makeRoot(std::move(task)).h;
+    const bool local = LoopCore::isInLoopThread();
+    bool wake = false;
+    if (!linkRoot(h.promise(), local, wake)) {
+      h.destroy();  // outside the lock: the task's destructors may spawn
+      return;
+    }
+    if (local) ready_.push_back(h);
+    if (wake) this->wake().signal();
+  }
+
+  /// The awaitable schedule() returns.
+  class [[nodiscard]] ScheduleAwaiter {
+   public:
+    /// For schedule().
+    explicit ScheduleAwaiter(LoopCore& core) noexcept : core_(core) {}
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { core_.enqueue(h); }
+    void await_resume() const noexcept {}
+
+   private:
+    LoopCore& core_;
+  };
+
+  /// `co_await schedule()` continues on the loop thread: from another thread
+  /// it hops over (waking the loop); on the loop thread it yields to the
+  /// coroutines already ready.
+  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{*this}; }
+
+  /// Resumes on the loop thread at `deadline` (in a later iteration if it
+  /// has passed). Timers with equal deadlines fire in the order they were set.
+  /// Awaited from a coio Task, it ends early (as the cancellable form does,
+  /// yielding nothing) once the token the Task runs under is stopped: a
+  /// loop that only sleeps should check that token.
+  detail::SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  /// sleepUntil(now + d).
+  detail::SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  /// Cancellable: yields true if the deadline passed, false if `stop` was
+  /// requested first (the timer is then removed and the coroutine resumes in
+  /// a later iteration; at once if it already was). `stop` must be requested
+  /// on the loop thread. A default `stop` means the token of the awaiting
+  /// Task (see currentStopToken).
+  detail::SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+    return {*this, deadline, std::move(stop)};
+  }
+  /// The cancellable sleepUntil(now + d, stop).
+  detail::SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+    return {*this, Clock::now() + d, std::move(stop)};
+  }
+
+  /// A snapshot of the loop's counters, queue depths and times (see
+  /// LoopStats for what each counts). Counting costs a plain increment
+  /// where operations are submitted and completed and where the loop turns;
+  /// the snapshot itself walks nothing but the queue of posted coroutines.
+  /// Loop thread (or while no loop runs): from another thread, hop over
+  /// first (`co_await reactor.schedule()`), which also makes the snapshot
+  /// consistent (every counter as of one moment of the loop).
+  LoopStats stats() const {
+    COIO_ASSERT(ownedByCaller(), "stats() read off the reactor's thread");
+    LoopStats s = meter_.snapshot();
+    s.ready = readyCount();
+    s.unsubmitted = backend_.unsubmitted();
+    return s;
+  }
+
+  /// Turns the timing of the loop's turns on or off (off by default; a
+  /// stall handler turns it on too): stats().waiting, running and
+  /// longestTurn grow only while it is on. Cost while on: one clock read
+  /// per phase of a turn that ran something (LoopPhase: at most three), and
+  /// one after each wait that could block; none while off. Loop thread (or
+  /// while no loop runs); the turn under way is timed from the call on.
+  void setLoopTiming(bool on) noexcept {
+    COIO_ASSERT(ownedByCaller(), "loop timing set off the reactor's thread");
+    meter_.setTiming(on);
+  }
+
+  /// The stall detector: after each turn of the loop (the work between two
+  /// waits for I/O: see LoopPhase) that took longer than `threshold`,
+  /// calls `handler` with the turn's duration, its phases' durations and
+  /// what each ran (LoopStall), on the loop thread, before the loop waits
+  /// again. An empty `handler` removes it. Times the loop while set (see
+  /// setLoopTiming for the cost). The handler may read stats(), spawn,
+  /// stop() or replace itself; its own time is not part of any turn; an
+  /// exception it throws propagates out of run() / runUntil(). Loop thread
+  /// (or while no loop runs). `threshold` must not be negative.
+  void setStallHandler(Clock::duration threshold, StallHandler handler) {
+    COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
+    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
+    meter_.setStallHandler(threshold, std::move(handler));
+  }
+
+ protected:
+  /// Constructs the backend with this loop and `args`.
+  template <typename... Args>
+  explicit ReactorLoop(Args&&... args) : backend_(static_cast<detail::LoopCore&>(*this), std::forward<Args>(args)...) {}
+  /// Lets go of the kernel side, then destroys the tasks the loop still
+  /// owns (their awaiters deregister from the backend, still alive here).
+  ~ReactorLoop() {
+    backend_.quiesce();
+    destroyRoots();
+  }
+
+  /// What waits for I/O: the reactor's operations submit to it.
+  Backend backend_;
+
+ private:
+  template <typename Done>
+  void loop(Done done, std::coroutine_handle<> first) {
+    COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
+    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    struct LeaveLoop {
+      ReactorLoop& loop;
+      ~LeaveLoop() {
+        loop.backend_.leaveLoop();
+        loop.loopThread_.store(std::thread::id{}, std::memory_order_relaxed);
+      }
+    } leave{*this};
+    if (first && !stopRequested()) ready_.push_back(first);
+    if (meter_.timed()) meter_.beginTurn();
+    // A turn is the work between two waits: dispatching what the wait
+    // returned (in poll), then the ready phase, then the timers. Timed
+    // (LoopMeter), each phase that ran something ends with a clock read.
+    while (!done() && !stopRequested()) {
+      meter_.iteration();
+      inlineTurns_ = kInlineTurnsPerIteration;
+      const bool resumed = runReady();
+      // No clock read without timers, one with (waitTimeout reads it only
+      // if no deadline could be armed): where the clock is not in the vDSO
+      // (e.g. a TCG guest's), each read is a system call. Timed, that read
+      // is the ready phase's end.
+      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
+      if (timers_.size() != 0) {
+        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
+        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
+      }
+      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
+      if (done() || stopRequested()) break;
+      backend_.poll(waitTimeout());
+      if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
+    }
+    // The last turn, if it ended in its completions phase (after a break,
+    // an empty turn: endTurn() has nothing left to account).
+    if (meter_.timed()) meter_.endTurn();
+    if (stopRequested()) {
+      // Final: the kernel lets go of every operation; nothing resumes again.
+      backend_.quiesce();
+      destroyUnstartedRoots();
+    }
+    if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  }
+
+  // How long the backend's poll may wait: not at all with coroutines ready, else
+  // until I/O (nullopt) once the next timer's deadline is armed in the
+  // backend (armDeadline, re-armed only when that deadline changes: a wait
+  // with a timeout of its own costs the kernel an hrtimer per wait), or, if
+  // that could not be armed, until the deadline.
+  std::optional<Clock::duration> waitTimeout() {
+    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
+    const std::optional<Clock::time_point> next = timers_.nextDeadline();
+    if (!next) return std::nullopt;
+    if (backend_.armDeadline(*next)) return std::nullopt;
+    // A fresh reading: fired timers resumed their coroutines since fireDue's.
+    return std::max(*next - Clock::now(), Clock::duration::zero());
+  }
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
+// end <coio/reactor/reactor_loop.hpp>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <stop_token>
+
+namespace coio {
+
+class EpollReactor;
+template <>
+struct detail::BackendOf<EpollReactor> {
+  using type = EpollBackend;
+};
+
+/// An event loop over epoll, driven by one thread; it models coio::Reactor,
+/// whose comment lists what every reactor guarantees.
 ///
 /// Guarantees:
 /// - Every awaitable below resumes its coroutine on the loop thread (the
@@ -6528,10 +7020,10 @@ class EpollOperation;
 /// - Timers wake the loop through one timerfd, set only when the earliest
 ///   deadline changes (a wait with a timeout of its own costs the kernel an
 ///   hrtimer per wait).
-/// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
-/// spawn, schedule, the timers, stats() and the stall detector, which both
-/// reactors share.
-class EpollReactor : public detail::ReactorBase<EpollReactor> {
+/// run, runUntil, spawn, schedule, the timers, stats() and the stall
+/// detector are the loop's (ReactorLoop), which both reactors share; the
+/// waiting is detail::EpollBackend's, the operations detail::EpollOperation.
+class EpollReactor : public ReactorLoop<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
@@ -6539,8 +7031,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
-  EpollReactor();
-  ~EpollReactor() { closeLoop(); }
+  EpollReactor() = default;
 
   /// Completes once `fd` is readable (resp. writable) at or after the call:
   /// the fd's state is checked when the wait starts, so an edge that came
@@ -6569,284 +7060,38 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
-  void forget(int fd) noexcept;
-
- private:
-  friend class detail::ReactorBase<EpollReactor>;
-  template <typename, typename, bool>
-  friend class detail::EpollOperation;
-
-  static constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
-  static constexpr std::uint64_t kTimerKey = kWakeKey - 1;
-  static std::uint64_t key(int fd, std::uint32_t generation) noexcept {
-    return (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(fd);
-  }
-
-  detail::EpollFdState& state(int fd) {
-    COIO_ASSERT(fd >= 0, "epoll state of a negative fd");
-    if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
-    return fds_[static_cast<std::size_t>(fd)];
-  }
-
-  // Registers `w` as the waiter; with `rearm`, re-arms an existing
-  // registration so that the fd's current state is reported. 0 or an errno.
-  // A wait is an operation of `kind` in LoopStats, until endWait.
-  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm, OpKind kind) noexcept {
-    COIO_ASSERT(ownedByCaller(), "epoll operation awaited off the reactor's thread");
-    detail::EpollFdState& st = state(fd);
-    const auto d = static_cast<std::size_t>(dir);
-    COIO_ASSERT(st.waiter[d] == nullptr, "two operations wait on the same fd in the same direction");
-    st.ready[d] = false;
-    if (!st.registered || rearm) {
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-      ev.data.u64 = key(fd, st.generation);
-      if (::epoll_ctl(epoll_.get(), st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return errno;
-      st.registered = true;
-    }
-    st.waiter[d] = &w;
-    meter_.submitted(detail::counterOf(kind));
-    return 0;
-  }
-
-  void endWait(int fd, detail::Direction dir, OpKind kind) noexcept {
-    fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
-    meter_.completed(detail::counterOf(kind));
-  }
-
-  void poll(std::optional<Clock::duration> timeout);
-  void quiesce() noexcept {}  // epoll holds no reference to an operation
-  void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
-  std::size_t unsubmitted() const noexcept { return 0; }  // nor queues them
-
-  // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
-  // false if the timerfd could not be set.
-  bool armDeadline(Clock::time_point deadline) noexcept {
-    if (armedDeadline_ == deadline) return true;
-    itimerspec spec{};
-    spec.it_value = detail::toTimespec<timespec>(deadline.time_since_epoch());
-    if (::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) return false;
-    armedDeadline_ = deadline;
-    return true;
-  }
-
-  void dispatch(const epoll_event& ev) noexcept {
-    if (ev.data.u64 == kWakeKey) {
-      wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
-      resumeRemote();
-      return;
-    }
-    if (ev.data.u64 == kTimerKey) {  // the loop fires its due timers next
-      std::uint64_t expirations;
-      (void)::read(timer_.get(), &expirations, sizeof expirations);  // level-triggered: drain it
-      armedDeadline_.reset();
-      return;
-    }
-    const auto fd = static_cast<std::size_t>(ev.data.u64 & 0xffffffffu);
-    const auto generation = static_cast<std::uint32_t>(ev.data.u64 >> 32);
-    detail::EpollFdState& st = fds_[fd];  // deque: stays valid while callbacks add fds
-    if (st.generation != generation) return;
-    if (ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) st.hungUp = true;
-    if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-      st.ready[0] = true;
-      if (detail::EpollWaiter* w = st.waiter[0]) w->onReady(w);
-    }
-    // The reader's coroutine may have forgotten the fd meanwhile.
-    if ((ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && st.generation == generation) {
-      st.ready[1] = true;
-      if (detail::EpollWaiter* w = st.waiter[1]) w->onReady(w);
-    }
-  }
-
-  detail::FileDescriptor epoll_;
-  detail::FileDescriptor timer_;                // CLOCK_MONOTONIC = steady_clock
-  std::optional<Clock::time_point> armedDeadline_;  // what timer_ is set for, until it fires
-  std::deque<detail::EpollFdState> fds_;
-  std::vector<epoll_event> events_ = std::vector<epoll_event>(256);
+  void forget(int fd) noexcept { backend_.forget(fd); }
 };
-
-namespace detail {
-
-/// One epoll-driven operation (see EpollReactor). `co_await` yields
-/// Result<T>; the coroutine resumes on the loop thread.
-template <typename Attempt, typename T, bool Rearm>
-class [[nodiscard]] EpollOperation : EpollWaiter {
- public:
-  EpollOperation(EpollReactor& reactor, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
-      : reactor_(reactor), fd_(fd), dir_(dir), attempt_(std::move(attempt)), stop_(std::move(stop)) {
-    onReady = &EpollOperation::ready;
-  }
-  EpollOperation(const EpollOperation&) = delete;
-  EpollOperation& operator=(const EpollOperation&) = delete;
-  ~EpollOperation() {
-    if (waiting_) reactor_.endWait(fd_, dir_, Attempt::kind);  // the frame is destroyed while suspended here
-  }
-
-  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
-  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
-
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) {
-    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
-    handle_ = h;
-    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
-    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
-      result_ = -err;
-      return false;
-    }
-    waiting_ = true;
-    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-    return true;
-  }
-
-  Result<T> await_resume() {
-    onStop_.reset();
-    return toResult<T>(result_);
-  }
-
- private:
-  struct OnStop {
-    EpollOperation* self;
-    void operator()() const noexcept {
-      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      if (!self->waiting_) return;
-      self->finish(-ECANCELED);
-      self->reactor_.post(self->posted_, self->handle_);
-    }
-  };
-
-  // True (result_ set) if the operation is over without waiting.
-  bool tryComplete() {
-    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
-      result_ = -EBADF;
-      return true;
-    }
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    if constexpr (Rearm) {
-      return false;
-    } else {
-      return tryNow();
-    }
-  }
-
-  // The system call, if the fd may be ready; true if it did not block.
-  bool tryNow() {
-    EpollFdState& st = reactor_.state(fd_);
-    if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
-    result_ = attempt_();
-    if (result_ == -EAGAIN) return false;
-    st.attempted(dir_, attempt_.exhausted(result_));
-    return true;
-  }
-
-  void finish(long result) noexcept {
-    reactor_.endWait(fd_, dir_, Attempt::kind);
-    waiting_ = false;
-    result_ = result;
-  }
-
-  static void ready(EpollWaiter* w) noexcept {
-    auto* self = static_cast<EpollOperation*>(w);
-    const long r = self->attempt_();
-    EpollFdState& st = self->reactor_.state(self->fd_);
-    if (r == -EAGAIN) {  // spurious: wait for the next edge
-      st.ready[static_cast<std::size_t>(self->dir_)] = false;
-      return;
-    }
-    st.attempted(self->dir_, self->attempt_.exhausted(r));
-    self->finish(r);
-    self->handle_.resume();
-  }
-
-  EpollReactor& reactor_;
-  int fd_;
-  Direction dir_;
-  bool waiting_ = false;
-  InlineCompletion inline_;
-  Attempt attempt_;
-  std::stop_token stop_;
-  long result_ = 0;
-  std::coroutine_handle<> handle_;
-  PostedResume posted_;
-  std::optional<std::stop_callback<OnStop>> onStop_;
-};
-
-}  // namespace detail
-
-inline EpollReactor::EpollReactor()
-    : epoll_(::epoll_create1(EPOLL_CLOEXEC)), timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
-  if (!epoll_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: epoll_create1");
-  if (!timer_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: timerfd_create");
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLET;
-  ev.data.u64 = kWakeKey;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake().fd(), &ev) != 0) {
-    detail::throwSystemError(errno, "coio::EpollReactor: registering the wake-up eventfd");
-  }
-  ev.events = EPOLLIN;
-  ev.data.u64 = kTimerKey;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, timer_.get(), &ev) != 0) {
-    detail::throwSystemError(errno, "coio::EpollReactor: registering the timerfd");
-  }
-}
 
 inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
     -> Operation<detail::ReadinessAttempt, void, true> {
-  return {*this, fd, detail::Direction::read, {}, std::move(stop)};
+  return {backend_, fd, detail::Direction::read, {}, std::move(stop)};
 }
 inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
     -> Operation<detail::ReadinessAttempt, void, true> {
-  return {*this, fd, detail::Direction::write, {}, std::move(stop)};
+  return {backend_, fd, detail::Direction::write, {}, std::move(stop)};
 }
 inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
-  return {*this, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
+  return {backend_, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
 }
 inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
     -> Operation<detail::ConnectAttempt, void> {
   detail::ConnectAttempt attempt{{}, fd, {}, length};
   std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
-  return {*this, fd, detail::Direction::write, attempt, std::move(stop)};
+  return {backend_, fd, detail::Direction::write, attempt, std::move(stop)};
 }
 inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::RecvAttempt, std::size_t> {
-  return {*this, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
+  return {backend_, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
 }
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendAttempt, std::size_t> {
-  return {*this, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
+  return {backend_, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
 }
 
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
     -> Operation<detail::SendvAttempt, std::size_t> {
-  return {*this, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
-}
-
-inline void EpollReactor::forget(int fd) noexcept {
-  if (fd < 0 || static_cast<std::size_t>(fd) >= fds_.size()) return;
-  detail::EpollFdState& st = fds_[static_cast<std::size_t>(fd)];
-  // After stop() waiters never resume, so owners may close fds in any order.
-  COIO_ASSERT(stopRequested() || (st.waiter[0] == nullptr && st.waiter[1] == nullptr),
-              "forget() while an operation waits on the fd");
-  if (st.registered) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  st = detail::EpollFdState{st.generation + 1};
-}
-
-inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
-  timespec ts{};
-  if (timeout) ts = detail::toTimespec<timespec>(*timeout);
-  const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
-                               timeout ? &ts : nullptr, nullptr);
-  const int err = errno;
-  woke(timeout);
-  if (n < 0) {
-    if (err == EINTR) return;
-    detail::throwSystemError(err, "coio::EpollReactor: epoll_pwait2");
-  }
-  meter_.dispatched(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
+  return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
 }  // namespace coio
@@ -8058,6 +8303,12 @@ class MemoryRegion {
 // begin <coio/rdma/queue_pair.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_RDMA_QUEUE_PAIR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_RDMA_QUEUE_PAIR_HPP
+// QueuePair, one RC queue pair: the connection (the TCP handshake, the
+// state changes), two-sided messages with their credits and acks, one-sided
+// RDMA chains, and the watcher that dispatches their completions. One file,
+// though long: every part reads and writes the same private state (the
+// posted work, the credits, the error that fails the pair) under one set of
+// invariants, which a split would spread over headers that each see all of it.
 // begin <coio/rdma/detail/handshake.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_RDMA_DETAIL_HANDSHAKE_HPP
 #define COIO_SINGLE_INCLUDE_COIO_RDMA_DETAIL_HANDSHAKE_HPP

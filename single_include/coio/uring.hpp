@@ -4467,6 +4467,7 @@ using StallHandler = std::function<void(const LoopStall&)>;
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <stop_token>
 
@@ -4478,6 +4479,8 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 
 /// An event loop driven by one thread; EpollReactor and UringReactor model
 /// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+/// Both are a ReactorLoop (run, spawn, schedule, sleeps, stats) over a
+/// backend (ReactorBackend) plus their I/O operations.
 ///
 /// What every model guarantees:
 /// - `run()` drives the loop on the calling thread until `stop()`;
@@ -4547,6 +4550,37 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { cr.stats() } -> std::same_as<LoopStats>;
   r.setLoopTiming(true);
   r.setStallHandler(d, std::move(handler));
+};
+
+/// What ReactorLoop needs of its backend B, the part of a reactor that
+/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
+/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
+/// The loop constructs it with its LoopCore (and the reactor's options) and
+/// calls, on the loop thread:
+/// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
+///   something happens; zero: not at all) and dispatch what completed,
+///   resuming the coroutines that waited. Right after its wait returns it
+///   calls `core.woke(timeout)`; when the core's wake-up eventfd fired it
+///   drains it and calls `core.resumeRemote()`; it counts its operations in
+///   `core.meter()` where it submits, completes and dispatches them.
+/// - `armDeadline(t)`: make the next waits end by `t` (the earliest timer)
+///   without a timeout on each; false if it cannot (the loop then passes a
+///   timeout to poll).
+/// - `quiesce()`: make sure the kernel holds no reference to any operation,
+///   without resuming anything (after a stop, and before the reactor's
+///   tasks are destroyed).
+/// - `leaveLoop()`: as run() / runUntil() return, undo what that run tied
+///   to its thread.
+/// - `unsubmitted()`: operations prepared but not handed to the kernel yet
+///   (LoopStats::unsubmitted).
+template <typename B>
+concept ReactorBackend = requires(B& b, const B& cb, std::optional<std::chrono::steady_clock::duration> timeout,
+                                  std::chrono::steady_clock::time_point t) {
+  b.poll(timeout);
+  { b.armDeadline(t) } noexcept -> std::same_as<bool>;
+  { b.quiesce() } noexcept;
+  { b.leaveLoop() } noexcept;
+  { cb.unsubmitted() } noexcept -> std::same_as<std::size_t>;
 };
 
 }  // namespace coio
@@ -4832,9 +4866,39 @@ class SocketAddress {
 // begin <coio/net/tcp_listener.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_TCP_LISTENER_HPP
-// begin <coio/detail/fd.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
+// begin <coio/net/detail/transform_awaiter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_DETAIL_TRANSFORM_AWAITER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_DETAIL_TRANSFORM_AWAITER_HPP
+// TransformAwaiter: wraps an awaiter and maps its result, without a
+// coroutine frame of its own (e.g. a recv's 0 bytes into Errc::eof).
+#include <coroutine>
+#include <utility>
+
+namespace coio::detail {
+
+template <typename Awaiter, typename Fn>
+struct [[nodiscard]] TransformAwaiter {
+  Awaiter inner;
+  Fn fn;
+
+  bool await_ready() { return inner.await_ready(); }
+  // Typed: the inner awaiter may read the awaiting promise (its stop token).
+  template <typename Promise>
+  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
+    return inner.await_suspend(h);
+  }
+  decltype(auto) await_resume() { return fn(inner.await_resume()); }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_DETAIL_TRANSFORM_AWAITER_HPP
+// end <coio/net/detail/transform_awaiter.hpp>
+// begin <coio/net/tcp_stream.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
+// begin <coio/reactor/detail/fd.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
 // FileDescriptor: sole owner of a file descriptor, closed on destruction.
 #include <unistd.h>
 
@@ -4873,41 +4937,11 @@ class FileDescriptor {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_FD_HPP
-// end <coio/detail/fd.hpp>
-// begin <coio/detail/transform_awaiter.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
-// TransformAwaiter: wraps an awaiter and maps its result, without a
-// coroutine frame of its own (e.g. a recv's 0 bytes into Errc::eof).
-#include <coroutine>
-#include <utility>
-
-namespace coio::detail {
-
-template <typename Awaiter, typename Fn>
-struct [[nodiscard]] TransformAwaiter {
-  Awaiter inner;
-  Fn fn;
-
-  bool await_ready() { return inner.await_ready(); }
-  // Typed: the inner awaiter may read the awaiting promise (its stop token).
-  template <typename Promise>
-  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
-    return inner.await_suspend(h);
-  }
-  decltype(auto) await_resume() { return fn(inner.await_resume()); }
-};
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TRANSFORM_AWAITER_HPP
-// end <coio/detail/transform_awaiter.hpp>
-// begin <coio/net/tcp_stream.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
-#define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
-// begin <coio/detail/iovec.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
+// end <coio/reactor/detail/fd.hpp>
+// begin <coio/reactor/detail/iovec.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
 // Gather writes over the caller's iovecs, shared by both reactors and TcpStream.
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -4947,16 +4981,16 @@ inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept 
 }
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_IOVEC_HPP
-// end <coio/detail/iovec.hpp>
-// begin <coio/detail/reset_connection.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
+// end <coio/reactor/detail/iovec.hpp>
+// begin <coio/reactor/detail/reset_connection.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
 // resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
 // and UringReactor's shutdown of zero-copy sends.
-// begin <coio/detail/syscall.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
+// begin <coio/reactor/detail/syscall.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
 // Conventions for system calls inside coio: a raw result is a `long`, >= 0
 // on success and -errno on failure (the io_uring CQE convention), so that
 // both reactors map results to `Result<T>` the same way.
@@ -5009,8 +5043,8 @@ Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
 }
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_SYSCALL_HPP
-// end <coio/detail/syscall.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+// end <coio/reactor/detail/syscall.hpp>
 
 #include <sys/socket.h>
 
@@ -5026,8 +5060,8 @@ inline long resetConnection(int fd) noexcept {
 }
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_RESET_CONNECTION_HPP
-// end <coio/detail/reset_connection.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+// end <coio/reactor/detail/reset_connection.hpp>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -5402,25 +5436,61 @@ class TcpListener {
 // begin <coio/reactor/epoll_reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_EPOLL_REACTOR_HPP
-// begin <coio/detail/reactor_base.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
-// ReactorBase<Derived>: everything the epoll and io_uring reactors share:
-// the loop (run / runUntil / stop), tasks owned by the reactor (spawn),
-// hand-over from other threads (schedule, through an eventfd), and timers.
-// Derived supplies `poll(timeout)` (wait for I/O and dispatch it; call
-// `resumeRemote()` when the wake-up eventfd fired), `armDeadline(t)` (wake
-// the loop at time t without a timeout on each wait; false if it cannot),
-// `quiesce()` (make sure the kernel holds no reference to any operation,
-// without resuming anything), `leaveLoop()` (on the loop thread, as
-// run() / runUntil() return: undo what that run of the loop tied to its
-// thread) and `unsubmitted()` (operations prepared but not handed to the
-// kernel yet, for stats()). Derived counts its operations in `meter_`
-// (LoopMeter) where it submits and completes them, and its poll calls
-// `woke(timeout)` right after its wait returns, before dispatching.
-// begin <coio/detail/loop_meter.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
+// begin <coio/reactor/detail/epoll_backend.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_BACKEND_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_BACKEND_HPP
+// EpollBackend: EpollReactor's ReactorBackend. One epoll instance watches
+// the fds operations wait on (edge-triggered, registered on first wait),
+// the loop's wake-up eventfd and a timerfd for the earliest timer.
+// begin <coio/reactor/detail/loop_core.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_CORE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_CORE_HPP
+// LoopCore: the state of a reactor's loop that does not depend on its
+// backend (ReactorLoop runs it): the ready queue, the hand-over
+// queue from other threads, the spawned tasks it owns (RootPromise), the
+// timers, the inline-completion budget and the counters (LoopMeter).
+// Backends and awaiters reach it through the members below; what users
+// call is ReactorLoop's.
+// begin <coio/reactor/detail/event_fd.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
+// EventFd: the wake-up channel of a loop (any thread signals, the loop
+// watches it), also the disk layer's completion signal under EpollReactor.
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+
+namespace coio::detail {
+
+class EventFd {
+ public:
+  EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (!fd_.valid()) throwSystemError(errno, "coio: eventfd");
+  }
+  int fd() const noexcept { return fd_.get(); }
+  void signal() noexcept {
+    const std::uint64_t one = 1;
+    // Fails only if the counter would overflow, and then the loop is due to wake anyway.
+    (void)retryOnEintr([&] { return ::write(fd_.get(), &one, sizeof one); });
+  }
+  void drain() noexcept {
+    std::uint64_t value;
+    (void)retryOnEintr([&] { return ::read(fd_.get(), &value, sizeof value); });
+  }
+
+ private:
+  FileDescriptor fd_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
+// end <coio/reactor/detail/event_fd.hpp>
+// begin <coio/reactor/detail/loop_meter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_METER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_METER_HPP
 // LoopMeter: the counters behind LoopStats and the turn timing behind the
 // stall detector, one per loop (LoopCore). Loop thread only: counting is a
 // plain increment where the reactors submit, complete and dispatch.
@@ -5432,9 +5502,9 @@ class TcpListener {
 // the wake-up after a wait that could block (one read; a wait that could not
 // block, because work was ready, counts as running). Off, it costs a test of
 // one bool per phase.
-// begin <coio/detail/timer_queue.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
+// begin <coio/reactor/detail/timer_queue.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_TIMER_QUEUE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_TIMER_QUEUE_HPP
 // TimerQueue: an intrusive binary min-heap of timers ordered by (deadline,
 // insertion sequence), so that timers with equal deadlines fire in the order
 // they were added. Each node knows its heap index: removal is O(log n) with
@@ -5546,8 +5616,8 @@ class TimerQueue {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_TIMER_QUEUE_HPP
-// end <coio/detail/timer_queue.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_TIMER_QUEUE_HPP
+// end <coio/reactor/detail/timer_queue.hpp>
 
 #include <algorithm>
 #include <array>
@@ -5701,64 +5771,28 @@ class LoopMeter {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_LOOP_METER_HPP
-// end <coio/detail/loop_meter.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_METER_HPP
+// end <coio/reactor/detail/loop_meter.hpp>
+// begin <coio/reactor/detail/root_task.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_ROOT_TASK_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_ROOT_TASK_HPP
+// The coroutines the loop drives itself: RootPromise owns a spawned task,
+// DriverTask runs runUntil's task and keeps its result.
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <coroutine>
-#include <cstdint>
 #include <exception>
-#include <mutex>
-#include <optional>
-#include <stop_token>
-#include <system_error>
-#include <thread>
 #include <utility>
-#include <vector>
 
 namespace coio::detail {
 
-// The wake-up channel of a loop: any thread signals, the loop watches it.
-class EventFd {
- public:
-  EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    if (!fd_.valid()) throwSystemError(errno, "coio: eventfd");
-  }
-  int fd() const noexcept { return fd_.get(); }
-  void signal() noexcept {
-    const std::uint64_t one = 1;
-    // Fails only if the counter would overflow, and then the loop is due to wake anyway.
-    (void)retryOnEintr([&] { return ::write(fd_.get(), &one, sizeof one); });
-  }
-  void drain() noexcept {
-    std::uint64_t value;
-    (void)retryOnEintr([&] { return ::read(fd_.get(), &value, sizeof value); });
-  }
-
- private:
-  FileDescriptor fd_;
-};
-
 class LoopCore;
 
-/// A coroutine queued to resume in a later loop iteration without
-/// allocating (LoopCore::post): the awaiter that queues it owns the node,
-/// so that noexcept paths such as stop callbacks can queue.
-struct PostedResume {
-  PostedResume* next = nullptr;
-  std::coroutine_handle<> handle;
-};
-
-// The coroutine that owns a spawned task. It lives in the reactor's list of
+// The coroutine that owns a spawned task. It lives in the loop's list of
 // roots until it finishes (then it unlinks and frees itself), until the loop
 // stops before it started (then the loop destroys it), or until the reactor
 // is destroyed (then the reactor destroys it, and with it the whole chain of
-// frames it awaits).
+// frames it awaits). FinalAwaiter and unhandled_exception are defined in
+// loop_core.hpp, beside the list they leave.
 struct RootPromise : PooledFrame {
   struct InitialAwaiter {
     RootPromise& promise;
@@ -5789,6 +5823,7 @@ struct RootPromise : PooledFrame {
 };
 
 inline RootPromise::Handle makeRoot(Task<void> task) { co_await std::move(task); }
+inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
 
 // runUntil's driver: suspends at the end so that the result can be read.
 template <typename T>
@@ -5824,10 +5859,43 @@ inline DriverTask<void> makeDriver(Task<void> task) {
   co_await std::move(task);
 }
 
-/// The state and operations common to every reactor (see ReactorBase).
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_ROOT_TASK_HPP
+// end <coio/reactor/detail/root_task.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+/// A coroutine queued to resume in a later loop iteration without
+/// allocating (LoopCore::post): the awaiter that queues it owns the node,
+/// so that noexcept paths such as stop callbacks can queue.
+struct PostedResume {
+  PostedResume* next = nullptr;
+  std::coroutine_handle<> handle;
+};
+
+/// The backend-independent state of a loop (see ReactorLoop).
 class LoopCore {
  public:
   using Clock = std::chrono::steady_clock;
+
+  /// How many operations per loop iteration may complete inline (without
+  /// suspending: a socket with room or data, data a reactor read ahead, an
+  /// error known up front). Past that, they still complete but resume their
+  /// coroutine in the next iteration, after timers and other fds: a
+  /// coroutine whose operations are always ready cannot keep the loop from
+  /// the rest of its work. Spent through InlineCompletion only.
+  static constexpr unsigned kInlineTurnsPerIteration = 64;
 
   LoopCore() = default;
   LoopCore(const LoopCore&) = delete;
@@ -5839,142 +5907,20 @@ class LoopCore {
     return loopThread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
   }
 
-  /// Asks the loop to stop; callable from any thread. Final: afterwards
-  /// run() and runUntil() return at once, nothing the reactor holds is
-  /// resumed again, and spawn() destroys its task unrun. When the loop
-  /// notices the stop it destroys (on the loop thread) the spawned tasks
-  /// that had not started yet; tasks that had started stay suspended until
-  /// the reactor is destroyed (their frames may be waiting on another
-  /// reactor, which only the reactor's destruction may assume is over).
+  /// True on the loop thread, or on any thread while no loop runs (the
+  /// reactor's structures are then free to touch).
+  bool ownedByCaller() const noexcept {
+    const std::thread::id t = loopThread_.load(std::memory_order_relaxed);
+    return t == std::this_thread::get_id() || t == std::thread::id{};
+  }
+
+  /// ReactorLoop::stop (here for the roots, which stop the loop they fail).
   void stop() noexcept {
     stopRequested_.store(true, std::memory_order_release);
     if (!isInLoopThread()) wake_.signal();
   }
 
   bool stopRequested() const noexcept { return stopRequested_.load(std::memory_order_acquire); }
-
-  /// Hands `task` to the reactor, which owns it from now on; callable from
-  /// any thread. The task starts on the loop thread in a later iteration
-  /// (never inline). Once stop() was called the task is destroyed unrun, at
-  /// once, on the calling thread (so whoever waits for it, e.g. on a
-  /// std::future set by the task, learns it never ran instead of hanging);
-  /// a task spawned just before the stop is destroyed unrun by the loop
-  /// when it stops (or, if no loop runs again, with the reactor).
-  void spawn(Task<void> task) {
-    std::coroutine_handle<RootPromise> h = makeRoot(std::move(task)).h;
-    h.promise().owner = this;
-    const bool local = isInLoopThread();
-    bool accepted = false, wake = false;
-    {
-      std::lock_guard lock(mutex_);
-      // Checked under the lock: the loop takes it to collect the unstarted
-      // roots after it saw the stop, so a root is either collected or refused.
-      if (!closed_ && !stopRequested()) {
-        RootPromise& p = h.promise();
-        p.next = roots_;
-        if (roots_) roots_->prev = &p;
-        roots_ = &p;
-        if (!local) wake = pushRemoteLocked(h);
-        accepted = true;
-      }
-    }
-    if (!accepted) {
-      h.destroy();  // outside the lock: the task's destructors may spawn
-      return;
-    }
-    if (local) ready_.push_back(h);
-    if (wake) wake_.signal();
-  }
-
-  class [[nodiscard]] ScheduleAwaiter {
-   public:
-    explicit ScheduleAwaiter(LoopCore& core) noexcept : core_(core) {}
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) { core_.enqueue(h); }
-    void await_resume() const noexcept {}
-
-   private:
-    LoopCore& core_;
-  };
-
-  /// `co_await schedule()` continues on the loop thread: from another thread
-  /// it hops over (waking the loop); on the loop thread it yields to the
-  /// coroutines already ready.
-  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{*this}; }
-
-  template <bool Cancellable>
-  class [[nodiscard]] SleepAwaiter : TimerNode {
-   public:
-    SleepAwaiter(LoopCore& core, Clock::time_point deadline, std::stop_token stop = {}) noexcept
-        : core_(core), stop_(std::move(stop)) {
-      this->deadline = deadline;
-      this->fire = &SleepAwaiter::onFire;
-    }
-    SleepAwaiter(const SleepAwaiter&) = delete;
-    SleepAwaiter& operator=(const SleepAwaiter&) = delete;
-    ~SleepAwaiter() {
-      if (queued()) core_.timers_.remove(*this);
-    }
-
-    bool await_ready() const noexcept { return Cancellable && stop_.stop_requested(); }
-    template <typename Promise>
-    bool await_suspend(std::coroutine_handle<Promise> h) {
-      COIO_ASSERT(core_.ownedByCaller(), "sleep awaited off the reactor's thread");
-      if (inheritStopToken(stop_, h) && stop_.stop_requested()) return false;
-      handle_ = h;
-      core_.timers_.push(*this);
-      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-      return true;
-    }
-    auto await_resume() noexcept {
-      if constexpr (Cancellable) {
-        onStop_.reset();
-        return fired_;
-      }
-    }
-
-   private:
-    struct OnStop {
-      SleepAwaiter* self;
-      void operator()() const noexcept {
-        COIO_ASSERT(self->core_.isInLoopThread(), "stop requested off the reactor's thread");
-        if (!self->queued()) return;
-        self->core_.timers_.remove(*self);
-        self->core_.post(self->posted_, self->handle_);
-      }
-    };
-    static void onFire(TimerNode* n) noexcept {
-      auto* self = static_cast<SleepAwaiter*>(n);
-      self->fired_ = true;
-      self->handle_.resume();
-    }
-
-    LoopCore& core_;
-    std::stop_token stop_;
-    std::coroutine_handle<> handle_;
-    PostedResume posted_;
-    bool fired_ = false;
-    std::optional<std::stop_callback<OnStop>> onStop_;
-  };
-
-  /// Resumes on the loop thread at `deadline` (in a later iteration if it
-  /// has passed). Timers with equal deadlines fire in the order they were set.
-  /// Awaited from a coio Task, it ends early (as the cancellable form does,
-  /// yielding nothing) once the token the Task runs under is stopped: a
-  /// loop that only sleeps should check that token.
-  SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
-  SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
-  /// Cancellable: yields true if the deadline passed, false if `stop` was
-  /// requested first (the timer is then removed and the coroutine resumes in
-  /// a later iteration; at once if it already was). `stop` must be requested
-  /// on the loop thread. A default `stop` means the token of the awaiting
-  /// Task (see currentStopToken).
-  SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
-    return {*this, deadline, std::move(stop)};
-  }
-  SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
-    return {*this, Clock::now() + d, std::move(stop)};
-  }
 
   /// Loop thread: resume `h` in a later iteration (after I/O is polled).
   /// Never allocates: `node`, which must live until then (a member of the
@@ -5986,58 +5932,50 @@ class LoopCore {
     postedTail_ = &node;
   }
 
-  /// How many operations per loop iteration may complete inline (without
-  /// suspending: a socket with room or data, data a reactor read ahead, an
-  /// error known up front). Past that, they still complete but resume their
-  /// coroutine in the next iteration, after timers and other fds: a
-  /// coroutine whose operations are always ready cannot keep the loop from
-  /// the rest of its work. Spent through InlineCompletion only.
-  static constexpr unsigned kInlineTurnsPerIteration = 64;
-
-  /// True on the loop thread, or on any thread while no loop runs (the
-  /// reactor's structures are then free to touch).
-  bool ownedByCaller() const noexcept {
-    const std::thread::id t = loopThread_.load(std::memory_order_relaxed);
-    return t == std::this_thread::get_id() || t == std::thread::id{};
+  /// Resumes `h` on the loop thread: queued if called there, else handed
+  /// over (waking the loop). ReactorLoop::schedule's.
+  void enqueue(std::coroutine_handle<> h) {
+    if (isInLoopThread()) {
+      ready_.push_back(h);
+      return;
+    }
+    bool wake;
+    {
+      std::lock_guard lock(mutex_);
+      wake = pushRemoteLocked(h);
+    }
+    if (wake) wake_.signal();
   }
 
-  /// Turns the timing of the loop's turns on or off (off by default; a
-  /// stall handler turns it on too): stats().waiting, running and
-  /// longestTurn grow only while it is on. Cost while on: one clock read
-  /// per phase of a turn that ran something (LoopPhase: at most three), and
-  /// one after each wait that could block; none while off. Loop thread (or
-  /// while no loop runs); the turn under way is timed from the call on.
-  void setLoopTiming(bool on) noexcept {
-    COIO_ASSERT(ownedByCaller(), "loop timing set off the reactor's thread");
-    meter_.setTiming(on);
+  /// Whether an operation that completed at once may go on inline (and
+  /// counts both). Outside a running loop there is no iteration to yield
+  /// to. InlineCompletion's: nothing else spends the budget.
+  bool takeInlineTurn() noexcept {
+    meter_.completedInline();
+    if (inlineTurns_ == 0) return !isInLoopThread();
+    --inlineTurns_;
+    return true;
   }
 
-  /// The stall detector: after each turn of the loop (the work between two
-  /// waits for I/O: see LoopPhase) that took longer than `threshold`,
-  /// calls `handler` with the turn's duration, its phases' durations and
-  /// what each ran (LoopStall), on the loop thread, before the loop waits
-  /// again. An empty `handler` removes it. Times the loop while set (see
-  /// setLoopTiming for the cost). The handler may read stats(), spawn,
-  /// stop() or replace itself; its own time is not part of any turn; an
-  /// exception it throws propagates out of run() / runUntil(). Loop thread
-  /// (or while no loop runs). `threshold` must not be negative.
-  void setStallHandler(Clock::duration threshold, StallHandler handler) {
-    COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
-    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
-    meter_.setStallHandler(threshold, std::move(handler));
-  }
+  // --- What a backend (see ReactorBackend) uses. Loop thread.
 
- protected:
+  /// The timers (sleeps).
+  TimerQueue& timers() noexcept { return timers_; }
+  /// The counters behind stats(): a backend counts its operations where it
+  /// submits and completes them.
+  LoopMeter& meter() noexcept { return meter_; }
+  /// The wake-up eventfd the backend watches; when it fires, drain it, then
+  /// call resumeRemote().
   EventFd& wake() noexcept { return wake_; }
 
-  /// Derived's poll, as soon as its wait returned (before it dispatches
+  /// The backend's poll, as soon as its wait returned (before it dispatches
   /// anything): `timeout` is what the wait was given.
   void woke(std::optional<Clock::duration> timeout) noexcept {
     if (meter_.timed()) meter_.woke(!timeout || *timeout != Clock::duration::zero());
   }
 
-  /// Loop thread, after the wake-up eventfd fired (and was drained):
-  /// resumes everything other threads handed over.
+  /// After the wake-up eventfd fired (and was drained): resumes everything
+  /// other threads handed over.
   void resumeRemote() {
     {
       std::lock_guard lock(mutex_);
@@ -6047,8 +5985,25 @@ class LoopCore {
     remoteBatch_.clear();
   }
 
-  /// Destroys every task the reactor owns (after the derived reactor has
-  /// quiesced the kernel side), and refuses new ones.
+ protected:
+  // Links the root of a spawned task in (false once stopped or closed: the
+  // caller destroys it). `local`: on the loop thread; else it is handed
+  // over, and `wake` says whether the loop must be signalled.
+  bool linkRoot(RootPromise& p, bool local, bool& wake) {
+    std::lock_guard lock(mutex_);
+    // Checked under the lock: the loop takes it to collect the unstarted
+    // roots after it saw the stop, so a root is either collected or refused.
+    if (closed_ || stopRequested()) return false;
+    p.owner = this;
+    p.next = roots_;
+    if (roots_) roots_->prev = &p;
+    roots_ = &p;
+    if (!local) wake = pushRemoteLocked(std::coroutine_handle<RootPromise>::from_promise(p));
+    return true;
+  }
+
+  /// Destroys every task the loop owns (after the backend has quiesced the
+  /// kernel side), and refuses new ones.
   ///
   /// One root at a time, each unlinked before it is destroyed: destroying a
   /// frame runs destructors that may resume another root (a Baton posted, a
@@ -6103,7 +6058,6 @@ class LoopCore {
     clearReady();
   }
 
- protected:
   // Whether it resumed anything. Each coroutine counts as it is resumed.
   bool runReady() {
     std::swap(ready_, running_);
@@ -6147,36 +6101,12 @@ class LoopCore {
   PostedResume* postedHead_ = nullptr;  // post(): resumed after ready_, in order
   PostedResume* postedTail_ = nullptr;
   TimerQueue timers_;
-  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see InlineCompletion
+  unsigned inlineTurns_ = kInlineTurnsPerIteration;  // left in this iteration: see takeInlineTurn
   std::atomic<std::thread::id> loopThread_{};
   LoopMeter meter_{timers_};
 
  private:
   friend struct RootPromise;
-  friend class InlineCompletion;
-  friend class DedicatedRing;  // the Disk's ring of an EpollReactor counts in its meter_
-
-  // Whether an operation that completed at once may go on inline (and
-  // counts both). Outside a running loop there is no iteration to yield to.
-  bool takeInlineTurn() noexcept {
-    meter_.completedInline();
-    if (inlineTurns_ == 0) return !isInLoopThread();
-    --inlineTurns_;
-    return true;
-  }
-
-  void enqueue(std::coroutine_handle<> h) {
-    if (isInLoopThread()) {
-      ready_.push_back(h);
-      return;
-    }
-    bool wake;
-    {
-      std::lock_guard lock(mutex_);
-      wake = pushRemoteLocked(h);
-    }
-    if (wake) wake_.signal();
-  }
 
   // Only the push onto an empty queue signals: the loop drains the eventfd
   // before it takes the queue, so a later push always finds the queue
@@ -6230,7 +6160,210 @@ inline void RootPromise::FinalAwaiter::await_suspend(std::coroutine_handle<RootP
   if (failure) owner->fail(std::move(failure));
 }
 
-inline void RootPromise::unhandled_exception() noexcept { failure = std::current_exception(); }
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_LOOP_CORE_HPP
+// end <coio/reactor/detail/loop_core.hpp>
+
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+namespace coio::detail {
+
+enum class Direction : std::uint8_t { read = 0, write = 1 };
+
+struct EpollWaiter {
+  void (*onReady)(EpollWaiter*) noexcept = nullptr;
+};
+
+// What the backend knows of one fd: its registration (made on first wait,
+// edge-triggered, both directions) and, per direction, whether the fd may be
+// ready (cleared only when an attempt would block) and who waits.
+struct EpollFdState {
+  std::uint32_t generation = 0;  // bumped by forget(): stale events are dropped
+  bool registered = false;
+  bool hungUp = false;  // the peer closed or the fd failed: ready for good, no more edges
+  bool ready[2] = {true, true};
+  EpollWaiter* waiter[2] = {nullptr, nullptr};
+
+  // After an attempt that did not block.
+  void attempted(Direction dir, bool exhausted) noexcept {
+    if (exhausted && !hungUp) ready[static_cast<std::size_t>(dir)] = false;
+  }
+};
+
+/// EpollReactor's backend (see ReactorBackend). Loop thread only.
+class EpollBackend {
+ public:
+  using Clock = LoopCore::Clock;
+
+  /// Throws std::system_error if epoll or the timerfd cannot be created.
+  explicit EpollBackend(LoopCore& core)
+      : core_(core), epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+        timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+    if (!epoll_.valid()) throwSystemError(errno, "coio::EpollReactor: epoll_create1");
+    if (!timer_.valid()) throwSystemError(errno, "coio::EpollReactor: timerfd_create");
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    ev.data.u64 = kWakeKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, core_.wake().fd(), &ev) != 0) {
+      throwSystemError(errno, "coio::EpollReactor: registering the wake-up eventfd");
+    }
+    ev.events = EPOLLIN;
+    ev.data.u64 = kTimerKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, timer_.get(), &ev) != 0) {
+      throwSystemError(errno, "coio::EpollReactor: registering the timerfd");
+    }
+  }
+
+  LoopCore& core() noexcept { return core_; }
+
+  EpollFdState& state(int fd) {
+    COIO_ASSERT(fd >= 0, "epoll state of a negative fd");
+    if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
+    return fds_[static_cast<std::size_t>(fd)];
+  }
+
+  // Registers `w` as the waiter; with `rearm`, re-arms an existing
+  // registration so that the fd's current state is reported. 0 or an errno.
+  // A wait is an operation of `kind` in LoopStats, until endWait.
+  int startWait(int fd, Direction dir, EpollWaiter& w, bool rearm, OpKind kind) noexcept {
+    COIO_ASSERT(core_.ownedByCaller(), "epoll operation awaited off the reactor's thread");
+    EpollFdState& st = state(fd);
+    const auto d = static_cast<std::size_t>(dir);
+    COIO_ASSERT(st.waiter[d] == nullptr, "two operations wait on the same fd in the same direction");
+    st.ready[d] = false;
+    if (!st.registered || rearm) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.u64 = key(fd, st.generation);
+      if (::epoll_ctl(epoll_.get(), st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return errno;
+      st.registered = true;
+    }
+    st.waiter[d] = &w;
+    core_.meter().submitted(counterOf(kind));
+    return 0;
+  }
+
+  void endWait(int fd, Direction dir, OpKind kind) noexcept {
+    fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
+    core_.meter().completed(counterOf(kind));
+  }
+
+  /// EpollReactor::forget.
+  void forget(int fd) noexcept {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= fds_.size()) return;
+    EpollFdState& st = fds_[static_cast<std::size_t>(fd)];
+    // After stop() waiters never resume, so owners may close fds in any order.
+    COIO_ASSERT(core_.stopRequested() || (st.waiter[0] == nullptr && st.waiter[1] == nullptr),
+                "forget() while an operation waits on the fd");
+    if (st.registered) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    st = EpollFdState{st.generation + 1};
+  }
+
+  // --- ReactorBackend.
+
+  void poll(std::optional<Clock::duration> timeout) {
+    timespec ts{};
+    if (timeout) ts = toTimespec<timespec>(*timeout);
+    const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
+                                 timeout ? &ts : nullptr, nullptr);
+    const int err = errno;
+    core_.woke(timeout);
+    if (n < 0) {
+      if (err == EINTR) return;
+      throwSystemError(err, "coio::EpollReactor: epoll_pwait2");
+    }
+    core_.meter().dispatched(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
+  }
+
+  // Makes sure the loop wakes by `deadline`; false if the timerfd could not be set.
+  bool armDeadline(Clock::time_point deadline) noexcept {
+    if (armedDeadline_ == deadline) return true;
+    itimerspec spec{};
+    spec.it_value = toTimespec<timespec>(deadline.time_since_epoch());
+    if (::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) return false;
+    armedDeadline_ = deadline;
+    return true;
+  }
+
+  void quiesce() noexcept {}  // epoll holds no reference to an operation
+  void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
+  std::size_t unsubmitted() const noexcept { return 0; }  // nor queues them
+
+ private:
+  static constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
+  static constexpr std::uint64_t kTimerKey = kWakeKey - 1;
+  static std::uint64_t key(int fd, std::uint32_t generation) noexcept {
+    return (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(fd);
+  }
+
+  void dispatch(const epoll_event& ev) noexcept {
+    if (ev.data.u64 == kWakeKey) {
+      core_.wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
+      core_.resumeRemote();
+      return;
+    }
+    if (ev.data.u64 == kTimerKey) {  // the loop fires its due timers next
+      std::uint64_t expirations;
+      (void)::read(timer_.get(), &expirations, sizeof expirations);  // level-triggered: drain it
+      armedDeadline_.reset();
+      return;
+    }
+    const auto fd = static_cast<std::size_t>(ev.data.u64 & 0xffffffffu);
+    const auto generation = static_cast<std::uint32_t>(ev.data.u64 >> 32);
+    EpollFdState& st = fds_[fd];  // deque: stays valid while callbacks add fds
+    if (st.generation != generation) return;
+    if (ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) st.hungUp = true;
+    if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      st.ready[0] = true;
+      if (EpollWaiter* w = st.waiter[0]) w->onReady(w);
+    }
+    // The reader's coroutine may have forgotten the fd meanwhile.
+    if ((ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && st.generation == generation) {
+      st.ready[1] = true;
+      if (EpollWaiter* w = st.waiter[1]) w->onReady(w);
+    }
+  }
+
+  LoopCore& core_;
+  FileDescriptor epoll_;
+  FileDescriptor timer_;                            // CLOCK_MONOTONIC = steady_clock
+  std::optional<Clock::time_point> armedDeadline_;  // what timer_ is set for, until it fires
+  std::deque<EpollFdState> fds_;
+  std::vector<epoll_event> events_ = std::vector<epoll_event>(256);
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_BACKEND_HPP
+// end <coio/reactor/detail/epoll_backend.hpp>
+// begin <coio/reactor/detail/epoll_operation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_OPERATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_OPERATION_HPP
+// EpollReactor's operations: the non-blocking system call behind each
+// (an Attempt) and the awaitable that tries it and waits for readiness.
+// begin <coio/reactor/detail/cancellable_operation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
+// CancellableOperation: the awaiter skeleton every reactor operation
+// shares (cppcoro's io_operation_cancellable is the model).
+// begin <coio/reactor/detail/inline_completion.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_INLINE_COMPLETION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_INLINE_COMPLETION_HPP
+// InlineCompletion: where the loop's inline budget is spent.
+
+#include <coroutine>
+
+namespace coio::detail {
 
 /// The one place where the loop's inline budget
 /// (LoopCore::kInlineTurnsPerIteration) is spent. Every awaiter whose
@@ -6242,6 +6375,7 @@ inline void RootPromise::unhandled_exception() noexcept { failure = std::current
 /// inline while the iteration's budget lasts; past it, its coroutine is
 /// posted and resumes in the next iteration. The budget counts
 /// completions, not attempts: an attempt that would block costs nothing.
+/// CancellableOperation writes this out for the reactors' operations.
 class InlineCompletion {
  public:
   bool admit(LoopCore& loop, bool completed) noexcept {
@@ -6259,173 +6393,126 @@ class InlineCompletion {
   bool yieldDone(LoopCore& loop, std::coroutine_handle<> h) noexcept {
     return !admit(loop, true) && deferred(loop, h);
   }
+  /// Posts `h` to resume in a later iteration, for an operation that waited
+  /// and ended without its own completion (its stop): the node is free
+  /// then, as a deferred completion never waits.
+  void resumeLater(LoopCore& loop, std::coroutine_handle<> h) noexcept { loop.post(posted_, h); }
 
  private:
   bool deferred_ = false;
   PostedResume posted_;
 };
 
-/// CRTP base of the reactors: the loop over Derived's poll() and quiesce().
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_INLINE_COMPLETION_HPP
+// end <coio/reactor/detail/inline_completion.hpp>
+
+#include <cerrno>
+#include <coroutine>
+#include <optional>
+#include <stop_token>
+#include <utility>
+
+namespace coio::detail {
+
+/// The awaiter of one cancellable operation on a loop, written once:
+/// adopt the awaiting Task's stop token if given none; complete without
+/// suspending when the operation can (within the loop's inline budget,
+/// InlineCompletion: past it the coroutine resumes in the next iteration);
+/// else start it and, while it waits, cancel it when the stop is requested
+/// (on the loop thread). A stop already requested completes it at once
+/// with -ECANCELED, unless Derived says otherwise (stoppedAtOnce).
+///
+/// Derived, which makes this class a friend, supplies:
+///   bool tryNow() noexcept  done without waiting? (then result_ is set)
+///   bool start()            begin waiting; false if it ended instead (result_ set)
+///   void cancel() noexcept  its stop was requested while it waits; it then
+///                           ends on its own completion, or by resumeLater()
+///   result()                what co_await yields (from result_)
+/// and resumes the coroutine (resume()) when the operation completes. It
+/// may also supply `bool stoppedAtOnce() noexcept`, for an operation that
+/// does not simply end on a stop requested before it started (a batch
+/// whose transfers each end cancelled, a stream that still yields what
+/// completed): what to do instead, and whether it is then over.
 template <typename Derived>
-class ReactorBase : public LoopCore {
+class CancellableOperation {
  public:
-  /// Runs the loop on the calling thread until stop() (or until a spawned
-  /// task throws, on whatever thread it then runs: the reactor then stops,
-  /// and the first such exception is rethrown here).
-  void run() {
-    loop([] { return false; }, nullptr);
-  }
+  CancellableOperation(LoopCore& loop, std::stop_token stop) noexcept : loop_(loop), stop_(std::move(stop)) {}
+  CancellableOperation(const CancellableOperation&) = delete;
+  CancellableOperation& operator=(const CancellableOperation&) = delete;
 
-  /// Runs the loop on the calling thread until `task` (started on this
-  /// thread, inside the loop) finishes, and returns its result or rethrows
-  /// its exception. Other tasks stay suspended until the loop runs again.
-  /// If the reactor is stopped first, the task is destroyed unfinished and
-  /// runUntil throws std::system_error(Errc::closed).
-  template <typename T>
-  T runUntil(Task<T> task) {
-    DriverTask<T> driver = makeDriver(std::move(task));
-    loop([&] { return driver.done(); }, driver.handle());
-    if (!driver.done()) {
-      throw std::system_error(make_error_code(Errc::closed), "coio: reactor stopped before runUntil's task finished");
-    }
-    return driver.result();
+  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
+  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(loop_, tryComplete()); }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (inheritStopToken(stop_, h) && inline_.admit(loop_, tryComplete())) return false;
+    handle_ = h;
+    if (inline_.deferred(loop_, h)) return true;  // done, but the loop's other work goes first
+    if (!derived().start()) return false;
+    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
+    return true;
   }
-
-  /// A snapshot of the loop's counters, queue depths and times (see
-  /// LoopStats for what each counts). Counting costs a plain increment
-  /// where operations are submitted and completed and where the loop turns;
-  /// the snapshot itself walks nothing but the queue of posted coroutines.
-  /// Loop thread (or while no loop runs): from another thread, hop over
-  /// first (`co_await reactor.schedule()`), which also makes the snapshot
-  /// consistent (every counter as of one moment of the loop).
-  LoopStats stats() const {
-    COIO_ASSERT(ownedByCaller(), "stats() read off the reactor's thread");
-    LoopStats s = meter_.snapshot();
-    s.ready = readyCount();
-    s.unsubmitted = static_cast<const Derived&>(*this).unsubmitted();
-    return s;
+  decltype(auto) await_resume() {
+    onStop_.reset();
+    return derived().result();
   }
 
  protected:
-  /// For Derived's destructor: lets go of the kernel side, then destroys
-  /// the tasks the reactor still owns (their awaiters deregister).
-  void closeLoop() noexcept {
-    derived().quiesce();
-    destroyRoots();
+  ~CancellableOperation() = default;
+
+  LoopCore& loop() const noexcept { return loop_; }
+  /// The awaiting coroutine, from await_suspend on.
+  std::coroutine_handle<> handle() const noexcept { return handle_; }
+  /// Resumes the awaiting coroutine (at the operation's completion).
+  void resume() const noexcept { handle_.resume(); }
+  /// A stop was requested before the operation started: it ends at once,
+  /// with -ECANCELED (Derived may say otherwise: see above).
+  bool stoppedAtOnce() noexcept {
+    result_ = -ECANCELED;
+    return true;
   }
+  /// Resumes it in a later iteration (an operation that ends on its stop).
+  void resumeLater() noexcept { inline_.resumeLater(loop_, handle_); }
+
+  long result_ = 0;  // raw: >= 0, or -errno
 
  private:
+  struct OnStop {
+    CancellableOperation* self;
+    void operator()() const noexcept {
+      COIO_ASSERT(self->loop_.isInLoopThread(), "stop requested off the reactor's thread");
+      self->derived().cancel();
+    }
+  };
+
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
-  template <typename Done>
-  void loop(Done done, std::coroutine_handle<> first) {
-    COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
-    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    struct LeaveLoop {
-      ReactorBase& reactor;
-      ~LeaveLoop() {
-        reactor.derived().leaveLoop();
-        reactor.loopThread_.store(std::thread::id{}, std::memory_order_relaxed);
-      }
-    } leave{*this};
-    if (first && !stopRequested()) ready_.push_back(first);
-    if (meter_.timed()) meter_.beginTurn();
-    // A turn is the work between two waits: dispatching what the wait
-    // returned (in poll), then the ready phase, then the timers. Timed
-    // (LoopMeter), each phase that ran something ends with a clock read.
-    while (!done() && !stopRequested()) {
-      meter_.iteration();
-      inlineTurns_ = kInlineTurnsPerIteration;
-      const bool resumed = runReady();
-      // No clock read without timers, one with (waitTimeout reads it only
-      // if no deadline could be armed): where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call. Timed, that read
-      // is the ready phase's end.
-      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
-      if (timers_.size() != 0) {
-        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
-        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
-      }
-      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
-      if (done() || stopRequested()) break;
-      derived().poll(waitTimeout());
-      if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
-    }
-    // The last turn, if it ended in its completions phase (after a break,
-    // an empty turn: endTurn() has nothing left to account).
-    if (meter_.timed()) meter_.endTurn();
-    if (stopRequested()) {
-      // Final: the kernel lets go of every operation; nothing resumes again.
-      derived().quiesce();
-      destroyUnstartedRoots();
-    }
-    if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  // True (result_ set) if the operation is over without waiting.
+  bool tryComplete() noexcept {
+    if (stop_.stop_requested()) return derived().stoppedAtOnce();
+    return derived().tryNow();
   }
 
-  // How long Derived::poll may wait: not at all with coroutines ready, else
-  // until I/O (nullopt) once the next timer's deadline is armed in the
-  // reactor (Derived::armDeadline, re-armed only when that deadline changes:
-  // a wait with a timeout of its own costs the kernel an hrtimer per wait),
-  // or, if that could not be armed, until the deadline.
-  std::optional<Clock::duration> waitTimeout() {
-    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
-    const std::optional<Clock::time_point> next = timers_.nextDeadline();
-    if (!next) return std::nullopt;
-    if (derived().armDeadline(*next)) return std::nullopt;
-    // A fresh reading: fired timers resumed their coroutines since fireDue's.
-    return std::max(*next - Clock::now(), Clock::duration::zero());
-  }
+  LoopCore& loop_;
+  std::stop_token stop_;
+  InlineCompletion inline_;
+  std::coroutine_handle<> handle_;
+  std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_REACTOR_BASE_HPP
-// end <coio/detail/reactor_base.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
+// end <coio/reactor/detail/cancellable_operation.hpp>
 
-#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
-#include <coroutine>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <deque>
-#include <optional>
 #include <span>
 #include <stop_token>
-#include <vector>
+#include <utility>
 
-namespace coio {
-
-class EpollReactor;
-
-namespace detail {
-
-enum class Direction : std::uint8_t { read = 0, write = 1 };
-
-struct EpollWaiter {
-  void (*onReady)(EpollWaiter*) noexcept = nullptr;
-};
-
-// What the reactor knows of one fd: its registration (made on first wait,
-// edge-triggered, both directions) and, per direction, whether the fd may be
-// ready (cleared only when an attempt would block) and who waits.
-struct EpollFdState {
-  std::uint32_t generation = 0;  // bumped by forget(): stale events are dropped
-  bool registered = false;
-  bool hungUp = false;  // the peer closed or the fd failed: ready for good, no more edges
-  bool ready[2] = {true, true};
-  EpollWaiter* waiter[2] = {nullptr, nullptr};
-
-  // After an attempt that did not block.
-  void attempted(Direction dir, bool exhausted) noexcept {
-    if (exhausted && !hungUp) ready[static_cast<std::size_t>(dir)] = false;
-  }
-};
+namespace coio::detail {
 
 // The non-blocking system call behind each operation: the raw result, or
 // -EAGAIN when it would block. `exhausted(result)`: the result proves the
@@ -6496,12 +6583,417 @@ struct ReadinessAttempt : NeverExhausted {
   long operator()() const noexcept { return 0; }
 };
 
+/// One epoll-driven operation (see EpollReactor). `co_await` yields
+/// Result<T>; the coroutine resumes on the loop thread. The system call is
+/// tried first (unless Rearm: a readiness wait), and again at each edge.
 template <typename Attempt, typename T, bool Rearm>
-class EpollOperation;
+class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<EpollOperation<Attempt, T, Rearm>> {
+  using Base = CancellableOperation<EpollOperation>;
+  friend Base;
 
+ public:
+  EpollOperation(EpollBackend& backend, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
+      : Base(backend.core(), std::move(stop)), backend_(backend), fd_(fd), dir_(dir), attempt_(std::move(attempt)) {
+    onReady = &EpollOperation::ready;
+  }
+  ~EpollOperation() {
+    if (waiting_) backend_.endWait(fd_, dir_, Attempt::kind);  // the frame is destroyed while suspended here
+  }
+
+ private:
+  // True (result_ set) if the operation is over without waiting.
+  bool tryNow() {
+    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
+      this->result_ = -EBADF;
+      return true;
+    }
+    if constexpr (Rearm) {
+      return false;
+    } else {
+      // The system call, if the fd may be ready; true if it did not block.
+      EpollFdState& st = backend_.state(fd_);
+      if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
+      this->result_ = attempt_();
+      if (this->result_ == -EAGAIN) return false;
+      st.attempted(dir_, attempt_.exhausted(this->result_));
+      return true;
+    }
+  }
+
+  bool start() {
+    if (const int err = backend_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
+      this->result_ = -err;
+      return false;
+    }
+    waiting_ = true;
+    return true;
+  }
+
+  void cancel() noexcept {
+    if (!waiting_) return;
+    finish(-ECANCELED);
+    this->resumeLater();
+  }
+
+  Result<T> result() const { return toResult<T>(this->result_); }
+
+  void finish(long result) noexcept {
+    backend_.endWait(fd_, dir_, Attempt::kind);
+    waiting_ = false;
+    this->result_ = result;
+  }
+
+  static void ready(EpollWaiter* w) noexcept {
+    auto* self = static_cast<EpollOperation*>(w);
+    const long r = self->attempt_();
+    EpollFdState& st = self->backend_.state(self->fd_);
+    if (r == -EAGAIN) {  // spurious: wait for the next edge
+      st.ready[static_cast<std::size_t>(self->dir_)] = false;
+      return;
+    }
+    st.attempted(self->dir_, self->attempt_.exhausted(r));
+    self->finish(r);
+    self->resume();
+  }
+
+  EpollBackend& backend_;
+  int fd_;
+  Direction dir_;
+  bool waiting_ = false;
+  Attempt attempt_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EPOLL_OPERATION_HPP
+// end <coio/reactor/detail/epoll_operation.hpp>
+// begin <coio/reactor/reactor_loop.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
+// ReactorLoop: the event loop both reactors are, over a backend
+// that waits for I/O (ReactorBackend).
+// begin <coio/reactor/detail/sleep_awaiter.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
+// SleepAwaiter: what ReactorLoop::sleepFor / sleepUntil return.
+
+#include <stop_token>
+#include <utility>
+
+namespace coio::detail {
+
+/// A timer of the loop: resumes on the loop thread at its deadline, or
+/// early when its stop is requested (its own token, Cancellable; or the
+/// awaiting Task's). The cancellable form yields whether the deadline passed.
+template <bool Cancellable>
+class [[nodiscard]] SleepAwaiter : TimerNode, public CancellableOperation<SleepAwaiter<Cancellable>> {
+  using Base = CancellableOperation<SleepAwaiter>;
+  friend Base;
+
+ public:
+  SleepAwaiter(LoopCore& core, LoopCore::Clock::time_point deadline, std::stop_token stop = {}) noexcept
+      : Base(core, std::move(stop)) {
+    this->deadline = deadline;
+    this->fire = &SleepAwaiter::onFire;
+  }
+  ~SleepAwaiter() {
+    if (queued()) this->loop().timers().remove(*this);
+  }
+
+ private:
+  bool tryNow() const noexcept { return false; }  // in a later iteration, even if the deadline passed
+  bool start() {
+    COIO_ASSERT(this->loop().ownedByCaller(), "sleep awaited off the reactor's thread");
+    this->loop().timers().push(*this);
+    return true;
+  }
+  void cancel() noexcept {
+    if (!queued()) return;
+    this->loop().timers().remove(*this);
+    this->resumeLater();
+  }
+  auto result() const noexcept {
+    if constexpr (Cancellable) return this->result_ > 0;  // fired
+  }
+
+  static void onFire(TimerNode* n) noexcept {
+    auto* self = static_cast<SleepAwaiter*>(n);
+    self->result_ = 1;
+    self->resume();
+  }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
+// end <coio/reactor/detail/sleep_awaiter.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+namespace coio {
+
+namespace detail {
+// The backend of a reactor (see ReactorBackend), specialised beside it.
+template <typename Reactor>
+struct BackendOf;
 }  // namespace detail
 
-/// An event loop over epoll, driven by one thread.
+/// The event loop of a reactor (EpollReactor, UringReactor: each is a
+/// ReactorLoop over its backend plus its I/O operations): run / runUntil /
+/// stop, tasks owned by the loop (spawn), hand-over from other threads
+/// (schedule, through an eventfd), timers (sleepFor, sleepUntil) and a
+/// view into the loop (stats, setLoopTiming, setStallHandler). What every
+/// reactor guarantees is listed with the coio::Reactor concept.
+///
+/// A turn of the loop: resume the ready coroutines, fire the due timers,
+/// then the backend's poll (wait for I/O and dispatch it), with a timeout
+/// of zero while coroutines are ready. `Reactor` is the reactor deriving
+/// from it; its backend (a ReactorBackend) is detail::BackendOf<Reactor>.
+template <typename Reactor>
+class ReactorLoop : public detail::LoopCore {
+  using Backend = typename detail::BackendOf<Reactor>::type;
+  static_assert(ReactorBackend<Backend>, "a reactor's backend must model ReactorBackend");
+
+ public:
+  /// The loop's clock (timers, stats).
+  using Clock = std::chrono::steady_clock;
+
+  /// Runs the loop on the calling thread until stop() (or until a spawned
+  /// task throws, on whatever thread it then runs: the reactor then stops,
+  /// and the first such exception is rethrown here).
+  void run() {
+    loop([] { return false; }, nullptr);
+  }
+
+  /// Runs the loop on the calling thread until `task` (started on this
+  /// thread, inside the loop) finishes, and returns its result or rethrows
+  /// its exception. Other tasks stay suspended until the loop runs again.
+  /// If the reactor is stopped first, the task is destroyed unfinished and
+  /// runUntil throws std::system_error(Errc::closed).
+  template <typename T>
+  T runUntil(Task<T> task) {
+    detail::DriverTask<T> driver = detail::makeDriver(std::move(task));
+    loop([&] { return driver.done(); }, driver.handle());
+    if (!driver.done()) {
+      throw std::system_error(make_error_code(Errc::closed), "coio: reactor stopped before runUntil's task finished");
+    }
+    return driver.result();
+  }
+
+  /// Asks the loop to stop; callable from any thread. Final: afterwards
+  /// run() and runUntil() return at once, nothing the reactor holds is
+  /// resumed again, and spawn() destroys its task unrun. When the loop
+  /// notices the stop it destroys (on the loop thread) the spawned tasks
+  /// that had not started yet; tasks that had started stay suspended until
+  /// the reactor is destroyed (their frames may be waiting on another
+  /// reactor, which only the reactor's destruction may assume is over).
+  void stop() noexcept { LoopCore::stop(); }
+
+  /// True on the thread currently inside run() / runUntil().
+  bool isInLoopThread() const noexcept { return LoopCore::isInLoopThread(); }
+
+  /// Hands `task` to the reactor, which owns it from now on; callable from
+  /// any thread. The task starts on the loop thread in a later iteration
+  /// (never inline). Once stop() was called the task is destroyed unrun, at
+  /// once, on the calling thread (so whoever waits for it, e.g. on a
+  /// std::future set by the task, learns it never ran instead of hanging);
+  /// a task spawned just before the stop is destroyed unrun by the loop
+  /// when it stops (or, if no loop runs again, with the reactor).
+  void spawn(Task<void> task) {
+    const std::coroutine_handle<detail::RootPromise> h = detail::makeRoot(std::move(task)).h;
+    const bool local = LoopCore::isInLoopThread();
+    bool wake = false;
+    if (!linkRoot(h.promise(), local, wake)) {
+      h.destroy();  // outside the lock: the task's destructors may spawn
+      return;
+    }
+    if (local) ready_.push_back(h);
+    if (wake) this->wake().signal();
+  }
+
+  /// The awaitable schedule() returns.
+  class [[nodiscard]] ScheduleAwaiter {
+   public:
+    /// For schedule().
+    explicit ScheduleAwaiter(LoopCore& core) noexcept : core_(core) {}
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { core_.enqueue(h); }
+    void await_resume() const noexcept {}
+
+   private:
+    LoopCore& core_;
+  };
+
+  /// `co_await schedule()` continues on the loop thread: from another thread
+  /// it hops over (waking the loop); on the loop thread it yields to the
+  /// coroutines already ready.
+  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{*this}; }
+
+  /// Resumes on the loop thread at `deadline` (in a later iteration if it
+  /// has passed). Timers with equal deadlines fire in the order they were set.
+  /// Awaited from a coio Task, it ends early (as the cancellable form does,
+  /// yielding nothing) once the token the Task runs under is stopped: a
+  /// loop that only sleeps should check that token.
+  detail::SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  /// sleepUntil(now + d).
+  detail::SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  /// Cancellable: yields true if the deadline passed, false if `stop` was
+  /// requested first (the timer is then removed and the coroutine resumes in
+  /// a later iteration; at once if it already was). `stop` must be requested
+  /// on the loop thread. A default `stop` means the token of the awaiting
+  /// Task (see currentStopToken).
+  detail::SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+    return {*this, deadline, std::move(stop)};
+  }
+  /// The cancellable sleepUntil(now + d, stop).
+  detail::SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+    return {*this, Clock::now() + d, std::move(stop)};
+  }
+
+  /// A snapshot of the loop's counters, queue depths and times (see
+  /// LoopStats for what each counts). Counting costs a plain increment
+  /// where operations are submitted and completed and where the loop turns;
+  /// the snapshot itself walks nothing but the queue of posted coroutines.
+  /// Loop thread (or while no loop runs): from another thread, hop over
+  /// first (`co_await reactor.schedule()`), which also makes the snapshot
+  /// consistent (every counter as of one moment of the loop).
+  LoopStats stats() const {
+    COIO_ASSERT(ownedByCaller(), "stats() read off the reactor's thread");
+    LoopStats s = meter_.snapshot();
+    s.ready = readyCount();
+    s.unsubmitted = backend_.unsubmitted();
+    return s;
+  }
+
+  /// Turns the timing of the loop's turns on or off (off by default; a
+  /// stall handler turns it on too): stats().waiting, running and
+  /// longestTurn grow only while it is on. Cost while on: one clock read
+  /// per phase of a turn that ran something (LoopPhase: at most three), and
+  /// one after each wait that could block; none while off. Loop thread (or
+  /// while no loop runs); the turn under way is timed from the call on.
+  void setLoopTiming(bool on) noexcept {
+    COIO_ASSERT(ownedByCaller(), "loop timing set off the reactor's thread");
+    meter_.setTiming(on);
+  }
+
+  /// The stall detector: after each turn of the loop (the work between two
+  /// waits for I/O: see LoopPhase) that took longer than `threshold`,
+  /// calls `handler` with the turn's duration, its phases' durations and
+  /// what each ran (LoopStall), on the loop thread, before the loop waits
+  /// again. An empty `handler` removes it. Times the loop while set (see
+  /// setLoopTiming for the cost). The handler may read stats(), spawn,
+  /// stop() or replace itself; its own time is not part of any turn; an
+  /// exception it throws propagates out of run() / runUntil(). Loop thread
+  /// (or while no loop runs). `threshold` must not be negative.
+  void setStallHandler(Clock::duration threshold, StallHandler handler) {
+    COIO_ASSERT(ownedByCaller(), "stall handler set off the reactor's thread");
+    COIO_ASSERT(threshold >= Clock::duration::zero(), "negative stall threshold");
+    meter_.setStallHandler(threshold, std::move(handler));
+  }
+
+ protected:
+  /// Constructs the backend with this loop and `args`.
+  template <typename... Args>
+  explicit ReactorLoop(Args&&... args) : backend_(static_cast<detail::LoopCore&>(*this), std::forward<Args>(args)...) {}
+  /// Lets go of the kernel side, then destroys the tasks the loop still
+  /// owns (their awaiters deregister from the backend, still alive here).
+  ~ReactorLoop() {
+    backend_.quiesce();
+    destroyRoots();
+  }
+
+  /// What waits for I/O: the reactor's operations submit to it.
+  Backend backend_;
+
+ private:
+  template <typename Done>
+  void loop(Done done, std::coroutine_handle<> first) {
+    COIO_ASSERT(loopThread_.load(std::memory_order_relaxed) == std::thread::id{}, "reactor run by two threads at once");
+    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    struct LeaveLoop {
+      ReactorLoop& loop;
+      ~LeaveLoop() {
+        loop.backend_.leaveLoop();
+        loop.loopThread_.store(std::thread::id{}, std::memory_order_relaxed);
+      }
+    } leave{*this};
+    if (first && !stopRequested()) ready_.push_back(first);
+    if (meter_.timed()) meter_.beginTurn();
+    // A turn is the work between two waits: dispatching what the wait
+    // returned (in poll), then the ready phase, then the timers. Timed
+    // (LoopMeter), each phase that ran something ends with a clock read.
+    while (!done() && !stopRequested()) {
+      meter_.iteration();
+      inlineTurns_ = kInlineTurnsPerIteration;
+      const bool resumed = runReady();
+      // No clock read without timers, one with (waitTimeout reads it only
+      // if no deadline could be armed): where the clock is not in the vDSO
+      // (e.g. a TCG guest's), each read is a system call. Timed, that read
+      // is the ready phase's end.
+      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
+      if (timers_.size() != 0) {
+        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
+        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
+      }
+      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
+      if (done() || stopRequested()) break;
+      backend_.poll(waitTimeout());
+      if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
+    }
+    // The last turn, if it ended in its completions phase (after a break,
+    // an empty turn: endTurn() has nothing left to account).
+    if (meter_.timed()) meter_.endTurn();
+    if (stopRequested()) {
+      // Final: the kernel lets go of every operation; nothing resumes again.
+      backend_.quiesce();
+      destroyUnstartedRoots();
+    }
+    if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  }
+
+  // How long the backend's poll may wait: not at all with coroutines ready, else
+  // until I/O (nullopt) once the next timer's deadline is armed in the
+  // backend (armDeadline, re-armed only when that deadline changes: a wait
+  // with a timeout of its own costs the kernel an hrtimer per wait), or, if
+  // that could not be armed, until the deadline.
+  std::optional<Clock::duration> waitTimeout() {
+    if (!ready_.empty() || postedHead_) return Clock::duration::zero();
+    const std::optional<Clock::time_point> next = timers_.nextDeadline();
+    if (!next) return std::nullopt;
+    if (backend_.armDeadline(*next)) return std::nullopt;
+    // A fresh reading: fired timers resumed their coroutines since fireDue's.
+    return std::max(*next - Clock::now(), Clock::duration::zero());
+  }
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
+// end <coio/reactor/reactor_loop.hpp>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <stop_token>
+
+namespace coio {
+
+class EpollReactor;
+template <>
+struct detail::BackendOf<EpollReactor> {
+  using type = EpollBackend;
+};
+
+/// An event loop over epoll, driven by one thread; it models coio::Reactor,
+/// whose comment lists what every reactor guarantees.
 ///
 /// Guarantees:
 /// - Every awaitable below resumes its coroutine on the loop thread (the
@@ -6528,10 +7020,10 @@ class EpollOperation;
 /// - Timers wake the loop through one timerfd, set only when the earliest
 ///   deadline changes (a wait with a timeout of its own costs the kernel an
 ///   hrtimer per wait).
-/// See ReactorBase (include/coio/detail/reactor_base.hpp) for run, runUntil,
-/// spawn, schedule, the timers, stats() and the stall detector, which both
-/// reactors share.
-class EpollReactor : public detail::ReactorBase<EpollReactor> {
+/// run, runUntil, spawn, schedule, the timers, stats() and the stall
+/// detector are the loop's (ReactorLoop), which both reactors share; the
+/// waiting is detail::EpollBackend's, the operations detail::EpollOperation.
+class EpollReactor : public ReactorLoop<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
@@ -6539,8 +7031,7 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
-  EpollReactor();
-  ~EpollReactor() { closeLoop(); }
+  EpollReactor() = default;
 
   /// Completes once `fd` is readable (resp. writable) at or after the call:
   /// the fd's state is checked when the wait starts, so an edge that came
@@ -6569,284 +7060,38 @@ class EpollReactor : public detail::ReactorBase<EpollReactor> {
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
-  void forget(int fd) noexcept;
-
- private:
-  friend class detail::ReactorBase<EpollReactor>;
-  template <typename, typename, bool>
-  friend class detail::EpollOperation;
-
-  static constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
-  static constexpr std::uint64_t kTimerKey = kWakeKey - 1;
-  static std::uint64_t key(int fd, std::uint32_t generation) noexcept {
-    return (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(fd);
-  }
-
-  detail::EpollFdState& state(int fd) {
-    COIO_ASSERT(fd >= 0, "epoll state of a negative fd");
-    if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 1);
-    return fds_[static_cast<std::size_t>(fd)];
-  }
-
-  // Registers `w` as the waiter; with `rearm`, re-arms an existing
-  // registration so that the fd's current state is reported. 0 or an errno.
-  // A wait is an operation of `kind` in LoopStats, until endWait.
-  int startWait(int fd, detail::Direction dir, detail::EpollWaiter& w, bool rearm, OpKind kind) noexcept {
-    COIO_ASSERT(ownedByCaller(), "epoll operation awaited off the reactor's thread");
-    detail::EpollFdState& st = state(fd);
-    const auto d = static_cast<std::size_t>(dir);
-    COIO_ASSERT(st.waiter[d] == nullptr, "two operations wait on the same fd in the same direction");
-    st.ready[d] = false;
-    if (!st.registered || rearm) {
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-      ev.data.u64 = key(fd, st.generation);
-      if (::epoll_ctl(epoll_.get(), st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return errno;
-      st.registered = true;
-    }
-    st.waiter[d] = &w;
-    meter_.submitted(detail::counterOf(kind));
-    return 0;
-  }
-
-  void endWait(int fd, detail::Direction dir, OpKind kind) noexcept {
-    fds_[static_cast<std::size_t>(fd)].waiter[static_cast<std::size_t>(dir)] = nullptr;
-    meter_.completed(detail::counterOf(kind));
-  }
-
-  void poll(std::optional<Clock::duration> timeout);
-  void quiesce() noexcept {}  // epoll holds no reference to an operation
-  void leaveLoop() noexcept {}  // nor is bound to the thread that ran it
-  std::size_t unsubmitted() const noexcept { return 0; }  // nor queues them
-
-  // Makes sure the loop wakes by `deadline` (ReactorBase::waitTimeout);
-  // false if the timerfd could not be set.
-  bool armDeadline(Clock::time_point deadline) noexcept {
-    if (armedDeadline_ == deadline) return true;
-    itimerspec spec{};
-    spec.it_value = detail::toTimespec<timespec>(deadline.time_since_epoch());
-    if (::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) return false;
-    armedDeadline_ = deadline;
-    return true;
-  }
-
-  void dispatch(const epoll_event& ev) noexcept {
-    if (ev.data.u64 == kWakeKey) {
-      wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
-      resumeRemote();
-      return;
-    }
-    if (ev.data.u64 == kTimerKey) {  // the loop fires its due timers next
-      std::uint64_t expirations;
-      (void)::read(timer_.get(), &expirations, sizeof expirations);  // level-triggered: drain it
-      armedDeadline_.reset();
-      return;
-    }
-    const auto fd = static_cast<std::size_t>(ev.data.u64 & 0xffffffffu);
-    const auto generation = static_cast<std::uint32_t>(ev.data.u64 >> 32);
-    detail::EpollFdState& st = fds_[fd];  // deque: stays valid while callbacks add fds
-    if (st.generation != generation) return;
-    if (ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) st.hungUp = true;
-    if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-      st.ready[0] = true;
-      if (detail::EpollWaiter* w = st.waiter[0]) w->onReady(w);
-    }
-    // The reader's coroutine may have forgotten the fd meanwhile.
-    if ((ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && st.generation == generation) {
-      st.ready[1] = true;
-      if (detail::EpollWaiter* w = st.waiter[1]) w->onReady(w);
-    }
-  }
-
-  detail::FileDescriptor epoll_;
-  detail::FileDescriptor timer_;                // CLOCK_MONOTONIC = steady_clock
-  std::optional<Clock::time_point> armedDeadline_;  // what timer_ is set for, until it fires
-  std::deque<detail::EpollFdState> fds_;
-  std::vector<epoll_event> events_ = std::vector<epoll_event>(256);
+  void forget(int fd) noexcept { backend_.forget(fd); }
 };
-
-namespace detail {
-
-/// One epoll-driven operation (see EpollReactor). `co_await` yields
-/// Result<T>; the coroutine resumes on the loop thread.
-template <typename Attempt, typename T, bool Rearm>
-class [[nodiscard]] EpollOperation : EpollWaiter {
- public:
-  EpollOperation(EpollReactor& reactor, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
-      : reactor_(reactor), fd_(fd), dir_(dir), attempt_(std::move(attempt)), stop_(std::move(stop)) {
-    onReady = &EpollOperation::ready;
-  }
-  EpollOperation(const EpollOperation&) = delete;
-  EpollOperation& operator=(const EpollOperation&) = delete;
-  ~EpollOperation() {
-    if (waiting_) reactor_.endWait(fd_, dir_, Attempt::kind);  // the frame is destroyed while suspended here
-  }
-
-  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
-  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
-
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) {
-    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
-    handle_ = h;
-    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
-    if (const int err = reactor_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
-      result_ = -err;
-      return false;
-    }
-    waiting_ = true;
-    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-    return true;
-  }
-
-  Result<T> await_resume() {
-    onStop_.reset();
-    return toResult<T>(result_);
-  }
-
- private:
-  struct OnStop {
-    EpollOperation* self;
-    void operator()() const noexcept {
-      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      if (!self->waiting_) return;
-      self->finish(-ECANCELED);
-      self->reactor_.post(self->posted_, self->handle_);
-    }
-  };
-
-  // True (result_ set) if the operation is over without waiting.
-  bool tryComplete() {
-    if (fd_ < 0) {  // a closed or moved-from socket: no fd state to touch
-      result_ = -EBADF;
-      return true;
-    }
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    if constexpr (Rearm) {
-      return false;
-    } else {
-      return tryNow();
-    }
-  }
-
-  // The system call, if the fd may be ready; true if it did not block.
-  bool tryNow() {
-    EpollFdState& st = reactor_.state(fd_);
-    if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
-    result_ = attempt_();
-    if (result_ == -EAGAIN) return false;
-    st.attempted(dir_, attempt_.exhausted(result_));
-    return true;
-  }
-
-  void finish(long result) noexcept {
-    reactor_.endWait(fd_, dir_, Attempt::kind);
-    waiting_ = false;
-    result_ = result;
-  }
-
-  static void ready(EpollWaiter* w) noexcept {
-    auto* self = static_cast<EpollOperation*>(w);
-    const long r = self->attempt_();
-    EpollFdState& st = self->reactor_.state(self->fd_);
-    if (r == -EAGAIN) {  // spurious: wait for the next edge
-      st.ready[static_cast<std::size_t>(self->dir_)] = false;
-      return;
-    }
-    st.attempted(self->dir_, self->attempt_.exhausted(r));
-    self->finish(r);
-    self->handle_.resume();
-  }
-
-  EpollReactor& reactor_;
-  int fd_;
-  Direction dir_;
-  bool waiting_ = false;
-  InlineCompletion inline_;
-  Attempt attempt_;
-  std::stop_token stop_;
-  long result_ = 0;
-  std::coroutine_handle<> handle_;
-  PostedResume posted_;
-  std::optional<std::stop_callback<OnStop>> onStop_;
-};
-
-}  // namespace detail
-
-inline EpollReactor::EpollReactor()
-    : epoll_(::epoll_create1(EPOLL_CLOEXEC)), timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
-  if (!epoll_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: epoll_create1");
-  if (!timer_.valid()) detail::throwSystemError(errno, "coio::EpollReactor: timerfd_create");
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLET;
-  ev.data.u64 = kWakeKey;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake().fd(), &ev) != 0) {
-    detail::throwSystemError(errno, "coio::EpollReactor: registering the wake-up eventfd");
-  }
-  ev.events = EPOLLIN;
-  ev.data.u64 = kTimerKey;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, timer_.get(), &ev) != 0) {
-    detail::throwSystemError(errno, "coio::EpollReactor: registering the timerfd");
-  }
-}
 
 inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
     -> Operation<detail::ReadinessAttempt, void, true> {
-  return {*this, fd, detail::Direction::read, {}, std::move(stop)};
+  return {backend_, fd, detail::Direction::read, {}, std::move(stop)};
 }
 inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
     -> Operation<detail::ReadinessAttempt, void, true> {
-  return {*this, fd, detail::Direction::write, {}, std::move(stop)};
+  return {backend_, fd, detail::Direction::write, {}, std::move(stop)};
 }
 inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
-  return {*this, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
+  return {backend_, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
 }
 inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
     -> Operation<detail::ConnectAttempt, void> {
   detail::ConnectAttempt attempt{{}, fd, {}, length};
   std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
-  return {*this, fd, detail::Direction::write, attempt, std::move(stop)};
+  return {backend_, fd, detail::Direction::write, attempt, std::move(stop)};
 }
 inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::RecvAttempt, std::size_t> {
-  return {*this, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
+  return {backend_, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
 }
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendAttempt, std::size_t> {
-  return {*this, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
+  return {backend_, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
 }
 
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
     -> Operation<detail::SendvAttempt, std::size_t> {
-  return {*this, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
-}
-
-inline void EpollReactor::forget(int fd) noexcept {
-  if (fd < 0 || static_cast<std::size_t>(fd) >= fds_.size()) return;
-  detail::EpollFdState& st = fds_[static_cast<std::size_t>(fd)];
-  // After stop() waiters never resume, so owners may close fds in any order.
-  COIO_ASSERT(stopRequested() || (st.waiter[0] == nullptr && st.waiter[1] == nullptr),
-              "forget() while an operation waits on the fd");
-  if (st.registered) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  st = detail::EpollFdState{st.generation + 1};
-}
-
-inline void EpollReactor::poll(std::optional<Clock::duration> timeout) {
-  timespec ts{};
-  if (timeout) ts = detail::toTimespec<timespec>(*timeout);
-  const int n = ::epoll_pwait2(epoll_.get(), events_.data(), static_cast<int>(events_.size()),
-                               timeout ? &ts : nullptr, nullptr);
-  const int err = errno;
-  woke(timeout);
-  if (n < 0) {
-    if (err == EINTR) return;
-    detail::throwSystemError(err, "coio::EpollReactor: epoll_pwait2");
-  }
-  meter_.dispatched(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) dispatch(events_[static_cast<std::size_t>(i)]);
+  return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
 }  // namespace coio
@@ -7687,16 +7932,821 @@ inline AlignedRange alignRange(std::uint64_t offset, std::size_t length, std::si
 #ifndef COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_DISK_RING_HPP
 #define COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_DISK_RING_HPP
 // The ring disk operations go to, behind one interface: the UringReactor's
-// own ring, or (for EpollReactor) a dedicated ring whose completions an
-// eventfd signals. Also the operation record both kinds of ring complete.
-// Needs liburing: link coio::uring.
+// own ring, or (for EpollReactor) a dedicated one, a UringRing of its own
+// whose completions an eventfd signals. Also the operation record both
+// kinds of ring complete. Needs liburing: link coio::uring.
+// begin <coio/reactor/detail/uring_ring.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_RING_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_RING_HPP
+// UringRing: one io_uring and what every user of one needs: SQEs when the
+// SQ is full, submission when the kernel says its CQ is backed up, cancels
+// that cannot fail, reaping into a backlog, dispatch to each operation's
+// `complete`, and waiting until the kernel has let go of everything. The
+// UringReactor's backend polls one; a Disk under EpollReactor pumps one of
+// its own from an eventfd. Needs liburing: link coio::uring.
+// begin <coio/reactor/uring_operation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_OPERATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_OPERATION_HPP
+// UringOperation: what an io_uring CQE completes. Needs liburing: link coio::uring.
+
+#include <cstdint>
+
+namespace coio {
+
+/// The base of anything whose completion an io_uring CQE delivers: the
+/// SQE's user_data points at it, and `complete` is called with the CQE's
+/// result and flags, on the loop thread. It must stay alive until its last
+/// completion (flags without IORING_CQE_F_MORE) has arrived, cancelled or not.
+struct UringOperation {
+  /// Called on the loop thread with each CQE's result and flags.
+  void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
+  /// The ring's: the LoopStats counter its completion counts in, set when
+  /// it is submitted (from the SQE's opcode).
+  std::uint8_t counter = detail::kUncounted;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_OPERATION_HPP
+// end <coio/reactor/uring_operation.hpp>
+
+#include <liburing.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+// The kind an SQE counts as in LoopStats, by its opcode. (OpKind::timer is
+// the loop's timers: an SQE of the kernel's timeouts is another kind.)
+constexpr OpKind opKindOf(std::uint8_t opcode) noexcept {
+  switch (opcode) {
+    case IORING_OP_RECV: case IORING_OP_RECVMSG: return OpKind::recv;
+    case IORING_OP_SEND: case IORING_OP_SENDMSG: case IORING_OP_SEND_ZC: case IORING_OP_SENDMSG_ZC: return OpKind::send;
+    case IORING_OP_ACCEPT: return OpKind::accept;
+    case IORING_OP_CONNECT: return OpKind::connect;
+    case IORING_OP_POLL_ADD: return OpKind::poll;
+    case IORING_OP_READ: case IORING_OP_READV: case IORING_OP_READ_FIXED: return OpKind::diskRead;
+    case IORING_OP_WRITE: case IORING_OP_WRITEV: case IORING_OP_WRITE_FIXED: return OpKind::diskWrite;
+    case IORING_OP_FSYNC: case IORING_OP_SYNC_FILE_RANGE: return OpKind::diskSync;
+    default: return OpKind::other;
+  }
+}
+// The counter `sqe` counts in.
+inline std::uint8_t counterOf(const io_uring_sqe& sqe) noexcept { return counterOf(opKindOf(sqe.opcode)); }
+
+/// One io_uring, owned. Operations (UringOperation) are submitted with an
+/// SQE whose user_data points at them, count in the loop's meter, and stay
+/// in flight until their last completion (no IORING_CQE_F_MORE) has been
+/// dispatched. Loop thread only (or while no loop runs).
+///
+/// Submission: prepared SQEs reach the kernel when the owner flushes, or
+/// at once while the ring is eager. Completions: reap() copies CQEs out
+/// (into a backlog when they must wait) before dispatching any, since a
+/// resumed coroutine may submit, and so reap, while the batch is walked.
+class UringRing {
+ public:
+  /// Sets the ring up with `setUp(io_uring&)`, which throws if it cannot.
+  /// `name` heads the messages of what this throws ("coio::UringReactor").
+  /// `loopEvents`: the completions it dispatches are the loop's events
+  /// (LoopStats, the completions phase), as when the loop waits on this
+  /// ring; a ring pumped from a coroutine dispatches in the ready phase.
+  template <typename SetUp>
+  UringRing(LoopCore& loop, const char* name, bool loopEvents, SetUp&& setUp)
+      : loop_(loop), name_(name), loopEvents_(loopEvents) {
+    deferredCancels_.reserve(16);  // before the ring: nothing to release if it throws
+    std::forward<SetUp>(setUp)(ring_);
+    disabled_ = (ring_.flags & IORING_SETUP_R_DISABLED) != 0;
+  }
+  UringRing(const UringRing&) = delete;
+  UringRing& operator=(const UringRing&) = delete;
+  ~UringRing() { io_uring_queue_exit(&ring_); }
+
+  io_uring& get() noexcept { return ring_; }
+  LoopCore& loop() noexcept { return loop_; }
+
+  /// Whether each prepared SQE goes to the kernel at once (else at the
+  /// owner's flush or wait).
+  void setEager(bool eager) noexcept { eager_ = eager; }
+
+  /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`
+  /// (counted in the loop's stats by its opcode), submitted at once if the
+  /// ring is eager. Throws std::system_error if no SQE can be had.
+  template <typename Prep>
+  void submit(UringOperation& op, Prep&& prep) {
+    if (!trySubmit(op, std::forward<Prep>(prep))) throwSystemError(submitError_, std::string(name_) + ": io_uring_submit");
+  }
+
+  /// submit() for paths that must not throw: false (errno in submitError())
+  /// if no SQE could be had. `counted` false leaves the operation out of
+  /// stats() (the owner's own operations).
+  template <typename Prep>
+  bool trySubmit(UringOperation& op, Prep&& prep, bool counted = true) noexcept {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) return false;
+    std::forward<Prep>(prep)(sqe);
+    io_uring_sqe_set_data(sqe, &op);
+    op.counter = counted ? counterOf(*sqe) : kUncounted;
+    loop_.meter().submitted(op.counter);
+    ++inFlight_;
+    commit();
+    return true;
+  }
+
+  /// An SQE acting on another operation (a cancel, a timeout update), whose
+  /// own completion is ignored: false (errno in submitError()) if none
+  /// could be had.
+  template <typename Prep>
+  bool trySubmitUntracked(Prep&& prep) noexcept {
+    io_uring_sqe* sqe = tryAcquireSqe();
+    if (!sqe) return false;
+    std::forward<Prep>(prep)(sqe);
+    io_uring_sqe_set_data64(sqe, 0);
+    commit();
+    return true;
+  }
+
+  /// Why the last trySubmit() failed.
+  int submitError() const noexcept { return submitError_; }
+
+  /// Asks the kernel to cancel `op`; its completion still arrives. Never
+  /// throws (stop callbacks call it): if no SQE can be had right now, the
+  /// cancel waits for submitDeferred().
+  void cancel(UringOperation& op) noexcept {
+    if (trySubmitCancel(op)) return;
+    try {
+      deferredCancels_.push_back(&op);
+    } catch (...) {
+      std::terminate();  // no SQE and no memory: the operation could never be cancelled
+    }
+  }
+
+  /// Whether cancels wait for an SQE.
+  bool cancelsDeferred() const noexcept { return !deferredCancels_.empty(); }
+
+  /// Prepares the cancels cancel() could not: 0, or the errno of a ring
+  /// that still refuses them.
+  int submitDeferred() noexcept {
+    while (!deferredCancels_.empty()) {
+      if (!trySubmitCancel(*deferredCancels_.back())) return submitError_;
+      deferredCancels_.pop_back();
+    }
+    return 0;
+  }
+
+  /// Hands what is prepared to the kernel: 0 or an errno. While completions
+  /// are backed up (EBUSY) it sets some aside and tries again. Nothing
+  /// while the ring is disabled (see enable()).
+  int flush() noexcept {
+    if (disabled_) return 0;
+    for (;;) {
+      const int r = io_uring_submit(&ring_);
+      if (r >= 0) return 0;
+      if (r == -EINTR) continue;
+      if (r != -EBUSY && r != -EAGAIN) return -r;
+      try {
+        takeCompletions(backlog_);
+      } catch (const std::bad_alloc&) {
+        return ENOMEM;
+      }
+    }
+  }
+
+  /// A ring set up disabled (TaskRun::deferred) is enabled by the first
+  /// thread that calls this (the owner's poll or quiesce, or a full SQ),
+  /// which becomes its only submitter.
+  void enable() noexcept {
+    if (!disabled_) return;
+    // liburing 2.3 declares io_uring_enable_rings but does not export it:
+    // the raw register call. It can only fail if ring_fd is no longer our
+    // ring; the ring then stays disabled and the submission that needed it
+    // fails (-EBADFD) and is reported.
+    disabled_ = ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0;
+  }
+
+  /// Operations whose last completion has not been dispatched yet.
+  std::size_t inFlight() const noexcept { return inFlight_; }
+  /// SQEs prepared but not handed to the kernel yet.
+  std::size_t unsubmitted() const noexcept { return io_uring_sq_ready(&ring_); }
+  /// Whether completions wait: set aside in the backlog, or in the CQ.
+  bool completionsWaiting() const noexcept { return !backlog_.empty() || io_uring_cq_ready(&ring_) != 0; }
+  /// Whether completions were set aside (a wait should not block then).
+  bool backlogged() const noexcept { return !backlog_.empty(); }
+
+  /// Dispatches completions, at most `maxRounds` batches of kBatch: the
+  /// backlog first, then the CQ.
+  void reap(std::size_t maxRounds = SIZE_MAX) {
+    for (std::size_t round = 1;; ++round) {
+      batch_.clear();
+      std::swap(batch_, backlog_);
+      const std::size_t n = takeCompletions(batch_);
+      if (loopEvents_) loop_.meter().dispatched(batch_.size());
+      // Indexed: a resumed coroutine may forget() an operation listed later
+      // (its entry is then ignored), or quiesce() the ring (which empties
+      // the batch).
+      for (next_ = 0; next_ < batch_.size();) dispatch(batch_[next_++]);
+      batch_.clear();
+      next_ = 0;
+      // A full batch may hide more; a backlog must not wait for a new event.
+      if ((n < kBatch && backlog_.empty()) || round >= maxRounds) break;
+    }
+  }
+
+  /// Waits until at least one completion is there, then sets what is there
+  /// aside for reap(). Never throws: a failing wait (other than a signal or
+  /// a backed-up CQ) ends the process, since the caller cannot free what the
+  /// kernel may still write to.
+  void waitForCompletions() noexcept {
+    const int r = io_uring_submit_and_wait(&ring_, 1);
+    // Unable to wait, we could only free operations the kernel may still
+    // write to: better to stop here.
+    if (r == -EEXIST) {
+      std::fprintf(stderr, "%s: destroyed with operations in flight off the thread that ran its "
+                           "TaskRun::deferred ring; only that thread can wait for them\n", name_);
+    }
+    if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) std::terminate();
+    try {
+      takeCompletions(backlog_);
+    } catch (const std::bad_alloc&) {
+      // Left in the CQ: the next round takes them.
+    }
+  }
+
+  /// Cancels every operation in flight and waits until the kernel has let
+  /// go of all of them; none of them resumes, nor does any completion
+  /// reaped but not dispatched yet (each operation is passed to `dropped`,
+  /// if given, at its last completion). May be called from a dispatch.
+  /// Never throws: a ring that takes no cancel ends the process, since the
+  /// kernel may keep writing into operations that are about to be freed.
+  void quiesce(void (*dropped)(UringOperation*) noexcept = nullptr) noexcept {
+    drop(batch_, next_, dropped);  // the rest of a batch being dispatched, if any
+    next_ = 0;
+    drop(backlog_, 0, dropped);
+    if (inFlight_ == 0) return;
+    enable();  // never run: what was prepared was never submitted, but the wait below needs the ring
+    deferredCancels_.clear();  // the cancel below covers them
+    if (!trySubmitUntracked([](io_uring_sqe* sqe) { io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY); })) {
+      std::terminate();
+    }
+    while (inFlight_ > 0) {
+      waitForCompletions();
+      drop(backlog_, 0, dropped);
+    }
+  }
+
+  /// Whether `op`'s last completion was taken from the CQ but not
+  /// dispatched yet (the kernel is done with it).
+  bool reaped(const UringOperation& op) const noexcept {
+    const auto last = [&](const Completion& c) {
+      return c.userData == reinterpret_cast<std::uintptr_t>(&op) && !(c.flags & IORING_CQE_F_MORE);
+    };
+    return std::any_of(backlog_.begin(), backlog_.end(), last) ||
+           std::any_of(batch_.begin() + static_cast<std::ptrdiff_t>(next_), batch_.end(), last);
+  }
+
+  /// For an operation destroyed with its completion reaped but not
+  /// dispatched: drops that completion (it counts as completed).
+  void forget(UringOperation& op) noexcept {
+    for (auto [list, from] : {std::pair{&backlog_, std::size_t{0}}, std::pair{&batch_, next_}}) {
+      for (std::size_t i = from; i < list->size(); ++i) {
+        Completion& c = (*list)[i];
+        if (c.userData != reinterpret_cast<std::uintptr_t>(&op)) continue;
+        if (!(c.flags & IORING_CQE_F_MORE)) settle(op);
+        c.userData = 0;
+      }
+    }
+  }
+
+  // Waits through a registered ring fd skip the fd lookup, and in a
+  // multi-threaded process the reference count on the ring's file, in
+  // every io_uring_enter. A registration is a slot in the registering
+  // thread's table: another thread entering by it fails, or enters a ring
+  // of its own registered in that slot. So each run of the loop registers
+  // in its first poll (registerFd) and leaveLoop() unregisters
+  // (unregisterFd: two io_uring_register calls per run()), and any other
+  // thread (a destructor's, a later run()'s) enters by the plain fd. Best
+  // effort: a thread's table has 16 slots; without one the plain fd serves.
+  void registerFd() noexcept {
+    if (fdTried_) return;
+    fdTried_ = true;
+    fdRegistered_ = io_uring_register_ring_fd(&ring_) == 1;
+  }
+  void unregisterFd() noexcept {
+    if (fdRegistered_) {
+      // Cannot fail: same thread, a slot it registered.
+      [[maybe_unused]] const int r = io_uring_unregister_ring_fd(&ring_);
+      COIO_ASSERT(r == 1, "io_uring ring fd unregistration failed");
+    }
+    fdRegistered_ = fdTried_ = false;
+  }
+
+ private:
+  struct Completion {
+    std::uint64_t userData;  // 0: ignored (an untracked SQE's, or forgotten)
+    int result;
+    unsigned flags;
+  };
+
+  static constexpr unsigned kBatch = 256;
+
+  void commit() noexcept {
+    if (eager_) (void)flush();  // what fails stays prepared: the owner's next flush or wait reports it
+  }
+
+  bool trySubmitCancel(UringOperation& op) noexcept {
+    return trySubmitUntracked([&](io_uring_sqe* sqe) { io_uring_prep_cancel(sqe, &op, 0); });
+  }
+
+  // An SQE, or null if none can be had without throwing (the kernel refuses
+  // to take the full SQ: errno in submitError_; or no memory to set
+  // completions aside).
+  io_uring_sqe* tryAcquireSqe() noexcept {
+    COIO_ASSERT(loop_.ownedByCaller(), "io_uring operation submitted off the reactor's thread");
+    for (;;) {
+      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
+      // SQ full: hand the kernel what is queued (binding a disabled ring to
+      // this thread). It refuses while completions are backed up (-EBUSY):
+      // set some aside to make room.
+      enable();
+      const int r = io_uring_submit(&ring_);
+      if (r == -EBUSY || r == -EAGAIN) {
+        try {
+          takeCompletions(backlog_);
+        } catch (const std::bad_alloc&) {
+          submitError_ = ENOMEM;
+          return nullptr;
+        }
+      } else if (r < 0 && r != -EINTR) {
+        submitError_ = -r;
+        return nullptr;
+      }
+    }
+  }
+
+  // Copies the available CQEs out and frees their slots; returns how many.
+  // All or nothing: if `out` cannot grow, no CQE is consumed.
+  std::size_t takeCompletions(std::vector<Completion>& out) {
+    io_uring_cqe* cqes[kBatch];
+    const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
+    out.reserve(out.size() + n);
+    for (unsigned i = 0; i < n; ++i) out.push_back({cqes[i]->user_data, cqes[i]->res, cqes[i]->flags});
+    io_uring_cq_advance(&ring_, n);
+    return n;
+  }
+
+  // `op`'s last completion: it is no longer in flight.
+  void settle(UringOperation& op) noexcept {
+    --inFlight_;
+    loop_.meter().completed(op.counter);
+    // A cancel still waiting for an SQE would hit whatever reuses op's memory.
+    if (!deferredCancels_.empty()) std::erase(deferredCancels_, &op);
+  }
+
+  void dispatch(const Completion& c) noexcept {
+    if (c.userData == 0) return;
+    auto* op = reinterpret_cast<UringOperation*>(c.userData);
+    if (!(c.flags & IORING_CQE_F_MORE)) settle(*op);
+    op->complete(op, c.result, c.flags);
+  }
+
+  // Completions that will not be dispatched (quiesce): `list`'s from `from` on.
+  void drop(std::vector<Completion>& list, std::size_t from, void (*dropped)(UringOperation*) noexcept) noexcept {
+    for (std::size_t i = from; i < list.size(); ++i) {
+      const Completion& c = list[i];
+      if (c.userData == 0 || (c.flags & IORING_CQE_F_MORE)) continue;
+      auto* op = reinterpret_cast<UringOperation*>(c.userData);
+      settle(*op);
+      if (dropped) dropped(op);
+    }
+    list.clear();
+  }
+
+  io_uring ring_{};
+  LoopCore& loop_;
+  const char* name_;
+  const bool loopEvents_;
+  bool disabled_ = false;  // set up with IORING_SETUP_R_DISABLED, not enabled yet
+  bool eager_ = false;
+  bool fdTried_ = false;       // in this run of the loop
+  bool fdRegistered_ = false;  // by the loop thread, until unregisterFd()
+  int submitError_ = 0;        // why tryAcquireSqe() last failed
+  std::size_t inFlight_ = 0;
+  std::vector<UringOperation*> deferredCancels_;         // cancels no SQE could be had for yet
+  std::vector<Completion> backlog_;                      // taken from the CQ, not dispatched yet
+  std::vector<Completion> batch_;                        // being dispatched,
+  std::size_t next_ = 0;                                 // from this entry on
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_RING_HPP
+// end <coio/reactor/detail/uring_ring.hpp>
+// begin <coio/reactor/detail/uring_setup.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_SETUP_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_SETUP_HPP
+// Setting up an io_uring with what coio needs, and telling why it cannot
+// be (UringReactor::probe, the constructor's message). Needs liburing.
+// begin <coio/reactor/uring_options.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_OPTIONS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_OPTIONS_HPP
+// UringReactor's options: when SQEs reach the kernel (SubmitPolicy), when
+// the kernel posts completions (TaskRun), how sockets are read (RecvMode),
+// and the ring's sizes (UringOptions), with their names for command lines.
+
+#include <cstddef>
+#include <string_view>
+
+namespace coio {
+
+/// When prepared SQEs reach the kernel.
+enum class SubmitPolicy {
+  batched,  ///< once per loop iteration, with the wait for completions (one io_uring_enter)
+  eager,    ///< as each operation is prepared (one io_uring_enter each; lower latency at low depth)
+};
+
+/// When the kernel runs the task work that turns finished operations (a
+/// socket became readable, a disk read ended) into CQEs.
+enum class TaskRun {
+  /// At once: the kernel interrupts the loop thread, even in user space
+  /// (no setup flag). Completions are never held back.
+  immediate,
+  /// When the loop thread next enters the kernel (IORING_SETUP_COOP_TASKRUN
+  /// and TASKRUN_FLAG): fewer interruptions, but a completion may wait for
+  /// the loop's next io_uring_enter. On loopback TCP and on 4 KiB O_DIRECT
+  /// reads at depth 32, `immediate` measured the same within noise.
+  cooperative,
+  /// Only while the loop thread waits in io_uring_enter, batched
+  /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
+  /// kernels fall back to `cooperative`). The default: +4-6 % request rate
+  /// on loopback TCP over `cooperative`, disk reads the same or better
+  /// (docs/benchmarks.md).
+  /// Restriction: the ring is bound to the first thread that runs the loop
+  /// (set up disabled, enabled there, or where the SQ first fills if that
+  /// comes earlier). From then on only that thread may run the loop,
+  /// destroy the reactor while operations other than its wake-up poll are
+  /// in flight (else: a message, then std::terminate), or register
+  /// resources (Disk).
+  deferred,
+};
+
+/// The mode's name, for messages.
+inline std::string_view toString(TaskRun mode) noexcept {
+  switch (mode) {
+    case TaskRun::immediate: return "immediate";
+    case TaskRun::cooperative: return "cooperative";
+    case TaskRun::deferred: return "deferred";
+  }
+  return "?";
+}
+
+/// How UringReactor::recv reads a socket.
+enum class RecvMode {
+  /// One recv SQE per read, straight into the read's buffer.
+  plain,
+  /// One multishot recv (Linux 6.0) kept armed per socket: data lands in a
+  /// ring of provided buffers shared by the reactor's sockets and is copied
+  /// into the buffer of the read that waits for it, or kept for the next
+  /// reads (up to UringReactor::kRecvBacklogLimit per socket, then the recv
+  /// is disarmed until the reader catches up). Saves the kernel a failed
+  /// recv attempt and a poll arm/disarm per message (+3-4 % loopback request
+  /// rate), but costs a copy and 4 KiB pieces: streams run at about half
+  /// the speed.
+  multishot,
+  /// Per socket, by what it receives (the default): plain while reads come
+  /// back large; multishot after kRecvModeSwitch reads in a row that each
+  /// returned less than they asked for and less than one provided buffer
+  /// (the socket ran dry: request/response traffic);
+  /// plain again after kRecvModeSwitch multishot completions in a row that
+  /// each filled a whole buffer, or when the backlog limit is reached (a
+  /// stream). A switch costs one cancel.
+  adaptive,
+};
+
+/// The mode's name, for messages.
+inline std::string_view toString(RecvMode mode) noexcept {
+  switch (mode) {
+    case RecvMode::plain: return "plain";
+    case RecvMode::multishot: return "multishot";
+    case RecvMode::adaptive: return "adaptive";
+  }
+  return "?";
+}
+
+namespace detail {
+// The value of `values` whose toString() is `text`; Errc::invalidArgument
+// if none is.
+template <typename E, std::size_t N>
+Result<E> parseNamed(std::string_view text, const E (&values)[N]) {
+  for (const E value : values) {
+    if (text == toString(value)) return value;
+  }
+  return Errc::invalidArgument;
+}
+}  // namespace detail
+
+/// "immediate", "cooperative" or "deferred"; Errc::invalidArgument otherwise.
+inline Result<TaskRun> parseTaskRun(std::string_view text) {
+  return detail::parseNamed(text, {TaskRun::immediate, TaskRun::cooperative, TaskRun::deferred});
+}
+
+/// "plain", "multishot" or "adaptive"; Errc::invalidArgument otherwise.
+inline Result<RecvMode> parseRecvMode(std::string_view text) {
+  return detail::parseNamed(text, {RecvMode::plain, RecvMode::multishot, RecvMode::adaptive});
+}
+
+/// How an UringReactor sets up and uses its ring (UringReactor::Options).
+struct UringOptions {
+  unsigned entries = 256;      ///< SQ size
+  unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
+  /// When prepared SQEs reach the kernel.
+  SubmitPolicy submitPolicy = SubmitPolicy::batched;
+  TaskRun taskRun = TaskRun::deferred;  ///< see TaskRun; falls back to cooperative before Linux 6.1
+  /// How `recv` reads sockets (see RecvMode); plain on kernels before 6.0
+  /// (see UringReactor::recvMode()). Unless plain, the reactor keeps a
+  /// receiver per socket read through `recv`, found by fd, so such a socket
+  /// must be forgotten before it is closed (as under EpollReactor; TcpStream
+  /// does it), and read through `recv` only (not readable() + read(2)).
+  /// Data a multishot recv took from a socket lives in the reactor until a
+  /// read takes it: UringReactor::forget(fd) drops it, and
+  /// TcpStream::release refuses to give such a socket up (see
+  /// UringReactor::readsAhead()).
+  RecvMode recvMode = RecvMode::adaptive;
+  unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishot recvs)
+  unsigned recvBufferSize = 4096;  ///< bytes each (multishot recvs)
+  /// Whether sendZeroCopy may use the kernel's zero-copy sends (where it
+  /// has them, Linux 6.1: see UringReactor::zeroCopySend()); false makes
+  /// it copy.
+  bool zeroCopySend = true;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_OPTIONS_HPP
+// end <coio/reactor/uring_options.hpp>
+
+#include <liburing.h>
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace coio::detail {
+
+// The ring's table of supported operations (null if the kernel will not tell).
+using RingProbe = std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)>;
+inline RingProbe probeRing(io_uring& ring) noexcept { return {io_uring_get_probe_ring(&ring), &io_uring_free_probe}; }
+
+// Why io_uring cannot be used, in words, for an errno from the set-up.
+inline std::string describeUringSetupError(int err) {
+  std::string why = "coio::UringReactor: io_uring unavailable: ";
+  switch (err) {
+    case ENOSYS: return why + "the kernel was built without io_uring (ENOSYS)";
+    case EPERM:
+      return why + "io_uring is disabled for this process: kernel.io_uring_disabled sysctl, "
+                   "or a seccomp/container policy (EPERM)";
+    case EINVAL: return why + "the kernel is too old: coio needs Linux 5.19 or later (EINVAL from io_uring_setup)";
+    case ENOMEM: return why + "no memory for the rings: RLIMIT_MEMLOCK too low on older kernels? (ENOMEM)";
+    default: return why + "io_uring_setup failed: " + std::strerror(err);
+  }
+}
+
+// Linux version of the running kernel at least major.minor.
+inline bool kernelAtLeast(int major, int minor) noexcept {
+  utsname u{};
+  int haveMajor = 0, haveMinor = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &haveMajor, &haveMinor) != 2) return false;
+  return haveMajor > major || (haveMajor == major && haveMinor >= minor);
+}
+
+inline unsigned taskRunFlags(TaskRun mode) noexcept {
+  switch (mode) {
+    case TaskRun::immediate: return 0;
+    case TaskRun::cooperative: return IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    case TaskRun::deferred:
+      return IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+  }
+  return 0;
+}
+
+// Sets up a ring with what coio needs; 0 or an errno, and `why` on failure.
+// `mode` may fall back (deferred -> cooperative on kernels before 6.1).
+inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, TaskRun& mode, std::string& why) {
+  io_uring_params params{};
+  int r;
+  for (;;) {
+    params = {};
+    params.cq_entries = std::max(cqEntries, 2 * entries);
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | taskRunFlags(mode);
+    r = io_uring_queue_init_params(entries, &ring, &params);
+    if (r == -EINVAL && mode == TaskRun::deferred) {
+      mode = TaskRun::cooperative;  // SINGLE_ISSUER / DEFER_TASKRUN unknown: before 6.1
+      continue;
+    }
+    break;
+  }
+  if (r < 0) {
+    why = describeUringSetupError(-r);
+    return -r;
+  }
+  const char* missing = nullptr;
+  if (!(params.features & IORING_FEAT_NODROP)) missing = "IORING_FEAT_NODROP";
+  if (!(params.features & IORING_FEAT_EXT_ARG)) missing = "IORING_FEAT_EXT_ARG";
+  if (!missing) {
+    const RingProbe probe = probeRing(ring);
+    if (!probe) {
+      missing = "IORING_REGISTER_PROBE";
+    } else {
+      for (const auto& [op, name] : {std::pair{IORING_OP_ACCEPT, "ACCEPT"}, std::pair{IORING_OP_CONNECT, "CONNECT"},
+                                     std::pair{IORING_OP_RECV, "RECV"}, std::pair{IORING_OP_SEND, "SEND"},
+                                     std::pair{IORING_OP_READ, "READ"}, std::pair{IORING_OP_POLL_ADD, "POLL_ADD"},
+                                     std::pair{IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
+                                     // The version check (5.19): ASYNC_CANCEL_ANY, which
+                                     // shutdown relies on, came with the same release.
+                                     std::pair{IORING_OP_SOCKET, "SOCKET"}}) {
+        if (!io_uring_opcode_supported(probe.get(), op)) missing = name;
+      }
+    }
+  }
+  if (missing) {
+    io_uring_queue_exit(&ring);
+    why = std::string("coio::UringReactor: io_uring lacks ") + missing + " (kernel too old)";
+    return ENOTSUP;
+  }
+  return 0;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_SETUP_HPP
+// end <coio/reactor/detail/uring_setup.hpp>
 // begin <coio/reactor/uring_reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_URING_REACTOR_HPP
+// UringReactor: the event loop over io_uring. Its parts, each in a header
+// of its own: the options (uring_options.hpp), the loop (reactor_loop.hpp),
+// the backend that waits on the ring (detail/uring_backend.hpp), the ring
+// (detail/uring_ring.hpp) and its set-up (detail/uring_setup.hpp), and the
+// operations: single-shot ones (detail/uring_io_operation.hpp), the
+// multishot receive (detail/uring_multishot_recv.hpp), the zero-copy send
+// (detail/uring_zero_copy_send.hpp). Needs liburing: link coio::uring.
+// begin <coio/reactor/detail/uring_backend.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_BACKEND_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_BACKEND_HPP
+// UringBackend: UringReactor's ReactorBackend. Its ring (UringRing) waits
+// for completions in io_uring_enter; the loop's wake-up eventfd is watched
+// by a poll on the ring, its earliest timer by one IORING_OP_TIMEOUT. It
+// also holds what the reactor's features keep per ring: the multishot
+// receivers and the zero-copy sends in flight. Needs liburing: link coio::uring.
+// begin <coio/reactor/detail/uring_io_operation.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_IO_OPERATION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_IO_OPERATION_HPP
+// UringReactor's single-shot operations: what each puts in its SQE (a
+// Prep, with tryNow() if a non-blocking call may finish it first) and the
+// awaitable that submits it. A new io_uring operation is a Prep here and
+// a member of UringReactor that returns UringIoOperation<ItsPrep, T>.
 // Needs liburing: link coio::uring.
-// begin <coio/detail/provided_buffer_ring.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_DETAIL_PROVIDED_BUFFER_RING_HPP
-#define COIO_SINGLE_INCLUDE_COIO_DETAIL_PROVIDED_BUFFER_RING_HPP
+
+#include <liburing.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <utility>
+
+namespace coio::detail {
+
+struct RecvPrep {
+  int fd;
+  std::span<std::byte> buffer;
+  int flags = 0;  // MSG_WAITALL for recvAll
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), flags);
+  }
+};
+// A socket with room in its send buffer takes the data at once: one
+// send(2) then costs less than an io_uring round trip (an enter to submit
+// and one to reap). So the send operations try a non-blocking call first;
+// this is its outcome as tryNow() reports it: the byte count (at most
+// MAX_RW_COUNT, as an io_uring result), -errno, or nothing if the socket
+// is full. What the socket did not take goes in an SQE with MSG_WAITALL:
+// the kernel sends the rest as room frees (one completion, not one loop
+// iteration per socket-buffer's worth) and completes with all of it, or
+// with what it sent before an error or a cancellation.
+inline constexpr int kSendSqeFlags = MSG_NOSIGNAL | MSG_WAITALL;
+inline std::optional<int> sentNow(ssize_t n) noexcept {
+  if (n >= 0) return static_cast<int>(n);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
+  return -errno;
+}
+struct SendPrep {
+  int fd;
+  std::span<const std::byte> buffer;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), kSendSqeFlags);
+  }
+  std::optional<int> tryNow() const noexcept {
+    return sentNow(::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
+  }
+};
+struct SendvPrep {
+  int fd;
+  msghdr message;  // lives in the operation until the kernel has read it
+  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_sendmsg(sqe, fd, &message, kSendSqeFlags); }
+  std::optional<int> tryNow() const noexcept {
+    return sentNow(::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT));
+  }
+};
+struct AcceptPrep {
+  int fd;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_accept(sqe, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  }
+};
+struct ConnectPrep {
+  int fd;
+  sockaddr_storage address;  // lives in the operation until the kernel has read it
+  socklen_t length;
+  void operator()(io_uring_sqe* sqe) const noexcept {
+    io_uring_prep_connect(sqe, fd, reinterpret_cast<const sockaddr*>(&address), length);
+  }
+};
+struct PollPrep {
+  int fd;
+  unsigned events;
+  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_poll_add(sqe, fd, events); }
+};
+
+/// One io_uring operation (see UringReactor). `co_await` yields Result<T>;
+/// the coroutine resumes on the loop thread when the completion arrives, or
+/// goes on without suspending if the operation finished inline (`tryNow`).
+/// A stop cancels it; it still resumes only at its completion.
+template <typename Prep, typename T>
+class [[nodiscard]] UringIoOperation : UringOperation, public CancellableOperation<UringIoOperation<Prep, T>> {
+  using Base = CancellableOperation<UringIoOperation>;
+  friend Base;
+
+ public:
+  UringIoOperation(UringRing& ring, Prep prep, std::stop_token stop) noexcept
+      : UringOperation{&UringIoOperation::onComplete}, Base(ring.loop(), std::move(stop)), ring_(ring),
+        prep_(std::move(prep)) {}
+
+ private:
+  // True (result_ set) if the operation can finish at once (send) and did.
+  bool tryNow() noexcept {
+    if constexpr (requires(const Prep& p) { p.tryNow(); }) {
+      if (const std::optional<int> done = prep_.tryNow()) {
+        this->result_ = *done;
+        return true;
+      }
+    }
+    return false;
+  }
+  bool start() {
+    ring_.submit(*this, prep_);
+    return true;
+  }
+  void cancel() noexcept { ring_.cancel(*this); }
+  Result<T> result() const { return toResult<T>(this->result_); }
+
+  static void onComplete(UringOperation* op, int result, unsigned) noexcept {
+    auto* self = static_cast<UringIoOperation*>(op);
+    self->result_ = result;
+    self->resume();
+  }
+
+  UringRing& ring_;
+  Prep prep_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_IO_OPERATION_HPP
+// end <coio/reactor/detail/uring_io_operation.hpp>
+// begin <coio/reactor/detail/uring_multishot_recv.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_MULTISHOT_RECV_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_MULTISHOT_RECV_HPP
+// UringReactor's multishot receive (RecvMode): one receiver per socket
+// (UringReceiver) keeps a multishot recv armed that lands data in a ring of
+// provided buffers shared by the reactor's sockets (UringReceivers owns
+// both); a read (MultishotRead) takes what its receiver kept, or waits for
+// it; UringRecv is recv's awaitable, a plain recv SQE or such a read.
+// Needs liburing: link coio::uring.
+// begin <coio/reactor/detail/provided_buffer_ring.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_PROVIDED_BUFFER_RING_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_PROVIDED_BUFFER_RING_HPP
 // Needs liburing. ProvidedBufferRing: equal-sized buffers the kernel picks
 // from when data arrives (io_uring "provided buffers", a buffer ring
 // registered with IORING_REGISTER_PBUF_RING, Linux 5.19), for operations
@@ -7778,258 +8828,805 @@ class ProvidedBufferRing {
 };
 
 }  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_DETAIL_PROVIDED_BUFFER_RING_HPP
-// end <coio/detail/provided_buffer_ring.hpp>
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_PROVIDED_BUFFER_RING_HPP
+// end <coio/reactor/detail/provided_buffer_ring.hpp>
 
 #include <liburing.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/utsname.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <coroutine>
 #include <cstddef>
-#include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <exception>
-#include <memory>
 #include <new>
 #include <optional>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <stop_token>
-#include <string>
-#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
-namespace coio {
+namespace coio::detail {
 
-/// The base of anything whose completion an io_uring CQE delivers: the
-/// SQE's user_data points at it, and `complete` is called with the CQE's
-/// result and flags, on the loop thread. It must stay alive until its last
-/// completion (flags without IORING_CQE_F_MORE) has arrived, cancelled or not.
-struct UringOperation {
-  /// Called on the loop thread with each CQE's result and flags.
-  void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
-  /// The reactor's: the LoopStats counter its completion counts in, set
-  /// when it is submitted (from the SQE's opcode).
-  std::uint8_t counter = detail::kUncounted;
-};
+/// What one socket's multishot recv keeps for its reader before it stops
+/// taking data off the socket (TCP's flow control then holds the peer):
+/// UringReactor::kRecvBacklogLimit.
+inline constexpr std::size_t kRecvBacklogLimit = 64 * 1024;
+/// Reads (or completions) in a row that switch a socket's recv mode under
+/// RecvMode::adaptive: UringReactor::kRecvModeSwitch.
+inline constexpr unsigned kRecvModeSwitch = 4;
 
-/// When prepared SQEs reach the kernel.
-enum class SubmitPolicy {
-  batched,  ///< once per loop iteration, with the wait for completions (one io_uring_enter)
-  eager,    ///< as each operation is prepared (one io_uring_enter each; lower latency at low depth)
-};
-
-/// When the kernel runs the task work that turns finished operations (a
-/// socket became readable, a disk read ended) into CQEs.
-enum class TaskRun {
-  /// At once: the kernel interrupts the loop thread, even in user space
-  /// (no setup flag). Completions are never held back.
-  immediate,
-  /// When the loop thread next enters the kernel (IORING_SETUP_COOP_TASKRUN
-  /// and TASKRUN_FLAG): fewer interruptions, but a completion may wait for
-  /// the loop's next io_uring_enter. On loopback TCP and on 4 KiB O_DIRECT
-  /// reads at depth 32, `immediate` measured the same within noise.
-  cooperative,
-  /// Only while the loop thread waits in io_uring_enter, batched
-  /// (IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN, Linux 6.1; older
-  /// kernels fall back to `cooperative`). The default: +4-6 % request rate
-  /// on loopback TCP over `cooperative`, disk reads the same or better
-  /// (docs/benchmarks.md).
-  /// Restriction: the ring is bound to the first thread that runs the loop
-  /// (set up disabled, enabled there, or where the SQ first fills if that
-  /// comes earlier). From then on only that thread may run the loop,
-  /// destroy the reactor while operations other than its wake-up poll are
-  /// in flight (else: a message, then std::terminate), or register
-  /// resources (Disk).
-  deferred,
-};
-
-/// The mode's name, for messages.
-inline std::string_view toString(TaskRun mode) noexcept {
-  switch (mode) {
-    case TaskRun::immediate: return "immediate";
-    case TaskRun::cooperative: return "cooperative";
-    case TaskRun::deferred: return "deferred";
-  }
-  return "?";
-}
-
-/// How UringReactor::recv reads a socket.
-enum class RecvMode {
-  /// One recv SQE per read, straight into the read's buffer.
-  plain,
-  /// One multishot recv (Linux 6.0) kept armed per socket: data lands in a
-  /// ring of provided buffers shared by the reactor's sockets and is copied
-  /// into the buffer of the read that waits for it, or kept for the next
-  /// reads (up to UringReactor::kRecvBacklogLimit per socket, then the recv
-  /// is disarmed until the reader catches up). Saves the kernel a failed
-  /// recv attempt and a poll arm/disarm per message (+3-4 % loopback request
-  /// rate), but costs a copy and 4 KiB pieces: streams run at about half
-  /// the speed.
-  multishot,
-  /// Per socket, by what it receives (the default): plain while reads come
-  /// back large; multishot after kRecvModeSwitch reads in a row that each
-  /// returned less than they asked for and less than one provided buffer
-  /// (the socket ran dry: request/response traffic);
-  /// plain again after kRecvModeSwitch multishot completions in a row that
-  /// each filled a whole buffer, or when the backlog limit is reached (a
-  /// stream). A switch costs one cancel.
-  adaptive,
-};
-
-/// The mode's name, for messages.
-inline std::string_view toString(RecvMode mode) noexcept {
-  switch (mode) {
-    case RecvMode::plain: return "plain";
-    case RecvMode::multishot: return "multishot";
-    case RecvMode::adaptive: return "adaptive";
-  }
-  return "?";
-}
-
-namespace detail {
-// The kind an SQE counts as in LoopStats, by its opcode. (OpKind::timer is
-// the loop's timers: an SQE of the kernel's timeouts is another kind.)
-constexpr OpKind opKindOf(std::uint8_t opcode) noexcept {
-  switch (opcode) {
-    case IORING_OP_RECV: case IORING_OP_RECVMSG: return OpKind::recv;
-    case IORING_OP_SEND: case IORING_OP_SENDMSG: case IORING_OP_SEND_ZC: case IORING_OP_SENDMSG_ZC: return OpKind::send;
-    case IORING_OP_ACCEPT: return OpKind::accept;
-    case IORING_OP_CONNECT: return OpKind::connect;
-    case IORING_OP_POLL_ADD: return OpKind::poll;
-    case IORING_OP_READ: case IORING_OP_READV: case IORING_OP_READ_FIXED: return OpKind::diskRead;
-    case IORING_OP_WRITE: case IORING_OP_WRITEV: case IORING_OP_WRITE_FIXED: return OpKind::diskWrite;
-    case IORING_OP_FSYNC: case IORING_OP_SYNC_FILE_RANGE: return OpKind::diskSync;
-    default: return OpKind::other;
-  }
-}
-// The counter `sqe` counts in.
-inline std::uint8_t counterOf(const io_uring_sqe& sqe) noexcept { return counterOf(opKindOf(sqe.opcode)); }
-
-// The value of `values` whose toString() is `text`; Errc::invalidArgument
-// if none is.
-template <typename E, std::size_t N>
-Result<E> parseNamed(std::string_view text, const E (&values)[N]) {
-  for (const E value : values) {
-    if (text == toString(value)) return value;
-  }
-  return Errc::invalidArgument;
-}
-}  // namespace detail
-
-/// "immediate", "cooperative" or "deferred"; Errc::invalidArgument otherwise.
-inline Result<TaskRun> parseTaskRun(std::string_view text) {
-  return detail::parseNamed(text, {TaskRun::immediate, TaskRun::cooperative, TaskRun::deferred});
-}
-
-/// "plain", "multishot" or "adaptive"; Errc::invalidArgument otherwise.
-inline Result<RecvMode> parseRecvMode(std::string_view text) {
-  return detail::parseNamed(text, {RecvMode::plain, RecvMode::multishot, RecvMode::adaptive});
-}
-
-class UringReactor;
-
-namespace detail {
-
-struct RecvPrep {
-  int fd;
-  std::span<std::byte> buffer;
-  int flags = 0;  // MSG_WAITALL for recvAll
-  void operator()(io_uring_sqe* sqe) const noexcept {
-    io_uring_prep_recv(sqe, fd, buffer.data(), buffer.size(), flags);
-  }
-};
-// A socket with room in its send buffer takes the data at once: one
-// send(2) then costs less than an io_uring round trip (an enter to submit
-// and one to reap). So the send operations try a non-blocking call first;
-// this is its outcome as tryNow() reports it: the byte count (at most
-// MAX_RW_COUNT, as an io_uring result), -errno, or nothing if the socket
-// is full. What the socket did not take goes in an SQE with MSG_WAITALL:
-// the kernel sends the rest as room frees (one completion, not one loop
-// iteration per socket-buffer's worth) and completes with all of it, or
-// with what it sent before an error or a cancellation.
-inline constexpr int kSendSqeFlags = MSG_NOSIGNAL | MSG_WAITALL;
-inline std::optional<int> sentNow(ssize_t n) noexcept {
-  if (n >= 0) return static_cast<int>(n);
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
-  return -errno;
-}
-struct SendPrep {
-  int fd;
-  std::span<const std::byte> buffer;
-  void operator()(io_uring_sqe* sqe) const noexcept {
-    io_uring_prep_send(sqe, fd, buffer.data(), buffer.size(), kSendSqeFlags);
-  }
-  std::optional<int> tryNow() const noexcept {
-    return sentNow(::send(fd, buffer.data(), buffer.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
-  }
-};
-struct SendvPrep {
-  int fd;
-  msghdr message;  // lives in the operation until the kernel has read it
-  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_sendmsg(sqe, fd, &message, kSendSqeFlags); }
-  std::optional<int> tryNow() const noexcept {
-    return sentNow(::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT));
-  }
-};
-struct AcceptPrep {
-  int fd;
-  void operator()(io_uring_sqe* sqe) const noexcept {
-    io_uring_prep_accept(sqe, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  }
-};
-struct ConnectPrep {
-  int fd;
-  sockaddr_storage address;  // lives in the operation until the kernel has read it
-  socklen_t length;
-  void operator()(io_uring_sqe* sqe) const noexcept {
-    io_uring_prep_connect(sqe, fd, reinterpret_cast<const sockaddr*>(&address), length);
-  }
-};
-struct PollPrep {
-  int fd;
-  unsigned events;
-  void operator()(io_uring_sqe* sqe) const noexcept { io_uring_prep_poll_add(sqe, fd, events); }
-};
-
-template <typename Prep, typename T>
-class UringIoOperation;
 class UringReceiver;
 class MultishotRead;
-class UringRecv;
-class UringZeroCopySend;
 
-// The ring's table of supported operations (null if the kernel will not tell).
-using RingProbe = std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)>;
-inline RingProbe probeRing(io_uring& ring) noexcept { return {io_uring_get_probe_ring(&ring), &io_uring_free_probe}; }
-
-// Why io_uring cannot be used, in words, for an errno from the set-up.
-inline std::string describeUringSetupError(int err) {
-  std::string why = "coio::UringReactor: io_uring unavailable: ";
-  switch (err) {
-    case ENOSYS: return why + "the kernel was built without io_uring (ENOSYS)";
-    case EPERM:
-      return why + "io_uring is disabled for this process: kernel.io_uring_disabled sysctl, "
-                   "or a seccomp/container policy (EPERM)";
-    case EINVAL: return why + "the kernel is too old: coio needs Linux 5.19 or later (EINVAL from io_uring_setup)";
-    case ENOMEM: return why + "no memory for the rings: RLIMIT_MEMLOCK too low on older kernels? (ENOMEM)";
-    default: return why + "io_uring_setup failed: " + std::strerror(err);
+/// The receivers of a reactor's sockets (unless RecvMode::plain), found by
+/// fd, and the provided buffers their recvs share. Each receiver is also in
+/// the list until freed, including after its socket was forgotten while its
+/// recv was still armed. Loop thread only.
+class UringReceivers {
+ public:
+  /// Checks the options (std::invalid_argument) before any ring exists.
+  explicit UringReceivers(const UringOptions& options)
+      : mode_(options.recvMode), count_(options.recvBuffers), size_(options.recvBufferSize) {
+    if (mode_ != RecvMode::plain && (count_ == 0 || count_ > 32768 || (count_ & (count_ - 1)) != 0 || size_ == 0)) {
+      throw std::invalid_argument(
+          "coio::UringReactor: recvBuffers must be a power of two up to 32768 and recvBufferSize positive");
+    }
   }
+  UringReceivers(const UringReceivers&) = delete;
+  UringReceivers& operator=(const UringReceivers&) = delete;
+  /// Sockets still open here (their owners outlive the reactor) or closed
+  /// while their recv was being cancelled: the kernel holds none of them
+  /// now. The buffers go after the ring (the owner declares this first).
+  ~UringReceivers() {
+    while (list_) destroy(list_);
+  }
+
+  /// Registers the provided buffers with `ring` unless the mode is plain
+  /// or the kernel has no multishot recv (before Linux 6.0: then plain):
+  /// 0 or an errno (adaptive falls back to plain instead). Before the ring
+  /// is enabled: a TaskRun::deferred ring takes registrations from its
+  /// submitter thread only, which it does not have yet.
+  int setUp(UringRing& ring) noexcept {
+    ring_ = &ring;
+    if (mode_ == RecvMode::plain || !kernelAtLeast(6, 0)) return 0;
+    const int err = buffers_.emplace().setUp(ring.get(), kGroup, count_, size_);
+    if (err && mode_ == RecvMode::adaptive) {
+      buffers_.reset();  // not registered: reads stay plain, as before Linux 6.0
+      return 0;
+    }
+    return err;
+  }
+
+  /// The recv mode in effect (UringReactor::recvMode()).
+  RecvMode mode() const noexcept { return buffers_ ? mode_ : RecvMode::plain; }
+  UringRing& ring() noexcept { return *ring_; }
+  ProvidedBufferRing& buffers() noexcept { return *buffers_; }
+
+  /// `fd`'s receiver, made on first use; null if there is no memory for
+  /// one or `fd` is negative (not a socket: the plain recv reports EBADF).
+  UringReceiver* receiverFor(int fd) noexcept;
+  /// UringReactor::readsAhead.
+  bool readsAhead(int fd) const noexcept;
+  /// UringReactor::forget.
+  void forget(int fd) noexcept;
+  /// Frees `receiver` (its recv is not armed).
+  void destroy(UringReceiver* receiver) noexcept;
+  /// After the ring was quiesced: the kernel holds no recv any more.
+  void disarmAll() noexcept;
+
+ private:
+  static constexpr unsigned short kGroup = 1;  // the provided buffers' group
+
+  RecvMode mode_;
+  unsigned count_;
+  unsigned size_;
+  UringRing* ring_ = nullptr;
+  std::optional<ProvidedBufferRing> buffers_;  // set up iff multishot recvs may be used
+  std::vector<UringReceiver*> byFd_;
+  UringReceiver* list_ = nullptr;  // every receiver, a list through UringReceiver::next
+};
+
+/// One socket's receiver (unless RecvMode::plain), owned by the reactor.
+/// In multishot mode its recv, armed by the first read that finds nothing
+/// buffered, stays armed across reads; each completion's data goes to the
+/// waiting read, the rest to a backlog for the next reads. In direct mode
+/// (RecvMode::adaptive only) reads are plain recv SQEs of their own, which
+/// report their sizes here. Loop thread only.
+///
+/// State machine, in a few words: `armed_` from the SQE until a completion
+/// without IORING_CQE_F_MORE (end of stream, an error, ENOBUFS when the
+/// provided buffers ran out, or our cancel); `end_` once the stream ended
+/// for good (sticky, after the data before it); `released_` once the socket
+/// was forgotten: the receiver then only waits for its last completion to
+/// free itself. `multishot_` is the mode; leaving multishot mode cancels the
+/// recv, and reads are served here until it is disarmed and the backlog is
+/// drained (a read waiting then gets a one-shot recv from the provided
+/// buffers), so the bytes keep their order.
+class UringReceiver : UringOperation {
+ public:
+  UringReceiver(UringReceivers& owner, int fd, bool adaptive) noexcept
+      : UringOperation{&UringReceiver::onComplete}, owner_(owner), fd_(fd), adaptive_(adaptive),
+        multishot_(!adaptive) {}
+  UringReceiver(const UringReceiver&) = delete;
+  UringReceiver& operator=(const UringReceiver&) = delete;
+
+  /// Whether the next read is a plain recv of its own (direct mode, nothing
+  /// armed or kept here).
+  bool readsDirect() const noexcept { return !multishot_ && !readsAhead(); }
+  /// Whether a recv is armed or data (or the end) is kept here.
+  bool readsAhead() const noexcept { return armed_ || buffered() != 0 || end_; }
+  /// A direct read's result, `requested` bytes asked: kRecvModeSwitch short
+  /// ones in a row (less than asked and than one provided buffer: the
+  /// socket was drained) switch to multishot mode; one of a whole provided
+  /// buffer or more resets the count. A small read that got all it asked
+  /// for says nothing (the socket may hold more).
+  void noteDirect(const Result<std::size_t>& read, std::size_t requested) noexcept {
+    if (!read || *read == 0) return;  // errors and the end say nothing about the traffic
+    if (*read >= bufferSize()) {
+      streak_ = 0;
+    } else if (*read < requested && ++streak_ == kRecvModeSwitch) {
+      multishot_ = true;
+      streak_ = 0;
+    }
+  }
+
+  /// Copies what is buffered into `into`, or yields the end of the stream:
+  /// true (with `result` set) if the read is done without waiting.
+  bool tryTake(std::span<std::byte> into, int& result) noexcept {
+    if (buffered() != 0 || into.empty()) {
+      result = static_cast<int>(take(into));
+      return true;
+    }
+    if (end_) result = *end_;
+    return end_.has_value();
+  }
+
+  /// Makes `read` the waiting read, arming the recv if needed; false (with
+  /// the errno in the read's result) if it could not be armed.
+  bool wait(MultishotRead& read) noexcept;
+  /// Forgets `read` if it is the waiting one (its stop was requested, or
+  /// its frame is destroyed).
+  void abandon(MultishotRead* read) noexcept {
+    if (waiter_ == read) waiter_ = nullptr;
+  }
+  /// The socket is being forgotten: true if the receiver can be freed now,
+  /// false if it frees itself at its recv's last completion.
+  bool release() noexcept;
+  /// After the reactor quiesced: the kernel holds no recv any more.
+  void disarm() noexcept { armed_ = cancelling_ = false; }
+  /// The loop of the ring its recv goes to.
+  LoopCore& loop() noexcept;
+
+  UringReceiver* prev = nullptr;  // UringReceivers' list
+  UringReceiver* next = nullptr;
+
+ private:
+  std::size_t buffered() const noexcept { return backlog_.size() - head_; }
+  std::size_t take(std::span<std::byte> into) noexcept {
+    const std::size_t n = std::min(into.size(), buffered());
+    std::memcpy(into.data(), backlog_.data() + head_, n);
+    head_ += n;
+    if (head_ == backlog_.size()) {
+      backlog_.clear();
+      head_ = 0;
+    }
+    return n;
+  }
+  std::size_t bufferSize() const noexcept;
+  bool arm() noexcept;
+  void cancel() noexcept;
+  // A multishot completion of `size` bytes: kRecvModeSwitch full buffers in
+  // a row switch an adaptive receiver to direct mode.
+  void noteMultishot(std::size_t size) noexcept {
+    if (!adaptive_ || !multishot_) return;
+    if (size < bufferSize()) {
+      streak_ = 0;
+    } else if (++streak_ == kRecvModeSwitch) {
+      leaveMultishot();
+    }
+  }
+  void leaveMultishot() noexcept {
+    multishot_ = false;
+    streak_ = 0;
+    if (armed_) cancel();
+  }
+  // Hands `data` to the waiting read, the rest to the backlog; true if the
+  // waiting read got some.
+  bool deliver(std::span<const std::byte> data) noexcept;
+  static void onComplete(UringOperation* op, int result, unsigned flags) noexcept;
+
+  UringReceivers& owner_;
+  int fd_;
+  const bool adaptive_;
+  bool multishot_;
+  unsigned streak_ = 0;  // reads or completions in a row that argue for the other mode
+  bool armed_ = false;
+  bool cancelling_ = false;
+  bool released_ = false;
+  std::optional<int> end_;        // 0 (end of stream) or -errno, once the recv ended for good
+  std::vector<std::byte> backlog_;  // received, not read yet: [head_, size())
+  std::size_t head_ = 0;
+  MultishotRead* waiter_ = nullptr;
+};
+
+/// A read served by the socket's UringReceiver: completes at once from the
+/// backlog, else resumes on the loop thread when data (or the end) arrives.
+/// Cancelling it leaves the receiver's recv as it is (the kernel holds no
+/// buffer of this read's): it resumes in a later loop iteration with
+/// operation_canceled, and data arriving later waits for the next read.
+class [[nodiscard]] MultishotRead : public CancellableOperation<MultishotRead> {
+  using Base = CancellableOperation<MultishotRead>;
+  friend Base;
+  friend class UringReceiver;
+
+ public:
+  MultishotRead(UringReceiver& receiver, std::span<std::byte> buffer, std::stop_token stop) noexcept;
+  ~MultishotRead() {
+    if (waiting_ && receiver_) receiver_->abandon(this);  // the frame is destroyed while suspended here
+  }
+
+ private:
+  // True (result_ set) if the receiver kept data (or the end) for the read.
+  bool tryNow() noexcept {
+    int taken = 0;
+    if (!receiver_->tryTake(buffer_, taken)) return false;
+    result_ = taken;
+    return true;
+  }
+  bool start() noexcept {
+    waiting_ = receiver_->wait(*this);
+    return waiting_;
+  }
+  void cancel() noexcept {
+    if (receiver_) std::exchange(receiver_, nullptr)->abandon(this);
+    waiting_ = false;
+    result_ = -ECANCELED;
+    resumeLater();
+  }
+  Result<std::size_t> result() noexcept {
+    waiting_ = false;  // the socket may be forgotten before this is destroyed
+    return toResult<std::size_t>(result_);
+  }
+
+  std::span<std::byte> buffer_;
+  UringReceiver* receiver_;  // null once the socket was forgotten
+  bool waiting_ = false;     // the receiver's waiting read, until resumed
+};
+
+inline bool UringReceiver::release() noexcept {
+  released_ = true;
+  // A read still pending (only after stop(): its frame is destroyed later,
+  // maybe after this receiver) must not reach back into it.
+  if (waiter_) std::exchange(waiter_, nullptr)->receiver_ = nullptr;
+  if (!armed_) return true;
+  cancel();
+  return false;
 }
 
-}  // namespace detail
+inline MultishotRead::MultishotRead(UringReceiver& receiver, std::span<std::byte> buffer,
+                                    std::stop_token stop) noexcept
+    : Base(receiver.loop(), std::move(stop)), buffer_(buffer), receiver_(&receiver) {}
 
-/// An event loop over io_uring (liburing), driven by one thread.
+inline bool UringReceiver::wait(MultishotRead& read) noexcept {
+  COIO_ASSERT(waiter_ == nullptr, "two reads pending on one socket");
+  if (!armed_ && !arm()) {
+    read.result_ = -owner_.ring().submitError();
+    return false;
+  }
+  waiter_ = &read;
+  return true;
+}
+
+inline std::size_t UringReceiver::bufferSize() const noexcept { return owner_.buffers().bufferSize(); }
+inline LoopCore& UringReceiver::loop() noexcept { return owner_.ring().loop(); }
+
+inline bool UringReceiver::arm() noexcept {
+  armed_ = owner_.ring().trySubmit(*this, [&](io_uring_sqe* sqe) {
+    if (multishot_) {
+      io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+    } else {
+      io_uring_prep_recv(sqe, fd_, nullptr, 0, 0);  // leaving multishot mode: one buffer's worth
+    }
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = owner_.buffers().group();
+  });
+  return armed_;
+}
+
+inline void UringReceiver::cancel() noexcept {
+  if (cancelling_) return;
+  cancelling_ = true;
+  owner_.ring().cancel(*this);
+}
+
+inline bool UringReceiver::deliver(std::span<const std::byte> data) noexcept {
+  if (end_) return false;  // broken (see below): nothing after the gap may be read
+  const bool served = waiter_ != nullptr;  // a read waits only on an empty backlog
+  if (served) {  // the usual case: straight to the reader
+    const std::size_t n = std::min(data.size(), waiter_->buffer_.size());
+    std::memcpy(waiter_->buffer_.data(), data.data(), n);
+    waiter_->result_ = static_cast<int>(n);
+    data = data.subspan(n);
+  }
+  try {
+    backlog_.insert(backlog_.end(), data.begin(), data.end());
+  } catch (const std::bad_alloc&) {
+    // Received but nowhere to keep it: the stream is broken from here on.
+    end_ = -ENOMEM;
+    backlog_.clear();
+    head_ = 0;
+  }
+  return served;
+}
+
+inline void UringReceiver::onComplete(UringOperation* op, int result, unsigned flags) noexcept {
+  auto* self = static_cast<UringReceiver*>(op);
+  if (!(flags & IORING_CQE_F_MORE)) self->disarm();
+  bool delivered = false;
+  if (flags & IORING_CQE_F_BUFFER) {
+    const auto id = static_cast<unsigned short>(flags >> IORING_CQE_BUFFER_SHIFT);
+    ProvidedBufferRing& buffers = self->owner_.buffers();
+    if (result > 0 && !self->released_) {
+      delivered = self->deliver(buffers.data(id, static_cast<std::size_t>(result)));
+      self->noteMultishot(static_cast<std::size_t>(result));
+    }
+    buffers.recycle(id);  // also when the kernel picked a buffer for an end of stream
+  }
+  if (result == 0 || (result < 0 && result != -ENOBUFS && result != -ECANCELED)) {
+    self->end_ = result;  // end of stream, or the socket's error
+  }
+  if (self->released_) {
+    if (!self->armed_) self->owner_.destroy(self);
+    return;
+  }
+  // Past the limit, or broken (no memory for the backlog): stop taking data
+  // (an adaptive receiver takes the limit for a stream).
+  if (self->armed_ && self->end_) self->cancel();
+  if (self->armed_ && self->buffered() >= kRecvBacklogLimit) {
+    if (self->adaptive_) {
+      self->leaveMultishot();
+    } else {
+      self->cancel();
+    }
+  }
+  MultishotRead* read = self->waiter_;
+  if (!read) return;
+  if (!delivered) {
+    if (self->end_) {
+      read->result_ = *self->end_;
+    } else if (self->armed_ || self->arm()) {
+      return;  // still waiting (after ENOBUFS or our cancel, on a re-armed recv)
+    } else {
+      read->result_ = -self->owner_.ring().submitError();
+    }
+  }
+  self->waiter_ = nullptr;
+  read->resume();  // last: the reader may read again, or close the socket
+}
+
+/// What UringReactor::recv returns: a plain recv SQE (UringIoOperation) or
+/// a MultishotRead, as the reactor's recv mode and the socket's receiver
+/// say (decided when recv() is called).
+class [[nodiscard]] UringRecv {
+ public:
+  /// A plain recv; `receiver` (direct mode) hears its result.
+  UringRecv(UringRing& ring, RecvPrep prep, std::stop_token stop, UringReceiver* receiver) noexcept
+      : op_(std::in_place_index<0>, ring, prep, std::move(stop)), receiver_(receiver),
+        requested_(prep.buffer.size()) {}
+  UringRecv(UringReceiver& receiver, std::span<std::byte> buffer, std::stop_token stop) noexcept
+      : op_(std::in_place_index<1>, receiver, buffer, std::move(stop)) {}
+
+  bool await_ready() noexcept {
+    return std::visit([](auto& op) { return op.await_ready(); }, op_);
+  }
+  template <typename Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    return std::visit(
+        [h](auto& op) {
+          if constexpr (std::is_void_v<decltype(op.await_suspend(h))>) {
+            op.await_suspend(h);
+            return true;
+          } else {
+            return op.await_suspend(h);
+          }
+        },
+        op_);
+  }
+  Result<std::size_t> await_resume() {
+    Result<std::size_t> read = std::visit([](auto& op) { return op.await_resume(); }, op_);
+    if (receiver_) receiver_->noteDirect(read, requested_);
+    return read;
+  }
+
+ private:
+  std::variant<UringIoOperation<RecvPrep, std::size_t>, MultishotRead> op_;
+  UringReceiver* receiver_ = nullptr;  // direct reads: hears the result
+  std::size_t requested_ = 0;
+};
+
+inline UringReceiver* UringReceivers::receiverFor(int fd) noexcept {
+  if (fd < 0) return nullptr;
+  const auto slot = static_cast<std::size_t>(fd);
+  try {
+    if (slot >= byFd_.size()) byFd_.resize(slot + 1);
+    if (!byFd_[slot]) {
+      auto* receiver = new UringReceiver(*this, fd, mode_ == RecvMode::adaptive);
+      receiver->next = list_;
+      if (list_) list_->prev = receiver;
+      list_ = receiver;
+      byFd_[slot] = receiver;
+    }
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  return byFd_[slot];
+}
+
+inline bool UringReceivers::readsAhead(int fd) const noexcept {
+  const auto slot = static_cast<std::size_t>(fd);
+  return fd >= 0 && slot < byFd_.size() && byFd_[slot] && byFd_[slot]->readsAhead();
+}
+
+inline void UringReceivers::forget(int fd) noexcept {
+  if (fd < 0 || static_cast<std::size_t>(fd) >= byFd_.size()) return;
+  UringReceiver* receiver = std::exchange(byFd_[static_cast<std::size_t>(fd)], nullptr);
+  if (receiver && receiver->release()) destroy(receiver);
+}
+
+inline void UringReceivers::destroy(UringReceiver* receiver) noexcept {
+  (receiver->prev ? receiver->prev->next : list_) = receiver->next;
+  if (receiver->next) receiver->next->prev = receiver->prev;
+  delete receiver;
+}
+
+inline void UringReceivers::disarmAll() noexcept {
+  for (UringReceiver* r = list_; r; r = r->next) r->disarm();
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_MULTISHOT_RECV_HPP
+// end <coio/reactor/detail/uring_multishot_recv.hpp>
+// begin <coio/reactor/detail/uring_zero_copy_send.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_ZERO_COPY_SEND_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_ZERO_COPY_SEND_HPP
+// UringReactor::sendZeroCopy: the awaitable (UringZeroCopySend) and the
+// list of such sends in flight (ZeroCopySends), whose connections the
+// reactor resets before it waits for the kernel to let go of everything.
+// Needs liburing: link coio::uring.
+
+#include <liburing.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <stop_token>
+#include <utility>
+
+namespace coio::detail {
+
+class UringZeroCopySend;
+
+/// A ring's zero-copy sends between their SQE and their last completion.
+/// Loop thread only.
+class ZeroCopySends {
+ public:
+  /// Whether sends use SEND_ZC / SENDMSG_ZC (else a copying sendmsg).
+  bool enabled() const noexcept { return enabled_; }
+  void enable(bool on) noexcept { enabled_ = on; }
+
+  void add(UringZeroCopySend& op) noexcept;
+  void remove(UringZeroCopySend& op) noexcept;
+  /// Before the ring is quiesced: a zero-copy send's notification waits for
+  /// the peer to acknowledge the data, which a peer that stopped reading
+  /// never does, so the wait for it could last for ever; with the
+  /// connection reset, the kernel drops the data.
+  void resetConnections() noexcept;
+  /// After the ring was quiesced: all completed (unseen by their operations).
+  void clear() noexcept { head_ = nullptr; }
+
+ private:
+  UringZeroCopySend* head_ = nullptr;  // a list through UringZeroCopySend::next_
+  bool enabled_ = false;
+};
+
+/// What UringReactor::sendZeroCopy returns: `co_await` yields the bytes
+/// sent (or the error), on the loop thread, once the kernel is done with the
+/// memory (see sendZeroCopy).
+///
+/// A zero-copy send completes twice: its own CQE (the result, with
+/// IORING_CQE_F_MORE when a notification follows: always once the kernel
+/// took data) and the notification (IORING_CQE_F_NOTIF, no F_MORE). The
+/// result is kept from the first, the coroutine resumes at the last, and
+/// until then the operation is in its ring's ZeroCopySends.
+/// Without zero copy (the fallback) there is one CQE.
+class [[nodiscard]] UringZeroCopySend : UringOperation, public CancellableOperation<UringZeroCopySend> {
+  using Base = CancellableOperation<UringZeroCopySend>;
+  friend Base;
+  friend class ZeroCopySends;
+
+ public:
+  UringZeroCopySend(UringRing& ring, ZeroCopySends& sends, int fd, std::span<const iovec> parts,
+                    std::stop_token stop) noexcept
+      : UringOperation{&UringZeroCopySend::onComplete}, Base(ring.loop(), std::move(stop)), ring_(ring),
+        sends_(sends), fd_(fd), message_(messageOf(parts)) {}
+
+ private:
+  bool tryNow() const noexcept { return false; }  // never done without an SQE, but for a stop already requested
+  bool start() {
+    const bool zeroCopy = sends_.enabled();
+    ring_.submit(*this, [&](io_uring_sqe* sqe) { prepare(sqe, zeroCopy); });
+    if (zeroCopy) sends_.add(*this);  // a copying send is cancelled like any other
+    return true;
+  }
+  void cancel() noexcept {
+    if (!sent_) ring_.cancel(*this);  // after the send's CQE only its notification is due
+  }
+  Result<std::size_t> result() const { return toResult<std::size_t>(this->result_); }
+
+  void prepare(io_uring_sqe* sqe, bool zeroCopy) const noexcept {
+    if (!zeroCopy) {
+      io_uring_prep_sendmsg(sqe, fd_, &message_, kSendSqeFlags);
+    } else if (message_.msg_iovlen == 1) {  // no msghdr for the kernel to import
+      const iovec& part = message_.msg_iov[0];
+      // The SQE's length is 32 bits: clamped to what one send takes anyway (MAX_RW_COUNT).
+      const auto length = static_cast<unsigned>(std::min<std::size_t>(part.iov_len, 0x7ffff000));
+      io_uring_prep_send_zc(sqe, fd_, part.iov_base, length, kSendSqeFlags, 0);
+    } else {
+      io_uring_prep_sendmsg_zc(sqe, fd_, &message_, kSendSqeFlags);
+    }
+  }
+
+  static void onComplete(UringOperation* op, int result, unsigned flags) noexcept {
+    auto* self = static_cast<UringZeroCopySend*>(op);
+    if (!(flags & IORING_CQE_F_NOTIF)) self->result_ = result;  // the send's own CQE
+    if (flags & IORING_CQE_F_MORE) {
+      self->sent_ = true;  // the kernel still references the memory: wait for its notification
+      return;
+    }
+    self->sends_.remove(*self);
+    self->resume();
+  }
+
+  UringRing& ring_;
+  ZeroCopySends& sends_;
+  int fd_;
+  msghdr message_;     // lives in the operation until the kernel has read it
+  bool sent_ = false;  // the send's own CQE came
+  UringZeroCopySend* prev_ = nullptr;  // ZeroCopySends' list
+  UringZeroCopySend* next_ = nullptr;
+};
+
+inline void ZeroCopySends::add(UringZeroCopySend& op) noexcept {
+  op.next_ = head_;
+  if (head_) head_->prev_ = &op;
+  head_ = &op;
+}
+
+inline void ZeroCopySends::remove(UringZeroCopySend& op) noexcept {
+  if (!enabled_) return;
+  (op.prev_ ? op.prev_->next_ : head_) = op.next_;
+  if (op.next_) op.next_->prev_ = op.prev_;
+  op.prev_ = op.next_ = nullptr;
+}
+
+inline void ZeroCopySends::resetConnections() noexcept {
+  for (UringZeroCopySend* op = head_; op; op = op->next_) (void)resetConnection(op->fd_);
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_ZERO_COPY_SEND_HPP
+// end <coio/reactor/detail/uring_zero_copy_send.hpp>
+
+#include <liburing.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace coio::detail {
+
+/// UringReactor's backend (see ReactorBackend). Loop thread only.
+class UringBackend {
+ public:
+  using Clock = LoopCore::Clock;
+
+  /// Sets the ring up as `options` say; throws std::invalid_argument for
+  /// bad receive buffers, std::system_error naming the cause if io_uring is
+  /// unusable.
+  UringBackend(LoopCore& core, const UringOptions& options)
+      : core_(core), receivers_(options), policy_(options.submitPolicy), taskRun_(options.taskRun),
+        ring_(core, "coio::UringReactor", true, [&](io_uring& ring) {
+          std::string why;
+          if (const int err = setUpRing(ring, options.entries, options.cqEntries, taskRun_, why)) {
+            throwSystemError(err, why);
+          }
+        }) {
+    ring_.setEager(policy_ == SubmitPolicy::eager);
+    if (options.zeroCopySend) {
+      const RingProbe probe = probeRing(ring_.get());
+      zeroCopySends_.enable(probe && io_uring_opcode_supported(probe.get(), IORING_OP_SEND_ZC) &&
+                            io_uring_opcode_supported(probe.get(), IORING_OP_SENDMSG_ZC));
+    }
+    if (const int err = receivers_.setUp(ring_)) {
+      throwSystemError(err, "coio::UringReactor: registering the multishot recv buffers");
+    }
+    if (!tryArmWake()) throwSystemError(ring_.submitError(), "coio::UringReactor: arming the wake-up poll");
+  }
+
+  UringRing& ring() noexcept { return ring_; }
+  const UringRing& ring() const noexcept { return ring_; }
+  UringReceivers& receivers() noexcept { return receivers_; }
+  const UringReceivers& receivers() const noexcept { return receivers_; }
+  ZeroCopySends& zeroCopySends() noexcept { return zeroCopySends_; }
+  const ZeroCopySends& zeroCopySends() const noexcept { return zeroCopySends_; }
+
+  TaskRun taskRun() const noexcept { return taskRun_; }
+  SubmitPolicy submitPolicy() const noexcept { return policy_; }
+  void setSubmitPolicy(SubmitPolicy policy) noexcept {
+    policy_ = policy;
+    ring_.setEager(policy == SubmitPolicy::eager);
+  }
+  /// Operations in flight, the wake-up poll included, not the timer's timeout.
+  std::size_t inFlight() const noexcept { return ring_.inFlight() - (deadlineArmed_ ? 1 : 0); }
+
+  // --- ReactorBackend.
+
+  void poll(std::optional<Clock::duration> timeout) {
+    ring_.enable();
+    ring_.registerFd();
+    // What a noexcept path (a stop callback, onWake) could not submit.
+    if (!wakeArmed_ || ring_.cancelsDeferred()) submitDeferred();
+    if (ring_.backlogged()) timeout = Clock::duration::zero();  // completions already wait
+    io_uring& ring = ring_.get();
+    int r;
+    if (timeout && *timeout == Clock::duration::zero()) {
+      r = io_uring_submit_and_get_events(&ring);
+    } else {
+      __kernel_timespec ts{};
+      if (timeout) ts = toTimespec<__kernel_timespec>(*timeout);
+      io_uring_cqe* cqe = nullptr;
+      r = io_uring_submit_and_wait_timeout(&ring, &cqe, 1, timeout ? &ts : nullptr, nullptr);
+    }
+    core_.woke(timeout);
+    // -ETIME: the timeout passed; -EINTR: a signal; -EBUSY/-EAGAIN: completions
+    // are backed up, which reaping fixes.
+    if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
+      throwSystemError(-r, "coio::UringReactor: io_uring_enter");
+    }
+    // Bounded: what is left waits in the CQ (the next wait returns at once) or
+    // in the backlog (the next poll does not wait).
+    ring_.reap(kReapRoundsPerPoll);
+  }
+
+  // The loop's next timer deadline, as one IORING_OP_TIMEOUT (absolute,
+  // CLOCK_MONOTONIC = steady_clock): -2 % loopback request rate with a
+  // timeout per wait while any timer is set. False if no SQE could be had.
+  bool armDeadline(Clock::time_point deadline) noexcept {
+    if (deadlineArmed_ && armedDeadline_ == deadline) return true;
+    deadline_.when = toTimespec<__kernel_timespec>(deadline.time_since_epoch());
+    if (!deadlineArmed_) {
+      deadlineArmed_ = ring_.trySubmit(
+          deadline_, [this](io_uring_sqe* sqe) { io_uring_prep_timeout(sqe, &deadline_.when, 0, IORING_TIMEOUT_ABS); },
+          false);
+      if (!deadlineArmed_) return false;
+    } else {
+      // Moved in place. If it fired meanwhile, the update finds nothing, and
+      // the completion already on its way wakes the loop, which re-arms.
+      const bool updated = ring_.trySubmitUntracked([this](io_uring_sqe* sqe) {
+        io_uring_prep_timeout_update(sqe, &deadline_.when,
+                                     reinterpret_cast<std::uint64_t>(static_cast<UringOperation*>(&deadline_)),
+                                     IORING_TIMEOUT_ABS);
+      });
+      if (!updated) return false;
+    }
+    armedDeadline_ = deadline;
+    return true;
+  }
+
+  void quiesce() noexcept {
+    // The wake-up poll alone holds no memory of anyone's, and closing the
+    // ring ends it: no wait, so that a thread other than the one that ran a
+    // deferred ring (only that one may wait on it) can destroy the reactor.
+    // Nor does the timer's timeout.
+    const std::size_t own = (wakeArmed_ ? 1u : 0u) + (deadlineArmed_ ? 1u : 0u);
+    if (ring_.inFlight() <= own) return;
+    zeroCopySends_.resetConnections();
+    ring_.quiesce();
+    zeroCopySends_.clear();
+    deadlineArmed_ = false;  // cancelled too: its completion came while quiescing
+    receivers_.disarmAll();
+  }
+
+  void leaveLoop() noexcept { ring_.unregisterFd(); }
+  std::size_t unsubmitted() const noexcept { return ring_.unsubmitted(); }
+
+ private:
+  // The wake-up eventfd, watched by a poll. Its read end is non-blocking, so
+  // an io_uring read would fail with -EAGAIN instead of waiting.
+  struct WakeOperation : UringOperation {
+    UringBackend* backend;
+  };
+  struct DeadlineOperation : UringOperation {
+    UringBackend* backend;
+    __kernel_timespec when;  // read by the kernel when it takes the SQE
+  };
+
+  // Completion batches one poll dispatches before the loop runs its timers
+  // and ready coroutines again: operations that complete as soon as they are
+  // submitted (an always-readable socket under SubmitPolicy::eager) cannot
+  // keep the reaping going for ever.
+  static constexpr std::size_t kReapRoundsPerPoll = 4;
+
+  // Watches the wake-up eventfd again; false if no SQE could be had (then
+  // poll() re-arms it before it waits).
+  bool tryArmWake() noexcept {
+    wakeArmed_ = ring_.trySubmit(wake_, PollPrep{core_.wake().fd(), POLLIN}, false);
+    return wakeArmed_;
+  }
+  static void onWake(UringOperation* op, int, unsigned) noexcept {
+    UringBackend* self = static_cast<WakeOperation*>(op)->backend;
+    self->core_.wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
+    self->core_.resumeRemote();
+    (void)self->tryArmWake();  // noexcept path: a failure is retried by poll()
+  }
+  static void onDeadline(UringOperation* op, int, unsigned) noexcept {
+    static_cast<DeadlineOperation*>(op)->backend->deadlineArmed_ = false;
+  }
+
+  void submitDeferred() {
+    if (const int err = ring_.submitDeferred()) throwSystemError(err, "coio::UringReactor: io_uring_submit");
+    if (!wakeArmed_ && !tryArmWake()) {
+      throwSystemError(ring_.submitError(), "coio::UringReactor: arming the wake-up poll");
+    }
+  }
+
+  LoopCore& core_;
+  UringReceivers receivers_;  // before the ring: the kernel may write into its buffers until the ring is gone
+  SubmitPolicy policy_;
+  TaskRun taskRun_;  // after any fallback
+  UringRing ring_;
+  ZeroCopySends zeroCopySends_;
+  WakeOperation wake_{{&UringBackend::onWake}, this};
+  bool wakeArmed_ = false;
+  DeadlineOperation deadline_{{&UringBackend::onDeadline}, this, {}};
+  bool deadlineArmed_ = false;         // deadline_ in flight,
+  Clock::time_point armedDeadline_{};  // for this deadline
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_URING_BACKEND_HPP
+// end <coio/reactor/detail/uring_backend.hpp>
+
+#include <liburing.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+namespace coio {
+
+class UringReactor;
+template <>
+struct detail::BackendOf<UringReactor> {
+  using type = UringBackend;
+};
+
+/// An event loop over io_uring (liburing), driven by one thread; it models
+/// coio::Reactor, whose comment lists what every reactor guarantees.
 ///
 /// Guarantees:
 /// - Every awaitable resumes its coroutine on the loop thread (the thread
@@ -8083,52 +9680,36 @@ inline std::string describeUringSetupError(int err) {
 ///   is unusable here (disabled by sysctl or seccomp, old kernel, missing
 ///   operation). `probe()` tells without throwing; see reactor_kind.hpp for
 ///   falling back to EpollReactor.
-class UringReactor : public detail::ReactorBase<UringReactor> {
+///
+/// run, runUntil, spawn, schedule, the timers, stats() and the stall
+/// detector are the loop's (ReactorLoop), which both reactors share. Inside
+/// (docs/reactors.md, "How the reactors are built"): detail::UringBackend
+/// waits on the ring (detail::UringRing); the operations are
+/// detail::UringIoOperation (uring_io_operation.hpp), the multishot
+/// receive (uring_multishot_recv.hpp) and the zero-copy send
+/// (uring_zero_copy_send.hpp).
+class UringReactor : public ReactorLoop<UringReactor> {
  public:
   /// The awaitable type of this reactor's io_uring operations.
   template <typename Prep, typename T>
   using Operation = detail::UringIoOperation<Prep, T>;
 
-  /// How the ring is set up and used.
-  struct Options {
-    unsigned entries = 256;      ///< SQ size
-    unsigned cqEntries = 4096;   ///< CQ size (at least 2 x entries)
-    /// When prepared SQEs reach the kernel.
-    SubmitPolicy submitPolicy = SubmitPolicy::batched;
-    TaskRun taskRun = TaskRun::deferred;  ///< see TaskRun; falls back to cooperative before Linux 6.1
-    /// How `recv` reads sockets (see RecvMode); plain on kernels before 6.0
-    /// (see recvMode()). Unless plain, the reactor keeps a receiver per
-    /// socket read through `recv`, found by fd, so such a socket must be
-    /// forgotten before it is closed (as under EpollReactor; TcpStream does
-    /// it), and read through `recv` only (not readable() + read(2)). Data a
-    /// multishot recv took from a socket lives in the reactor until a read
-    /// takes it: forget(fd) drops it, and TcpStream::release refuses to give
-    /// such a socket up (see readsAhead()).
-    RecvMode recvMode = RecvMode::adaptive;
-    unsigned recvBuffers = 256;      ///< provided buffers, a power of two (multishot recvs)
-    unsigned recvBufferSize = 4096;  ///< bytes each (multishot recvs)
-    /// Whether sendZeroCopy may use the kernel's zero-copy sends (where it
-    /// has them, Linux 6.1: see zeroCopySend()); false makes it copy.
-    bool zeroCopySend = true;
-  };
+  /// How the ring is set up and used (see UringOptions).
+  using Options = UringOptions;
 
   /// What one socket's multishot recv keeps for its reader before it stops
   /// taking data off the socket (TCP's flow control then holds the peer).
-  static constexpr std::size_t kRecvBacklogLimit = 64 * 1024;
+  static constexpr std::size_t kRecvBacklogLimit = detail::kRecvBacklogLimit;
   /// Reads (or completions) in a row that switch a socket's recv mode
   /// under RecvMode::adaptive.
-  static constexpr unsigned kRecvModeSwitch = 4;
+  static constexpr unsigned kRecvModeSwitch = detail::kRecvModeSwitch;
 
+  /// Sets up the ring with default options (see the other constructor).
   UringReactor() : UringReactor(Options{}) {}
-  /// Sets up the ring; throws std::system_error naming the cause if io_uring is unusable (see probe()).
-  explicit UringReactor(Options options);
-  ~UringReactor() {
-    closeLoop();
-    // Sockets still open here (their owners outlive the reactor) or closed
-    // while their recv was being cancelled: the kernel holds none of them now.
-    while (receivers_) destroyReceiver(receivers_);
-    io_uring_queue_exit(&ring_);
-  }
+  /// Sets up the ring; throws std::system_error naming the cause if
+  /// io_uring is unusable (see probe()), std::invalid_argument if
+  /// recvBuffers is not a power of two up to 32768 or recvBufferSize is 0.
+  explicit UringReactor(Options options) : ReactorLoop(options) {}
 
   /// Whether an UringReactor can be constructed here; if not, the error and
   /// (in `why`) the same explanation the constructor would throw.
@@ -8186,885 +9767,73 @@ class UringReactor : public detail::ReactorBase<UringReactor> {
   /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
   /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
   /// Options::zeroCopySend is set.
-  bool zeroCopySend() const noexcept { return zeroCopySend_; }
+  bool zeroCopySend() const noexcept { return backend_.zeroCopySends().enabled(); }
 
   /// Drops the socket's receiver, if it has one, with what it holds (an
   /// armed recv is cancelled; the receiver is freed when its last completion
   /// arrives). Nothing else: io_uring keeps no per-fd registration.
-  void forget(int fd) noexcept;
+  void forget(int fd) noexcept { backend_.receivers().forget(fd); }
 
   /// The recv mode in effect: Options::recvMode, or plain on a kernel
   /// without multishot recvs.
-  RecvMode recvMode() const noexcept { return recvBuffers_ ? recvMode_ : RecvMode::plain; }
+  RecvMode recvMode() const noexcept { return backend_.receivers().mode(); }
 
   /// Whether the reactor reads `fd` ahead of its reader: a recv of its
   /// receiver is armed on it (the multishot recv, or the one-shot recv that
   /// ends a switch back to plain recvs), or the receiver holds data or the
   /// end of the stream no read took yet. Forgetting the socket then drops
   /// what its peer sent.
-  bool readsAhead(int fd) const noexcept;
+  bool readsAhead(int fd) const noexcept { return backend_.receivers().readsAhead(fd); }
 
   // --- For layers that bring their own operations (disk, RDMA). Loop thread.
 
   /// The ring, e.g. to register buffers or files.
-  io_uring& ring() noexcept { return ring_; }
+  io_uring& ring() noexcept { return backend_.ring().get(); }
 
   /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`,
   /// then submits it according to the policy. It counts in stats() by its
   /// opcode (detail::opKindOf).
   template <typename Prep>
   void submit(UringOperation& op, Prep&& prep) {
-    if (!trySubmit(op, std::forward<Prep>(prep))) {
-      detail::throwSystemError(submitError_, "coio::UringReactor: io_uring_submit");
-    }
+    backend_.ring().submit(op, std::forward<Prep>(prep));
   }
 
   /// submit() for paths that must not throw: false (errno in submitError())
   /// if no SQE could be had.
   template <typename Prep>
   bool trySubmit(UringOperation& op, Prep&& prep) noexcept {
-    return trySubmitCounted(op, std::forward<Prep>(prep), true);
+    return backend_.ring().trySubmit(op, std::forward<Prep>(prep));
   }
 
   /// Why the last trySubmit() failed.
-  int submitError() const noexcept { return submitError_; }
+  int submitError() const noexcept { return backend_.ring().submitError(); }
 
   /// Asks the kernel to cancel `op`; its completion still arrives. Never
   /// throws (stop callbacks call it): if the SQ is full and cannot be
   /// flushed right now, the cancel goes out before the loop's next wait
   /// (where a ring that still refuses it makes run() throw).
-  void cancel(UringOperation& op) noexcept {
-    if (trySubmitCancel(op)) return;
-    try {
-      deferredCancels_.push_back(&op);
-    } catch (...) {
-      std::terminate();  // no SQE and no memory: the operation could never be cancelled
-    }
-  }
+  void cancel(UringOperation& op) noexcept { backend_.ring().cancel(op); }
 
   /// Submits whatever is prepared now, whatever the policy (a ring not
   /// enabled yet, TaskRun::deferred before the loop first ran, keeps it for
   /// the loop's first poll).
-  void flush() { submitIfEnabled(); }
+  void flush() { (void)backend_.ring().flush(); }
 
   /// The task-run mode the ring was set up with (after any fallback).
-  TaskRun taskRun() const noexcept { return taskRun_; }
+  TaskRun taskRun() const noexcept { return backend_.taskRun(); }
 
   /// When prepared SQEs reach the kernel.
-  SubmitPolicy submitPolicy() const noexcept { return policy_; }
+  SubmitPolicy submitPolicy() const noexcept { return backend_.submitPolicy(); }
   /// Changes the submit policy from now on (loop thread).
-  void setSubmitPolicy(SubmitPolicy policy) noexcept { policy_ = policy; }
+  void setSubmitPolicy(SubmitPolicy policy) noexcept { backend_.setSubmitPolicy(policy); }
 
   /// Operations whose last completion has not arrived yet (including the
   /// reactor's own wake-up poll, not its timer's timeout).
-  std::size_t inFlight() const noexcept { return inFlight_ - (deadlineArmed_ ? 1 : 0); }
+  std::size_t inFlight() const noexcept { return backend_.inFlight(); }
 
  private:
-  friend class detail::ReactorBase<UringReactor>;
-
-  struct Completion {
-    std::uint64_t userData;
-    int result;
-    unsigned flags;
-  };
-
-  // The single place where the submission policy applies.
-  void commit() noexcept {
-    if (policy_ == SubmitPolicy::eager) submitIfEnabled();
-  }
-
-  // Submitting enables a disabled ring and binds it to the calling thread:
-  // only the loop's poll, or a full SQ (tryAcquireSqe), may do that.
-  void submitIfEnabled() noexcept {
-    if (!disabled_) (void)io_uring_submit(&ring_);
-  }
-
-  // An SQE, or null if none can be had without throwing (the kernel refuses
-  // to take the full SQ: errno in submitError_; or no memory to set
-  // completions aside).
-  io_uring_sqe* tryAcquireSqe() noexcept {
-    COIO_ASSERT(ownedByCaller(), "io_uring operation submitted off the reactor's thread");
-    for (;;) {
-      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
-      // SQ full: hand the kernel what is queued. It refuses while completions
-      // are backed up (-EBUSY): set some aside to make room.
-      enableRing();
-      const int r = io_uring_submit(&ring_);
-      if (r == -EBUSY || r == -EAGAIN) {
-        try {
-          takeCompletions(backlog_);
-        } catch (const std::bad_alloc&) {
-          submitError_ = ENOMEM;
-          return nullptr;
-        }
-      } else if (r < 0 && r != -EINTR) {
-        submitError_ = -r;
-        return nullptr;
-      }
-    }
-  }
-
-  // Receivers (unless RecvMode::plain), found by fd; each is also
-  // in the reactor's list until freed, including after its socket was
-  // forgotten while its recv was still armed.
-  friend class detail::UringReceiver;
-  friend class detail::MultishotRead;
-  friend class detail::UringZeroCopySend;
-  void submitZeroCopy(detail::UringZeroCopySend& op);  // and into zeroCopySends_
-  void forgetZeroCopy(detail::UringZeroCopySend& op) noexcept;  // out of it, at its last completion
-  detail::UringReceiver* receiverFor(int fd) noexcept;  // null: no memory
   detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
-  void destroyReceiver(detail::UringReceiver* receiver) noexcept;
-
-  // trySubmit; `counted` false for the reactor's own operations, which
-  // stats() leaves out.
-  template <typename Prep>
-  bool trySubmitCounted(UringOperation& op, Prep&& prep, bool counted) noexcept {
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) return false;
-    std::forward<Prep>(prep)(sqe);
-    io_uring_sqe_set_data(sqe, &op);
-    op.counter = counted ? detail::counterOf(*sqe) : detail::kUncounted;
-    meter_.submitted(op.counter);
-    ++inFlight_;
-    commit();
-    return true;
-  }
-
-  bool trySubmitCancel(UringOperation& op) noexcept {
-    return trySubmitUntracked([&](io_uring_sqe* sqe) { io_uring_prep_cancel(sqe, &op, 0); });
-  }
-  // An SQE acting on another operation (a cancel, a timeout update), whose
-  // own completion is ignored: false (errno in submitError_) if none could
-  // be had.
-  template <typename Prep>
-  bool trySubmitUntracked(Prep&& prep) noexcept {
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) return false;
-    std::forward<Prep>(prep)(sqe);
-    io_uring_sqe_set_data64(sqe, 0);
-    commit();
-    return true;
-  }
-
-  // Copies the available CQEs out and frees their slots; returns how many.
-  // All or nothing: if `out` cannot grow, no CQE is consumed.
-  std::size_t takeCompletions(std::vector<Completion>& out) {
-    io_uring_cqe* cqes[kBatch];
-    const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
-    out.reserve(out.size() + n);
-    for (unsigned i = 0; i < n; ++i) out.push_back({cqes[i]->user_data, cqes[i]->res, cqes[i]->flags});
-    io_uring_cq_advance(&ring_, n);
-    return n;
-  }
-
-  void poll(std::optional<Clock::duration> timeout);
-  // Dispatches completions, at most `maxRounds` batches of kBatch.
-  void reap(std::size_t maxRounds = SIZE_MAX);
-  void quiesce() noexcept;
-  void submitDeferred();
-
-  void dispatch(const Completion& c) noexcept {
-    if (c.userData == 0) return;
-    auto* op = reinterpret_cast<UringOperation*>(c.userData);
-    if (!(c.flags & IORING_CQE_F_MORE)) {
-      --inFlight_;
-      meter_.completed(op->counter);
-      // Done: a cancel still waiting for an SQE would hit whatever reuses op's memory.
-      if (!deferredCancels_.empty()) std::erase(deferredCancels_, op);
-    }
-    if (quiescing_) return;  // shutting down: nothing resumes
-    op->complete(op, c.result, c.flags);
-  }
-
-  // The wake-up eventfd, watched by a poll. Its read end is non-blocking, so
-  // an io_uring read would fail with -EAGAIN instead of waiting.
-  struct WakeOperation : UringOperation {
-    UringReactor* reactor;
-  };
-  // Watches the wake-up eventfd again; false if no SQE could be had (then
-  // poll() re-arms it before it waits).
-  bool tryArmWake() noexcept {
-    wakeArmed_ = trySubmitCounted(wakeOperation_, detail::PollPrep{wake().fd(), POLLIN}, false);
-    return wakeArmed_;
-  }
-  static void onWake(UringOperation* op, int, unsigned) noexcept;
-
-  // The loop's next timer deadline (ReactorBase::waitTimeout), as one
-  // IORING_OP_TIMEOUT (absolute, CLOCK_MONOTONIC = steady_clock): -2 %
-  // loopback request rate with a timeout per wait while any timer is set.
-  struct DeadlineOperation : UringOperation {
-    UringReactor* reactor;
-    __kernel_timespec when;  // read by the kernel when it takes the SQE
-  };
-  // Makes sure the loop wakes by `deadline`; false if no SQE could be had.
-  bool armDeadline(Clock::time_point deadline) noexcept;
-  static void onDeadline(UringOperation* op, int, unsigned) noexcept {
-    static_cast<DeadlineOperation*>(op)->reactor->deadlineArmed_ = false;
-  }
-
-  static constexpr unsigned kBatch = 256;
-  static constexpr unsigned short kRecvBufferGroup = 1;  // the multishot recvs' provided buffers
-  // Completion batches one poll dispatches before the loop runs its timers
-  // and ready coroutines again: operations that complete as soon as they are
-  // submitted (an always-readable socket under SubmitPolicy::eager) cannot
-  // keep reap() going for ever.
-  static constexpr std::size_t kReapRoundsPerPoll = 4;
-
-  // A ring set up disabled (TaskRun::deferred) is enabled by the first
-  // thread that polls or quiesces it, or fills its SQ, which becomes its
-  // only submitter.
-  void enableRing() noexcept;
-
-  // Waits through a registered ring fd skip the fd lookup, and in a
-  // multi-threaded process the reference count on the ring's file, in
-  // every io_uring_enter. A registration is a slot in the registering
-  // thread's table: another thread entering by it fails, or enters a ring
-  // of its own registered in that slot. So each run of the loop registers
-  // in its first poll and leaveLoop() unregisters (two io_uring_register
-  // calls per run()), and any other thread (a destructor's, a later
-  // run()'s) enters by the plain fd. Best effort: a thread's table has 16
-  // slots; without one the plain fd serves.
-  void registerRingFd() noexcept {
-    ringFdTried_ = true;
-    ringFdRegistered_ = io_uring_register_ring_fd(&ring_) == 1;
-  }
-  std::size_t unsubmitted() const noexcept { return io_uring_sq_ready(&ring_); }
-  void leaveLoop() noexcept {
-    if (ringFdRegistered_) {
-      // Cannot fail: same thread, a slot it registered.
-      [[maybe_unused]] const int r = io_uring_unregister_ring_fd(&ring_);
-      COIO_ASSERT(r == 1, "io_uring ring fd unregistration failed");
-    }
-    ringFdRegistered_ = ringFdTried_ = false;
-  }
-
-  io_uring ring_{};
-  SubmitPolicy policy_;
-  TaskRun taskRun_;
-  bool disabled_ = false;  // set up with IORING_SETUP_R_DISABLED, not enabled yet
-  bool ringFdTried_ = false;       // in this run of the loop
-  bool ringFdRegistered_ = false;  // by the loop thread, until leaveLoop()
-  std::size_t inFlight_ = 0;
-  bool quiescing_ = false;
-  bool wakeArmed_ = false;
-  int submitError_ = 0;  // why tryAcquireSqe() last failed
-  WakeOperation wakeOperation_{{&UringReactor::onWake}, this};
-  DeadlineOperation deadlineOperation_{{&UringReactor::onDeadline}, this, {}};
-  bool deadlineArmed_ = false;          // deadlineOperation_ in flight,
-  Clock::time_point armedDeadline_{};  // for this deadline
-  std::vector<UringOperation*> deferredCancels_;  // cancels no SQE could be had for yet
-  std::vector<Completion> backlog_;
-  std::vector<Completion> batch_;
-  RecvMode recvMode_;
-  std::optional<detail::ProvidedBufferRing> recvBuffers_;  // set up iff multishot recvs may be used
-  std::vector<detail::UringReceiver*> receiverByFd_;
-  detail::UringReceiver* receivers_ = nullptr;  // every receiver, a list through UringReceiver::next
-  bool zeroCopySend_ = false;  // sendZeroCopy uses SEND_ZC / SENDMSG_ZC
-  // Zero-copy sends between their SQE and their last completion, a list
-  // through UringZeroCopySend::next_: quiesce() resets their connections.
-  detail::UringZeroCopySend* zeroCopySends_ = nullptr;
 };
-
-namespace detail {
-
-/// One io_uring operation (see UringReactor). `co_await` yields Result<T>;
-/// the coroutine resumes on the loop thread when the completion arrives, or
-/// goes on without suspending if the operation finished inline (`tryNow`).
-template <typename Prep, typename T>
-class [[nodiscard]] UringIoOperation : UringOperation {
- public:
-  UringIoOperation(UringReactor& reactor, Prep prep, std::stop_token stop) noexcept
-      : UringOperation{&UringIoOperation::onComplete}, reactor_(reactor), prep_(std::move(prep)),
-        stop_(std::move(stop)) {}
-  UringIoOperation(const UringIoOperation&) = delete;
-  UringIoOperation& operator=(const UringIoOperation&) = delete;
-
-  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
-  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) {
-    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
-    handle_ = h;
-    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
-    reactor_.submit(*this, prep_);
-    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-    return true;
-  }
-  Result<T> await_resume() {
-    onStop_.reset();
-    return toResult<T>(result_);
-  }
-
- private:
-  struct OnStop {
-    UringIoOperation* self;
-    void operator()() const noexcept {
-      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      self->reactor_.cancel(*self);
-    }
-  };
-  // True (result_ set) if the operation is over without an SQE: a stop
-  // already requested, or one that can finish at once (send) and did.
-  bool tryComplete() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    if constexpr (requires(const Prep& p) { p.tryNow(); }) {
-      if (const std::optional<int> done = prep_.tryNow()) {
-        result_ = *done;
-        return true;
-      }
-    }
-    return false;
-  }
-  static void onComplete(UringOperation* op, int result, unsigned) noexcept {
-    auto* self = static_cast<UringIoOperation*>(op);
-    self->result_ = result;
-    self->handle_.resume();
-  }
-
-  UringReactor& reactor_;
-  Prep prep_;
-  std::stop_token stop_;
-  int result_ = 0;
-  InlineCompletion inline_;
-  std::coroutine_handle<> handle_;
-  std::optional<std::stop_callback<OnStop>> onStop_;
-};
-
-/// What UringReactor::sendZeroCopy returns: `co_await` yields the bytes
-/// sent (or the error), on the loop thread, once the kernel is done with the
-/// memory (see sendZeroCopy).
-///
-/// A zero-copy send completes twice: its own CQE (the result, with
-/// IORING_CQE_F_MORE when a notification follows: always once the kernel
-/// took data) and the notification (IORING_CQE_F_NOTIF, no F_MORE). The
-/// result is kept from the first, the coroutine resumes at the last, and
-/// until then the operation is in its reactor's list of zero-copy sends.
-/// Without zero copy (the fallback) there is one CQE.
-class [[nodiscard]] UringZeroCopySend : UringOperation {
- public:
-  UringZeroCopySend(UringReactor& reactor, int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-      : UringOperation{&UringZeroCopySend::onComplete}, reactor_(reactor), fd_(fd), message_(messageOf(parts)),
-        stop_(std::move(stop)) {}
-  UringZeroCopySend(const UringZeroCopySend&) = delete;
-  UringZeroCopySend& operator=(const UringZeroCopySend&) = delete;
-
-  // Never done without an SQE, but for a stop already requested. Given no
-  // token, that check waits for await_suspend, which knows the awaiting Task's.
-  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, stopped()); }
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) {
-    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, stopped())) return false;
-    handle_ = h;
-    if (inline_.deferred(reactor_, h)) return true;  // done, but the loop's other work goes first
-    reactor_.submitZeroCopy(*this);
-    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-    return true;
-  }
-  Result<std::size_t> await_resume() {
-    onStop_.reset();
-    return toResult<std::size_t>(result_);
-  }
-
- private:
-  friend class coio::UringReactor;
-  struct OnStop {
-    UringZeroCopySend* self;
-    void operator()() const noexcept {
-      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      if (!self->sent_) self->reactor_.cancel(*self);  // after the send's CQE only its notification is due
-    }
-  };
-
-  bool stopped() noexcept {
-    if (!stop_.stop_requested()) return false;
-    result_ = -ECANCELED;
-    return true;
-  }
-
-  void prepare(io_uring_sqe* sqe, bool zeroCopy) const noexcept {
-    if (!zeroCopy) {
-      io_uring_prep_sendmsg(sqe, fd_, &message_, kSendSqeFlags);
-    } else if (message_.msg_iovlen == 1) {  // no msghdr for the kernel to import
-      const iovec& part = message_.msg_iov[0];
-      // The SQE's length is 32 bits: clamped to what one send takes anyway (MAX_RW_COUNT).
-      const auto length = static_cast<unsigned>(std::min<std::size_t>(part.iov_len, 0x7ffff000));
-      io_uring_prep_send_zc(sqe, fd_, part.iov_base, length, kSendSqeFlags, 0);
-    } else {
-      io_uring_prep_sendmsg_zc(sqe, fd_, &message_, kSendSqeFlags);
-    }
-  }
-
-  static void onComplete(UringOperation* op, int result, unsigned flags) noexcept {
-    auto* self = static_cast<UringZeroCopySend*>(op);
-    if (!(flags & IORING_CQE_F_NOTIF)) self->result_ = result;  // the send's own CQE
-    if (flags & IORING_CQE_F_MORE) {
-      self->sent_ = true;  // the kernel still references the memory: wait for its notification
-      return;
-    }
-    self->reactor_.forgetZeroCopy(*self);
-    self->handle_.resume();
-  }
-
-  UringReactor& reactor_;
-  int fd_;
-  msghdr message_;  // lives in the operation until the kernel has read it
-  std::stop_token stop_;
-  int result_ = 0;
-  bool sent_ = false;  // the send's own CQE came
-  InlineCompletion inline_;
-  std::coroutine_handle<> handle_;
-  std::optional<std::stop_callback<OnStop>> onStop_;
-  UringZeroCopySend* prev_ = nullptr;  // the reactor's list of zero-copy sends in flight
-  UringZeroCopySend* next_ = nullptr;
-};
-
-/// One socket's receiver (unless RecvMode::plain), owned by the reactor.
-/// In multishot mode its recv, armed by the first read that finds nothing
-/// buffered, stays armed across reads; each completion's data goes to the
-/// waiting read, the rest to a backlog for the next reads. In direct mode
-/// (RecvMode::adaptive only) reads are plain recv SQEs of their own, which
-/// report their sizes here. Loop thread only.
-///
-/// State machine, in a few words: `armed_` from the SQE until a completion
-/// without IORING_CQE_F_MORE (end of stream, an error, ENOBUFS when the
-/// provided buffers ran out, or our cancel); `end_` once the stream ended
-/// for good (sticky, after the data before it); `released_` once the socket
-/// was forgotten: the receiver then only waits for its last completion to
-/// free itself. `multishot_` is the mode; leaving multishot mode cancels the
-/// recv, and reads are served here until it is disarmed and the backlog is
-/// drained (a read waiting then gets a one-shot recv from the provided
-/// buffers), so the bytes keep their order.
-class UringReceiver : UringOperation {
- public:
-  UringReceiver(UringReactor& reactor, int fd, bool adaptive) noexcept
-      : UringOperation{&UringReceiver::onComplete}, reactor_(reactor), fd_(fd), adaptive_(adaptive),
-        multishot_(!adaptive) {}
-  UringReceiver(const UringReceiver&) = delete;
-  UringReceiver& operator=(const UringReceiver&) = delete;
-
-  /// Whether the next read is a plain recv of its own (direct mode, nothing
-  /// armed or kept here).
-  bool readsDirect() const noexcept { return !multishot_ && !readsAhead(); }
-  /// Whether a recv is armed or data (or the end) is kept here.
-  bool readsAhead() const noexcept { return armed_ || buffered() != 0 || end_; }
-  /// A direct read's result, `requested` bytes asked: kRecvModeSwitch short
-  /// ones in a row (less than asked and than one provided buffer: the
-  /// socket was drained) switch to multishot mode; one of a whole provided
-  /// buffer or more resets the count. A small read that got all it asked
-  /// for says nothing (the socket may hold more).
-  void noteDirect(const Result<std::size_t>& read, std::size_t requested) noexcept {
-    if (!read || *read == 0) return;  // errors and the end say nothing about the traffic
-    if (*read >= bufferSize()) {
-      streak_ = 0;
-    } else if (*read < requested && ++streak_ == UringReactor::kRecvModeSwitch) {
-      multishot_ = true;
-      streak_ = 0;
-    }
-  }
-
-  /// Copies what is buffered into `into`, or yields the end of the stream:
-  /// true (with `result` set) if the read is done without waiting.
-  bool tryTake(std::span<std::byte> into, int& result) noexcept {
-    if (buffered() != 0 || into.empty()) {
-      result = static_cast<int>(take(into));
-      return true;
-    }
-    if (end_) result = *end_;
-    return end_.has_value();
-  }
-
-  /// Makes `read` the waiting read, arming the recv if needed; false (with
-  /// the errno in the read's result) if it could not be armed.
-  bool wait(MultishotRead& read) noexcept;
-  /// Forgets `read` if it is the waiting one (its stop was requested, or
-  /// its frame is destroyed).
-  void abandon(MultishotRead* read) noexcept {
-    if (waiter_ == read) waiter_ = nullptr;
-  }
-  /// The socket is being forgotten: true if the receiver can be freed now,
-  /// false if it frees itself at its recv's last completion.
-  bool release() noexcept;
-  /// After the reactor quiesced: the kernel holds no recv any more.
-  void disarm() noexcept { armed_ = cancelling_ = false; }
-
-  UringReceiver* prev = nullptr;  // the reactor's list of receivers
-  UringReceiver* next = nullptr;
-
- private:
-  std::size_t buffered() const noexcept { return backlog_.size() - head_; }
-  std::size_t take(std::span<std::byte> into) noexcept {
-    const std::size_t n = std::min(into.size(), buffered());
-    std::memcpy(into.data(), backlog_.data() + head_, n);
-    head_ += n;
-    if (head_ == backlog_.size()) {
-      backlog_.clear();
-      head_ = 0;
-    }
-    return n;
-  }
-  std::size_t bufferSize() const noexcept;
-  bool arm() noexcept;
-  void cancel() noexcept;
-  // A multishot completion of `size` bytes: kRecvModeSwitch full buffers in
-  // a row switch an adaptive receiver to direct mode.
-  void noteMultishot(std::size_t size) noexcept {
-    if (!adaptive_ || !multishot_) return;
-    if (size < bufferSize()) {
-      streak_ = 0;
-    } else if (++streak_ == UringReactor::kRecvModeSwitch) {
-      leaveMultishot();
-    }
-  }
-  void leaveMultishot() noexcept {
-    multishot_ = false;
-    streak_ = 0;
-    if (armed_) cancel();
-  }
-  // Hands `data` to the waiting read, the rest to the backlog; true if the
-  // waiting read got some.
-  bool deliver(std::span<const std::byte> data) noexcept;
-  static void onComplete(UringOperation* op, int result, unsigned flags) noexcept;
-
-  UringReactor& reactor_;
-  int fd_;
-  const bool adaptive_;
-  bool multishot_;
-  unsigned streak_ = 0;  // reads or completions in a row that argue for the other mode
-  bool armed_ = false;
-  bool cancelling_ = false;
-  bool released_ = false;
-  std::optional<int> end_;        // 0 (end of stream) or -errno, once the recv ended for good
-  std::vector<std::byte> backlog_;  // received, not read yet: [head_, size())
-  std::size_t head_ = 0;
-  MultishotRead* waiter_ = nullptr;
-};
-
-/// A read served by the socket's UringReceiver: completes at once from the
-/// backlog, else resumes on the loop thread when data (or the end) arrives.
-/// Cancelling it leaves the receiver's recv as it is (the kernel holds no
-/// buffer of this read's): it resumes in a later loop iteration with
-/// operation_canceled, and data arriving later waits for the next read.
-class [[nodiscard]] MultishotRead {
- public:
-  MultishotRead(UringReactor& reactor, UringReceiver& receiver, std::span<std::byte> buffer,
-                std::stop_token stop) noexcept
-      : reactor_(reactor), buffer_(buffer), stop_(std::move(stop)), receiver_(&receiver) {}
-  MultishotRead(const MultishotRead&) = delete;
-  MultishotRead& operator=(const MultishotRead&) = delete;
-  ~MultishotRead() {
-    if (receiver_) receiver_->abandon(this);  // the frame is destroyed while suspended here
-  }
-
-  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
-  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(reactor_, tryComplete()); }
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    if (inheritStopToken(stop_, h) && inline_.admit(reactor_, tryComplete())) return false;
-    handle_ = h;
-    if (inline_.deferred(reactor_, h)) {  // done, but the loop's other work goes first
-      receiver_ = nullptr;  // done with the receiver: the socket may be forgotten meanwhile
-      return true;
-    }
-    if (!receiver_->wait(*this)) return false;
-    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-    return true;
-  }
-  Result<std::size_t> await_resume() {
-    onStop_.reset();
-    receiver_ = nullptr;  // not waiting any more: the socket may be forgotten before this is destroyed
-    return toResult<std::size_t>(result_);
-  }
-
- private:
-  friend class UringReceiver;
-  // True (result_ set) if the read is over without waiting: a stop already
-  // requested, or data (or the end) the receiver kept.
-  bool tryComplete() noexcept {
-    if (stop_.stop_requested()) {
-      result_ = -ECANCELED;
-      return true;
-    }
-    return receiver_->tryTake(buffer_, result_);
-  }
-  struct OnStop {
-    MultishotRead* self;
-    void operator()() const noexcept {
-      COIO_ASSERT(self->reactor_.isInLoopThread(), "stop requested off the reactor's thread");
-      if (self->receiver_) std::exchange(self->receiver_, nullptr)->abandon(self);
-      self->result_ = -ECANCELED;
-      self->reactor_.post(self->posted_, self->handle_);
-    }
-  };
-
-  UringReactor& reactor_;
-  std::span<std::byte> buffer_;
-  std::stop_token stop_;
-  UringReceiver* receiver_;  // null once the socket was forgotten
-  int result_ = 0;
-  InlineCompletion inline_;
-  std::coroutine_handle<> handle_;
-  PostedResume posted_;
-  std::optional<std::stop_callback<OnStop>> onStop_;
-};
-
-inline bool UringReceiver::release() noexcept {
-  released_ = true;
-  // A read still pending (only after stop(): its frame is destroyed later,
-  // maybe after this receiver) must not reach back into it.
-  if (waiter_) std::exchange(waiter_, nullptr)->receiver_ = nullptr;
-  if (!armed_) return true;
-  cancel();
-  return false;
-}
-
-inline bool UringReceiver::wait(MultishotRead& read) noexcept {
-  COIO_ASSERT(waiter_ == nullptr, "two reads pending on one socket");
-  if (!armed_ && !arm()) {
-    read.result_ = -reactor_.submitError();
-    return false;
-  }
-  waiter_ = &read;
-  return true;
-}
-
-inline std::size_t UringReceiver::bufferSize() const noexcept { return reactor_.recvBuffers_->bufferSize(); }
-
-inline bool UringReceiver::arm() noexcept {
-  armed_ = reactor_.trySubmit(*this, [&](io_uring_sqe* sqe) {
-    if (multishot_) {
-      io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
-    } else {
-      io_uring_prep_recv(sqe, fd_, nullptr, 0, 0);  // leaving multishot mode: one buffer's worth
-    }
-    sqe->flags |= IOSQE_BUFFER_SELECT;
-    sqe->buf_group = reactor_.recvBuffers_->group();
-  });
-  return armed_;
-}
-
-inline void UringReceiver::cancel() noexcept {
-  if (cancelling_) return;
-  cancelling_ = true;
-  reactor_.cancel(*this);
-}
-
-inline bool UringReceiver::deliver(std::span<const std::byte> data) noexcept {
-  if (end_) return false;  // broken (see below): nothing after the gap may be read
-  const bool served = waiter_ != nullptr;  // a read waits only on an empty backlog
-  if (served) {  // the usual case: straight to the reader
-    const std::size_t n = std::min(data.size(), waiter_->buffer_.size());
-    std::memcpy(waiter_->buffer_.data(), data.data(), n);
-    waiter_->result_ = static_cast<int>(n);
-    data = data.subspan(n);
-  }
-  try {
-    backlog_.insert(backlog_.end(), data.begin(), data.end());
-  } catch (const std::bad_alloc&) {
-    // Received but nowhere to keep it: the stream is broken from here on.
-    end_ = -ENOMEM;
-    backlog_.clear();
-    head_ = 0;
-  }
-  return served;
-}
-
-inline void UringReceiver::onComplete(UringOperation* op, int result, unsigned flags) noexcept {
-  auto* self = static_cast<UringReceiver*>(op);
-  if (!(flags & IORING_CQE_F_MORE)) self->disarm();
-  bool delivered = false;
-  if (flags & IORING_CQE_F_BUFFER) {
-    const auto id = static_cast<unsigned short>(flags >> IORING_CQE_BUFFER_SHIFT);
-    detail::ProvidedBufferRing& buffers = *self->reactor_.recvBuffers_;
-    if (result > 0 && !self->released_) {
-      delivered = self->deliver(buffers.data(id, static_cast<std::size_t>(result)));
-      self->noteMultishot(static_cast<std::size_t>(result));
-    }
-    buffers.recycle(id);  // also when the kernel picked a buffer for an end of stream
-  }
-  if (result == 0 || (result < 0 && result != -ENOBUFS && result != -ECANCELED)) {
-    self->end_ = result;  // end of stream, or the socket's error
-  }
-  if (self->released_) {
-    if (!self->armed_) self->reactor_.destroyReceiver(self);
-    return;
-  }
-  // Past the limit, or broken (no memory for the backlog): stop taking data
-  // (an adaptive receiver takes the limit for a stream).
-  if (self->armed_ && self->end_) self->cancel();
-  if (self->armed_ && self->buffered() >= UringReactor::kRecvBacklogLimit) {
-    if (self->adaptive_) {
-      self->leaveMultishot();
-    } else {
-      self->cancel();
-    }
-  }
-  MultishotRead* read = self->waiter_;
-  if (!read) return;
-  if (!delivered) {
-    if (self->end_) {
-      read->result_ = *self->end_;
-    } else if (self->armed_ || self->arm()) {
-      return;  // still waiting (after ENOBUFS or our cancel, on a re-armed recv)
-    } else {
-      read->result_ = -self->reactor_.submitError();
-    }
-  }
-  self->waiter_ = nullptr;
-  read->handle_.resume();  // last: the reader may read again, or close the socket
-}
-
-/// What UringReactor::recv returns: a plain recv SQE (UringIoOperation) or
-/// a MultishotRead, as the reactor's recv mode and the socket's receiver
-/// say (decided when recv() is called).
-class [[nodiscard]] UringRecv {
- public:
-  /// A plain recv; `receiver` (direct mode) hears its result.
-  UringRecv(UringReactor& reactor, RecvPrep prep, std::stop_token stop, UringReceiver* receiver) noexcept
-      : op_(std::in_place_index<0>, reactor, prep, std::move(stop)), receiver_(receiver),
-        requested_(prep.buffer.size()) {}
-  UringRecv(UringReactor& reactor, UringReceiver& receiver, std::span<std::byte> buffer,
-            std::stop_token stop) noexcept
-      : op_(std::in_place_index<1>, reactor, receiver, buffer, std::move(stop)) {}
-
-  bool await_ready() noexcept {
-    return std::visit([](auto& op) { return op.await_ready(); }, op_);
-  }
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) {
-    return std::visit(
-        [h](auto& op) {
-          if constexpr (std::is_void_v<decltype(op.await_suspend(h))>) {
-            op.await_suspend(h);
-            return true;
-          } else {
-            return op.await_suspend(h);
-          }
-        },
-        op_);
-  }
-  Result<std::size_t> await_resume() {
-    Result<std::size_t> read = std::visit([](auto& op) { return op.await_resume(); }, op_);
-    if (receiver_) receiver_->noteDirect(read, requested_);
-    return read;
-  }
-
- private:
-  std::variant<UringIoOperation<RecvPrep, std::size_t>, MultishotRead> op_;
-  UringReceiver* receiver_ = nullptr;  // direct reads: hears the result
-  std::size_t requested_ = 0;
-};
-
-// Linux version of the running kernel at least major.minor.
-inline bool kernelAtLeast(int major, int minor) noexcept {
-  utsname u{};
-  int haveMajor = 0, haveMinor = 0;
-  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &haveMajor, &haveMinor) != 2) return false;
-  return haveMajor > major || (haveMajor == major && haveMinor >= minor);
-}
-
-inline unsigned taskRunFlags(TaskRun mode) noexcept {
-  switch (mode) {
-    case TaskRun::immediate: return 0;
-    case TaskRun::cooperative: return IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-    case TaskRun::deferred:
-      return IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
-  }
-  return 0;
-}
-
-// Sets up a ring with what coio needs; 0 or an errno, and `why` on failure.
-// `mode` may fall back (deferred -> cooperative on kernels before 6.1).
-inline int setUpRing(io_uring& ring, unsigned entries, unsigned cqEntries, TaskRun& mode, std::string& why) {
-  io_uring_params params{};
-  int r;
-  for (;;) {
-    params = {};
-    params.cq_entries = std::max(cqEntries, 2 * entries);
-    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | taskRunFlags(mode);
-    r = io_uring_queue_init_params(entries, &ring, &params);
-    if (r == -EINVAL && mode == TaskRun::deferred) {
-      mode = TaskRun::cooperative;  // SINGLE_ISSUER / DEFER_TASKRUN unknown: before 6.1
-      continue;
-    }
-    break;
-  }
-  if (r < 0) {
-    why = describeUringSetupError(-r);
-    return -r;
-  }
-  const char* missing = nullptr;
-  if (!(params.features & IORING_FEAT_NODROP)) missing = "IORING_FEAT_NODROP";
-  if (!(params.features & IORING_FEAT_EXT_ARG)) missing = "IORING_FEAT_EXT_ARG";
-  if (!missing) {
-    const RingProbe probe = probeRing(ring);
-    if (!probe) {
-      missing = "IORING_REGISTER_PROBE";
-    } else {
-      for (const auto& [op, name] : {std::pair{IORING_OP_ACCEPT, "ACCEPT"}, std::pair{IORING_OP_CONNECT, "CONNECT"},
-                                     std::pair{IORING_OP_RECV, "RECV"}, std::pair{IORING_OP_SEND, "SEND"},
-                                     std::pair{IORING_OP_READ, "READ"}, std::pair{IORING_OP_POLL_ADD, "POLL_ADD"},
-                                     std::pair{IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
-                                     // The version check (5.19): ASYNC_CANCEL_ANY, which
-                                     // shutdown relies on, came with the same release.
-                                     std::pair{IORING_OP_SOCKET, "SOCKET"}}) {
-        if (!io_uring_opcode_supported(probe.get(), op)) missing = name;
-      }
-    }
-  }
-  if (missing) {
-    io_uring_queue_exit(&ring);
-    why = std::string("coio::UringReactor: io_uring lacks ") + missing + " (kernel too old)";
-    return ENOTSUP;
-  }
-  return 0;
-}
-
-}  // namespace detail
-
-inline UringReactor::UringReactor(Options options)
-    : policy_(options.submitPolicy), taskRun_(options.taskRun), recvMode_(options.recvMode) {
-  const unsigned buffers = options.recvBuffers;
-  if (recvMode_ != RecvMode::plain && (buffers == 0 || buffers > 32768 || (buffers & (buffers - 1)) != 0 ||
-                                options.recvBufferSize == 0)) {
-    throw std::invalid_argument(
-        "coio::UringReactor: recvBuffers must be a power of two up to 32768 and recvBufferSize positive");
-  }
-  deferredCancels_.reserve(16);  // before the ring: nothing to release if it throws
-  std::string why;
-  if (const int err = detail::setUpRing(ring_, options.entries, options.cqEntries, taskRun_, why)) {
-    detail::throwSystemError(err, why);
-  }
-  disabled_ = (ring_.flags & IORING_SETUP_R_DISABLED) != 0;
-  if (options.zeroCopySend) {
-    const detail::RingProbe probe = detail::probeRing(ring_);
-    zeroCopySend_ = probe && io_uring_opcode_supported(probe.get(), IORING_OP_SEND_ZC) &&
-                    io_uring_opcode_supported(probe.get(), IORING_OP_SENDMSG_ZC);
-  }
-  int err = 0;
-  const char* what = nullptr;
-  // Registered before the ring is enabled: a TaskRun::deferred ring takes
-  // registrations from its submitter thread only, which it does not have yet.
-  if (recvMode_ != RecvMode::plain && detail::kernelAtLeast(6, 0)) {
-    err = recvBuffers_.emplace().setUp(ring_, kRecvBufferGroup, buffers, options.recvBufferSize);
-    what = "coio::UringReactor: registering the multishot recv buffers";
-    if (err && recvMode_ == RecvMode::adaptive) {
-      recvBuffers_.reset();  // not registered: reads stay plain, as before Linux 6.0
-      err = 0;
-    }
-  }
-  if (!err && !tryArmWake()) {
-    err = submitError_;
-    what = "coio::UringReactor: arming the wake-up poll";
-  }
-  if (err) {
-    io_uring_queue_exit(&ring_);
-    detail::throwSystemError(err, what);
-  }
-}
 
 inline Result<void> UringReactor::probe(std::string* why) {
   io_uring ring{};
@@ -9079,19 +9848,19 @@ inline Result<void> UringReactor::probe(std::string* why) {
 }
 
 inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
-  return {*this, detail::PollPrep{fd, POLLIN}, std::move(stop)};
+  return {backend_.ring(), detail::PollPrep{fd, POLLIN}, std::move(stop)};
 }
 inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
-  return {*this, detail::PollPrep{fd, POLLOUT}, std::move(stop)};
+  return {backend_.ring(), detail::PollPrep{fd, POLLOUT}, std::move(stop)};
 }
 inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptPrep, int> {
-  return {*this, detail::AcceptPrep{fd}, std::move(stop)};
+  return {backend_.ring(), detail::AcceptPrep{fd}, std::move(stop)};
 }
 inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
     -> Operation<detail::ConnectPrep, void> {
   detail::ConnectPrep prep{fd, {}, length};
   std::memcpy(&prep.address, address, std::min<std::size_t>(length, sizeof prep.address));
-  return {*this, prep, std::move(stop)};
+  return {backend_.ring(), prep, std::move(stop)};
 }
 inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
   return recvWith(fd, buffer, std::move(stop), 0);
@@ -9103,200 +9872,21 @@ inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buf
                                                 int flags) noexcept {
   // No receiver (no memory for a new socket's, or a negative fd): nothing
   // is read ahead on it, so a plain recv is safe.
-  detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? receiverFor(fd) : nullptr;
-  if (receiver && !receiver->readsDirect()) return {*this, *receiver, buffer, std::move(stop)};
-  return {*this, detail::RecvPrep{fd, buffer, flags}, std::move(stop), receiver};
-}
-
-inline bool UringReactor::readsAhead(int fd) const noexcept {
-  const auto slot = static_cast<std::size_t>(fd);
-  return fd >= 0 && slot < receiverByFd_.size() && receiverByFd_[slot] && receiverByFd_[slot]->readsAhead();
-}
-
-inline void UringReactor::forget(int fd) noexcept {
-  if (fd < 0 || static_cast<std::size_t>(fd) >= receiverByFd_.size()) return;
-  detail::UringReceiver* receiver = std::exchange(receiverByFd_[static_cast<std::size_t>(fd)], nullptr);
-  if (receiver && receiver->release()) destroyReceiver(receiver);
-}
-
-inline detail::UringReceiver* UringReactor::receiverFor(int fd) noexcept {
-  if (fd < 0) return nullptr;  // not a socket: the plain recv reports EBADF
-  const auto slot = static_cast<std::size_t>(fd);
-  try {
-    if (slot >= receiverByFd_.size()) receiverByFd_.resize(slot + 1);
-    if (!receiverByFd_[slot]) {
-      auto* receiver = new detail::UringReceiver(*this, fd, recvMode_ == RecvMode::adaptive);
-      receiver->next = receivers_;
-      if (receivers_) receivers_->prev = receiver;
-      receivers_ = receiver;
-      receiverByFd_[slot] = receiver;
-    }
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-  return receiverByFd_[slot];
-}
-
-inline void UringReactor::destroyReceiver(detail::UringReceiver* receiver) noexcept {
-  (receiver->prev ? receiver->prev->next : receivers_) = receiver->next;
-  if (receiver->next) receiver->next->prev = receiver->prev;
-  delete receiver;
+  detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? backend_.receivers().receiverFor(fd) : nullptr;
+  if (receiver && !receiver->readsDirect()) return {*receiver, buffer, std::move(stop)};
+  return {backend_.ring(), detail::RecvPrep{fd, buffer, flags}, std::move(stop), receiver};
 }
 inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
     -> Operation<detail::SendPrep, std::size_t> {
-  return {*this, detail::SendPrep{fd, buffer}, std::move(stop)};
+  return {backend_.ring(), detail::SendPrep{fd, buffer}, std::move(stop)};
 }
-
 inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
     -> Operation<detail::SendvPrep, std::size_t> {
-  return {*this, detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
+  return {backend_.ring(), detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
-
 inline detail::UringZeroCopySend UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts,
                                                            std::stop_token stop) noexcept {
-  return {*this, fd, parts, std::move(stop)};
-}
-
-inline void UringReactor::submitZeroCopy(detail::UringZeroCopySend& op) {
-  submit(op, [&](io_uring_sqe* sqe) { op.prepare(sqe, zeroCopySend_); });
-  if (!zeroCopySend_) return;  // a copying send: cancelled like any other
-  op.next_ = zeroCopySends_;
-  if (zeroCopySends_) zeroCopySends_->prev_ = &op;
-  zeroCopySends_ = &op;
-}
-
-inline void UringReactor::forgetZeroCopy(detail::UringZeroCopySend& op) noexcept {
-  if (!zeroCopySend_) return;
-  (op.prev_ ? op.prev_->next_ : zeroCopySends_) = op.next_;
-  if (op.next_) op.next_->prev_ = op.prev_;
-  op.prev_ = op.next_ = nullptr;
-}
-
-inline void UringReactor::onWake(UringOperation* op, int, unsigned) noexcept {
-  UringReactor* self = static_cast<WakeOperation*>(op)->reactor;
-  self->wake().drain();  // before taking the queue: see LoopCore::pushRemoteLocked
-  self->resumeRemote();
-  (void)self->tryArmWake();  // noexcept path: a failure is retried by poll()
-}
-
-inline void UringReactor::submitDeferred() {
-  while (!deferredCancels_.empty()) {
-    if (!trySubmitCancel(*deferredCancels_.back())) {
-      detail::throwSystemError(submitError_, "coio::UringReactor: io_uring_submit");
-    }
-    deferredCancels_.pop_back();
-  }
-  if (!wakeArmed_ && !tryArmWake()) {
-    detail::throwSystemError(submitError_, "coio::UringReactor: arming the wake-up poll");
-  }
-}
-
-inline bool UringReactor::armDeadline(Clock::time_point deadline) noexcept {
-  if (deadlineArmed_ && armedDeadline_ == deadline) return true;
-  deadlineOperation_.when = detail::toTimespec<__kernel_timespec>(deadline.time_since_epoch());
-  if (!deadlineArmed_) {
-    deadlineArmed_ = trySubmitCounted(
-        deadlineOperation_,
-        [this](io_uring_sqe* sqe) { io_uring_prep_timeout(sqe, &deadlineOperation_.when, 0, IORING_TIMEOUT_ABS); },
-        false);
-    if (!deadlineArmed_) return false;
-  } else {
-    // Moved in place. If it fired meanwhile, the update finds nothing, and
-    // the completion already on its way wakes the loop, which re-arms.
-    const bool updated = trySubmitUntracked([this](io_uring_sqe* sqe) {
-      io_uring_prep_timeout_update(
-          sqe, &deadlineOperation_.when,
-          reinterpret_cast<std::uint64_t>(static_cast<UringOperation*>(&deadlineOperation_)), IORING_TIMEOUT_ABS);
-    });
-    if (!updated) return false;
-  }
-  armedDeadline_ = deadline;
-  return true;
-}
-
-inline void UringReactor::enableRing() noexcept {
-  if (!disabled_) return;
-  // liburing 2.3 declares io_uring_enable_rings but does not export it:
-  // the raw register call. It can only fail if ring_fd is no longer our
-  // ring; the ring then stays disabled and the submission that needed it
-  // fails (-EBADFD) and is reported.
-  disabled_ = ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0;
-}
-
-inline void UringReactor::poll(std::optional<Clock::duration> timeout) {
-  enableRing();
-  if (!ringFdTried_) registerRingFd();
-  // What a noexcept path (a stop callback, onWake) could not submit.
-  if (!wakeArmed_ || !deferredCancels_.empty()) submitDeferred();
-  if (!backlog_.empty()) timeout = Clock::duration::zero();  // completions already wait
-  int r;
-  if (timeout && *timeout == Clock::duration::zero()) {
-    r = io_uring_submit_and_get_events(&ring_);
-  } else {
-    __kernel_timespec ts{};
-    if (timeout) ts = detail::toTimespec<__kernel_timespec>(*timeout);
-    io_uring_cqe* cqe = nullptr;
-    r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout ? &ts : nullptr, nullptr);
-  }
-  woke(timeout);
-  // -ETIME: the timeout passed; -EINTR: a signal; -EBUSY/-EAGAIN: completions
-  // are backed up, which reaping fixes.
-  if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
-    detail::throwSystemError(-r, "coio::UringReactor: io_uring_enter");
-  }
-  // Bounded: what is left waits in the CQ (the next wait returns at once) or
-  // in the backlog (the next poll does not wait).
-  reap(kReapRoundsPerPoll);
-}
-
-inline void UringReactor::reap(std::size_t maxRounds) {
-  // Completions are copied out before any is dispatched: a resumed coroutine
-  // may submit, and even reap into the backlog, while we iterate.
-  for (std::size_t round = 1;; ++round) {
-    batch_.clear();
-    std::swap(batch_, backlog_);
-    const std::size_t n = takeCompletions(batch_);
-    meter_.dispatched(batch_.size());
-    for (const Completion& c : batch_) dispatch(c);
-    // A full batch may hide more; a backlog must not wait for a new event.
-    if ((n < kBatch && backlog_.empty()) || round >= maxRounds) break;
-  }
-}
-
-inline void UringReactor::quiesce() noexcept {
-  // The wake-up poll alone holds no memory of anyone's, and closing the ring
-  // ends it: no wait, so that a thread other than the one that ran a
-  // deferred ring (only that one may wait on it) can destroy the reactor.
-  // Nor does the timer's timeout.
-  if (inFlight_ <= (wakeArmed_ ? 1u : 0u) + (deadlineArmed_ ? 1u : 0u)) return;
-  enableRing();  // never run: what was prepared was never submitted, but the wait below needs the ring
-  quiescing_ = true;
-  deferredCancels_.clear();  // the cancel below covers them
-  // A zero-copy send's notification waits for the peer to acknowledge the
-  // data, which a peer that stopped reading never does, so the wait below
-  // could last for ever: with the connection reset, the kernel drops it.
-  for (detail::UringZeroCopySend* op = zeroCopySends_; op; op = op->next_) (void)detail::resetConnection(op->fd_);
-  // Without a cancel the kernel may keep writing into operations that are
-  // about to be freed: as below, better to stop here.
-  if (!trySubmitUntracked([](io_uring_sqe* sqe) { io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY); })) {
-    std::terminate();
-  }
-  for (;;) {
-    reap();  // first the backlog: its completions will not come again
-    if (inFlight_ == 0) break;
-    const int r = io_uring_submit_and_wait(&ring_, 1);
-    // Unable to wait, we could only free operations the kernel may still
-    // write to: better to stop here.
-    if (r == -EEXIST) {
-      std::fputs("coio::UringReactor: destroyed with operations in flight off the thread that ran its "
-                 "TaskRun::deferred ring; only that thread can wait for them\n", stderr);
-    }
-    if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) std::terminate();
-  }
-  quiescing_ = false;
-  zeroCopySends_ = nullptr;  // all completed (unseen by their operations)
-  deadlineArmed_ = false;  // cancelled too: its completion came while quiescing
-  for (detail::UringReceiver* r = receivers_; r; r = r->next) r->disarm();
+  return {backend_.ring(), backend_.zeroCopySends(), fd, parts, std::move(stop)};
 }
 
 }  // namespace coio
@@ -9377,8 +9967,7 @@ struct DiskRequest {
 struct DiskOp : UringOperation {
   enum class State : std::uint8_t {
     idle,      // not submitted (or moved around before submission)
-    inFlight,  // SQE prepared; the kernel may own the buffer
-    reaped,    // CQE taken from a dedicated ring, dispatch pending
+    inFlight,  // SQE prepared, completion not dispatched yet
     done,      // completed (or orphaned by a closed dedicated ring)
   };
 
@@ -9390,7 +9979,7 @@ struct DiskOp : UringOperation {
   DiskOp& operator=(const DiskOp&) = delete;
   ~DiskOp();
 
-  bool pending() const noexcept { return state == State::inFlight || state == State::reaped; }
+  bool pending() const noexcept { return state == State::inFlight; }
 
   State state = State::idle;
   DedicatedRing* dedicated = nullptr;  // set while pending on a dedicated ring
@@ -9506,24 +10095,21 @@ class ReactorRing final : public DiskRing {
 class DedicatedRing final : public DiskRing {
  public:
   DedicatedRing(EpollReactor& reactor, unsigned entries, unsigned cqEntries, unsigned eagerBelow)
-      : reactor_(reactor), gate_(eagerBelow) {
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
-    params.cq_entries = std::max(cqEntries, 2 * entries);
-    if (const int r = io_uring_queue_init_params(entries, &ring_, &params); r < 0) {
-      throwSystemError(-r, describeUringSetupError(-r));
-    }
-    if (const int r = io_uring_register_eventfd(&ring_, eventFd_.fd()); r < 0) {
-      io_uring_queue_exit(&ring_);
-      throwSystemError(-r, "coio::Disk: io_uring_register_eventfd");
-    }
-  }
-  ~DedicatedRing() override {
-    close();
-    io_uring_queue_exit(&ring_);
-  }
+      : reactor_(reactor), gate_(eagerBelow), ring_(reactor, "coio::Disk", false, [&](io_uring& ring) {
+          io_uring_params params{};
+          params.flags = IORING_SETUP_CQSIZE;
+          params.cq_entries = std::max(cqEntries, 2 * entries);
+          if (const int r = io_uring_queue_init_params(entries, &ring, &params); r < 0) {
+            throwSystemError(-r, describeUringSetupError(-r));
+          }
+          if (const int r = io_uring_register_eventfd(&ring, eventFd_.fd()); r < 0) {
+            io_uring_queue_exit(&ring);
+            throwSystemError(-r, "coio::Disk: io_uring_register_eventfd");
+          }
+        }) {}
+  ~DedicatedRing() override { close(); }
 
-  io_uring& ring() noexcept override { return ring_; }
+  io_uring& ring() noexcept override { return ring_.get(); }
   int eventFd() const noexcept { return eventFd_.fd(); }
   bool closed() const noexcept { return closed_; }
 
@@ -9532,29 +10118,20 @@ class DedicatedRing final : public DiskRing {
   // so, else in one enter at the end of the round.
   void submit(DiskOp& op, const DiskRequest& request) override {
     COIO_ASSERT(!closed_, "disk operation submitted after its Disk was destroyed");
-    io_uring_sqe* sqe = acquireSqe();
-    request(sqe);
-    io_uring_sqe_set_data(sqe, static_cast<UringOperation*>(&op));
+    ring_.submit(op, request);  // counted in the reactor's stats(), as on the UringReactor's ring
     op.state = DiskOp::State::inFlight;
     op.dedicated = this;
-    op.counter = counterOf(*sqe);  // in the reactor's stats(), as on the UringReactor's ring
-    reactor_.meter_.submitted(op.counter);
-    ++inFlight_;
     if (batches_ > 0 || !dispatching_) {
       commit();
-    } else if (gate_.open(inFlight_)) {
-      submitNow();
-      gate_.submitted(EagerGate::completedInline(ring_, op));
+    } else if (gate_.open(ring_.inFlight())) {
+      flush();
+      gate_.submitted(EagerGate::completedInline(ring_.get(), op));
     }
   }
 
-  // Best effort: a disk operation ends on its own, so a cancel the ring
-  // refuses only means the operation completes with its real result.
+  // A disk operation ends on its own: a cancel only makes it end sooner.
   void cancel(DiskOp& op) noexcept override {
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) return;
-    io_uring_prep_cancel(sqe, static_cast<UringOperation*>(&op), 0);
-    io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
+    ring_.cancel(op);  // without an SQE now: at the next pump
     try {
       commit();
     } catch (...) {
@@ -9577,34 +10154,34 @@ class DedicatedRing final : public DiskRing {
   LoopCore& loop() noexcept override { return reactor_; }
 
   /// The pump, after the eventfd fired: dispatches the completions there
-  /// are. One pass: reads that complete while being submitted (page-cache
+  /// are. One round: reads that complete while being submitted (page-cache
   /// hits) must not keep the loop from its timers and other fds; their CQEs
-  /// signal the eventfd again.
+  /// signal the eventfd again, and what this round left waiting signals it
+  /// here.
   void pump() {
     eventFd_.drain();  // first: a CQE posted from now on signals again
-    std::swap(round_, backlog_);
-    takeCompletions(round_);
-    dispatching_ = true;
-    // Indexed: a resumed coroutine may destroy an operation listed later,
-    // which then clears its entry (forget()).
-    for (std::size_t i = 0; i < round_.size(); ++i) {
-      const Completion c = round_[i];
-      if (c.op) c.op->complete(c.op, c.result, 0);
+    if (const int err = ring_.submitDeferred()) throwSystemError(err, "coio::Disk: io_uring_submit");
+    {
+      dispatching_ = true;
+      struct Dispatching {
+        bool& flag;
+        ~Dispatching() { flag = false; }
+      } dispatching{dispatching_};
+      ring_.reap(1);
     }
-    round_.clear();  // holds only undelivered completions: close() and forget() look there
-    dispatching_ = false;
     commit();
-    if (!backlog_.empty()) eventFd_.signal();  // set aside during the round: next round
+    if (ring_.completionsWaiting()) eventFd_.signal();
   }
 
   /// For a pending operation being destroyed: makes the kernel let go of it
   /// (cancel, then wait for its CQE) and drops its undelivered completion.
   void release(DiskOp& op) noexcept {
-    if (op.state == DiskOp::State::inFlight) {
+    if (!ring_.reaped(op)) {
       cancel(op);
-      while (op.state == DiskOp::State::inFlight) waitForCompletions();
+      while (!ring_.reaped(op)) ring_.waitForCompletions();
     }
-    forget(op);
+    ring_.forget(op);
+    op.state = DiskOp::State::done;
   }
 
   /// Cancels everything in flight and waits until the kernel has let go;
@@ -9612,105 +10189,27 @@ class DedicatedRing final : public DiskRing {
   void close() noexcept override {
     if (closed_) return;
     closed_ = true;
-    if (inFlight_ > 0) {
-      // Without an SQE the operations are waited for uncancelled.
-      if (io_uring_sqe* sqe = tryAcquireSqe()) {
-        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-        io_uring_sqe_set_data64(sqe, 0);
-      }
-      while (inFlight_ > 0) waitForCompletions();
-    }
-    for (auto* list : {&backlog_, &round_}) {
-      for (Completion& c : *list) {
-        if (c.op) static_cast<DiskOp*>(c.op)->state = DiskOp::State::done;
-      }
-      list->clear();
-    }
+    ring_.quiesce([](UringOperation* op) noexcept { static_cast<DiskOp*>(op)->state = DiskOp::State::done; });
     eventFd_.signal();  // wakes the pump, which deregisters the eventfd and ends
   }
 
  private:
-  struct Completion {
-    UringOperation* op;  // null once the operation was destroyed
-    int result;
-  };
-
   // Submits now, unless a batch is being submitted or completions are
   // being dispatched (then at the end of either).
   void commit() {
-    if (batches_ == 0 && !dispatching_) submitNow();
+    if (batches_ == 0 && !dispatching_) flush();
   }
-
-  void submitNow() {
-    for (;;) {
-      const int r = io_uring_submit(&ring_);
-      if (r >= 0 || r == -EINTR) return;
-      if (r != -EBUSY && r != -EAGAIN) throwSystemError(-r, "coio::Disk: io_uring_submit");
-      takeCompletions(backlog_);  // completions backed up: make room, then retry
-    }
-  }
-
-  io_uring_sqe* acquireSqe() {
-    COIO_ASSERT(reactor_.ownedByCaller(), "disk operation submitted off the reactor's thread");
-    for (;;) {
-      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
-      submitNow();  // SQ full
-    }
-  }
-
-  // As acquireSqe, but null where that would throw.
-  io_uring_sqe* tryAcquireSqe() noexcept {
-    try {
-      return acquireSqe();
-    } catch (...) {
-      return nullptr;
-    }
-  }
-
-  // Takes every available CQE; marks its operation reaped (the kernel is
-  // done with it) and queues it in `out` for dispatch.
-  void takeCompletions(std::vector<Completion>& out) noexcept {
-    io_uring_cqe* cqe;
-    unsigned head, n = 0;
-    io_uring_for_each_cqe(&ring_, head, cqe) {
-      ++n;
-      auto* op = static_cast<DiskOp*>(reinterpret_cast<UringOperation*>(cqe->user_data));
-      if (!op) continue;
-      --inFlight_;
-      reactor_.meter_.completed(op->counter);
-      op->state = DiskOp::State::reaped;
-      out.push_back({op, cqe->res});
-    }
-    io_uring_cq_advance(&ring_, n);
-  }
-
-  void waitForCompletions() noexcept {
-    io_uring_cqe* cqe = nullptr;
-    [[maybe_unused]] const int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, nullptr, nullptr);
-    COIO_ASSERT(r >= 0 || r == -EINTR || r == -EBUSY || r == -EAGAIN || r == -ETIME,
-                "io_uring_enter failed while waiting for disk completions");
-    takeCompletions(backlog_);
-  }
-
-  void forget(DiskOp& op) noexcept {
-    for (auto* list : {&backlog_, &round_}) {
-      for (Completion& c : *list) {
-        if (c.op == &op) c.op = nullptr;
-      }
-    }
-    op.state = DiskOp::State::done;
+  void flush() {
+    if (const int err = ring_.flush()) throwSystemError(err, "coio::Disk: io_uring_submit");
   }
 
   EpollReactor& reactor_;
   EagerGate gate_;
-  EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE
-  io_uring ring_{};
-  std::size_t inFlight_ = 0;
-  unsigned batches_ = 0;     // DiskBatches being submitted
+  EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE; before the ring, which registers it
+  UringRing ring_;
+  unsigned batches_ = 0;      // DiskBatches being submitted
   bool dispatching_ = false;  // inside pump()
   bool closed_ = false;
-  std::vector<Completion> backlog_;  // taken from the ring, not dispatched yet
-  std::vector<Completion> round_;    // the completions being dispatched
 };
 
 inline DiskOp::~DiskOp() {
@@ -9961,8 +10460,6 @@ class Disk {
 #define COIO_SINGLE_INCLUDE_COIO_DISK_DETAIL_DISK_OPERATION_HPP
 // One disk operation as an awaitable. Needs liburing: link coio::uring.
 
-#include <coroutine>
-#include <optional>
 #include <stop_token>
 #include <system_error>
 #include <utility>
@@ -9976,62 +10473,40 @@ namespace coio::detail {
 /// the loop's inline budget (InlineCompletion). Given no stop token, it
 /// uses the awaiting Task's (see currentStopToken).
 template <typename T>
-class [[nodiscard]] DiskOperation : DiskOp {
+class [[nodiscard]] DiskOperation : DiskOp, public CancellableOperation<DiskOperation<T>> {
+  using Base = CancellableOperation<DiskOperation>;
+  friend Base;
+
  public:
   DiskOperation(DiskRing& ring, const DiskRequest& request, std::stop_token stop, std::error_code early = {}) noexcept
-      : DiskOp(&DiskOperation::onComplete), ring_(ring), request_(request), stop_(std::move(stop)), early_(early) {}
-  DiskOperation(const DiskOperation&) = delete;
-  DiskOperation& operator=(const DiskOperation&) = delete;
-
-  // Given no token, the attempt waits for await_suspend, which knows the awaiting Task's.
-  bool await_ready() noexcept { return stop_.stop_possible() && inline_.admit(ring_.loop(), tryComplete()); }
-  template <typename Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) {
-    if (inheritStopToken(stop_, h) && inline_.admit(ring_.loop(), tryComplete())) return false;
-    handle_ = h;
-    if (inline_.deferred(ring_.loop(), h)) return true;  // done, but the loop's other work goes first
-    ring_.submit(*this, request_);
-    if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{this});
-    return true;
-  }
-  Result<T> await_resume() {
-    onStop_.reset();
-    if (early_) return early_;
-    return toResult<T>(result_);
-  }
+      : DiskOp(&DiskOperation::onComplete), Base(ring.loop(), std::move(stop)), ring_(ring), request_(request),
+        early_(early) {}
 
  private:
-  struct OnStop {
-    DiskOperation* self;
-    void operator()() const noexcept {
-      COIO_ASSERT(self->ring_.ownedByCaller(), "stop requested off the reactor's thread");
-      if (self->state == State::inFlight) self->ring_.cancel(*self);
-    }
-  };
   // True if the operation is over without an SQE.
-  bool tryComplete() noexcept {
-    if (early_) return true;
-    if (stop_.stop_requested()) {
-      early_ = std::make_error_code(std::errc::operation_canceled);
-      return true;
-    }
-    return request_.transfersNothing();
+  bool tryNow() const noexcept { return early_ || request_.transfersNothing(); }
+  bool start() {
+    ring_.submit(*this, request_);
+    return true;
   }
+  void cancel() noexcept {
+    if (state == State::inFlight) ring_.cancel(*this);
+  }
+  Result<T> result() const {
+    if (early_) return early_;  // before a stop: the request was wrong whatever happened
+    return toResult<T>(this->result_);
+  }
+
   static void onComplete(UringOperation* op, int result, unsigned) noexcept {
     auto* self = static_cast<DiskOperation*>(op);
     self->state = State::done;
     self->result_ = result;
-    self->handle_.resume();
+    self->resume();
   }
 
   DiskRing& ring_;
   DiskRequest request_;
-  std::stop_token stop_;
   std::error_code early_;
-  int result_ = 0;
-  InlineCompletion inline_;
-  std::coroutine_handle<> handle_;
-  std::optional<std::stop_callback<OnStop>> onStop_;
 };
 
 }  // namespace coio::detail
@@ -10464,11 +10939,6 @@ namespace coio {
 ///   after clear(). Loop thread only; not movable.
 class DiskBatch {
   struct Operation;
-  // Both awaiters' stop callback: cancels the transfers in flight.
-  struct OnStop {
-    DiskBatch* batch;
-    void operator()() const noexcept { batch->cancel(); }
-  };
 
  public:
   DiskBatch(const DiskBatch&) = delete;
@@ -10497,30 +10967,34 @@ class DiskBatch {
   }
 
   /// Awaits the whole batch (see submit()).
-  class [[nodiscard]] Awaiter {
-   public:
-    Awaiter(DiskBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
-    Awaiter(const Awaiter&) = delete;
-    Awaiter& operator=(const Awaiter&) = delete;
+  class [[nodiscard]] Awaiter : public detail::CancellableOperation<Awaiter> {
+    using Base = detail::CancellableOperation<Awaiter>;
+    friend Base;
 
-    bool await_ready() const noexcept { return false; }
-    template <typename Promise>
-    bool await_suspend(std::coroutine_handle<Promise> h) {
-      detail::inheritStopToken(stop_, h);
-      batch_.handle_ = h;
-      batch_.streaming_ = false;
-      // Nothing to wait for (empty, invalid or cancelled transfers).
-      if (!batch_.submitAll(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
-      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
-      return true;
-    }
-    void await_resume() noexcept { onStop_.reset(); }
+   public:
+    Awaiter(DiskBatch& batch, std::stop_token stop) noexcept : Base(batch.ring_.loop(), std::move(stop)), batch_(batch) {}
 
    private:
+    // Submits the transfers: over if none went to the kernel (empty,
+    // invalid or refused), each with its result.
+    bool tryNow() noexcept {
+      batch_.streaming_ = false;
+      return !batch_.submitAll(false);
+    }
+    bool start() noexcept {
+      batch_.handle_ = this->handle();  // the last transfer's completion resumes it
+      return true;
+    }
+    // Stopped before: every transfer yields operation_canceled, none goes.
+    bool stoppedAtOnce() noexcept {
+      batch_.streaming_ = false;
+      batch_.submitAll(true);
+      return true;
+    }
+    void cancel() noexcept { batch_.cancel(); }
+    void result() const noexcept {}
+
     DiskBatch& batch_;
-    std::stop_token stop_;
-    detail::InlineCompletion inline_;
-    std::optional<std::stop_callback<OnStop>> onStop_;
   };
 
   /// Submits the transfers; the awaiter resumes when all have completed.
@@ -10544,43 +11018,38 @@ class DiskBatch {
   }
 
   /// Awaits the next completed transfer (see next()).
-  class [[nodiscard]] NextAwaiter {
+  class [[nodiscard]] NextAwaiter : public detail::CancellableOperation<NextAwaiter> {
+    using Base = detail::CancellableOperation<NextAwaiter>;
+    friend Base;
+
    public:
-    NextAwaiter(DiskBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
-    NextAwaiter(const NextAwaiter&) = delete;
-    NextAwaiter& operator=(const NextAwaiter&) = delete;
+    NextAwaiter(DiskBatch& batch, std::stop_token stop) noexcept : Base(batch.ring_.loop(), std::move(stop)), batch_(batch) {
+      COIO_ASSERT(batch_.streaming_, "disk batch next() without start()");
+    }
     ~NextAwaiter() {
-      if (handle_ && batch_.handle_ == handle_) batch_.handle_ = nullptr;  // destroyed while waiting here
+      if (batch_.handle_ && batch_.handle_ == this->handle()) batch_.handle_ = nullptr;  // destroyed while waiting here
     }
 
-    bool await_ready() noexcept {
-      COIO_ASSERT(batch_.streaming_, "disk batch next() without start()");
-      if (stop_.stop_requested()) batch_.cancel();
-      const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
-      return inline_.admit(batch_.ring_.loop(), ready);
-    }
-    template <typename Promise>
-    bool await_suspend(std::coroutine_handle<Promise> h) {
-      if (inline_.deferred(batch_.ring_.loop(), h)) return true;
-      // Checked when it must wait: a next() that finds a transfer done yields it, stop or not.
-      if (detail::inheritStopToken(stop_, h) && stop_.stop_requested()) batch_.cancel();
-      handle_ = batch_.handle_ = h;
-      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
+   private:
+    // A transfer to yield, or none left to wait for.
+    bool tryNow() const noexcept { return batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0; }
+    bool start() noexcept {
+      batch_.handle_ = this->handle();  // the next transfer's completion resumes it
       return true;
     }
-    std::optional<std::size_t> await_resume() noexcept {
-      onStop_.reset();
-      handle_ = nullptr;
+    // Stopped before: the transfers in flight are cancelled, and next()
+    // goes on yielding them (a transfer already done is yielded at once).
+    bool stoppedAtOnce() noexcept {
+      batch_.cancel();
+      return tryNow();
+    }
+    void cancel() noexcept { batch_.cancel(); }
+    std::optional<std::size_t> result() noexcept {
       if (batch_.yielded_ == batch_.completed_.size()) return std::nullopt;
       return batch_.completed_[batch_.yielded_++];
     }
 
-   private:
     DiskBatch& batch_;
-    std::stop_token stop_;
-    std::coroutine_handle<> handle_;
-    detail::InlineCompletion inline_;
-    std::optional<std::stop_callback<OnStop>> onStop_;
   };
 
   /// Streaming: the index of the next completed transfer (see start()), or

@@ -55,6 +55,10 @@ deaths x clients; IOs sent to a target offline in the routing the client
 held at that moment (ClusterStats::offlineIos: requests, hedges and probes;
 it covers every IO to a dead server after the client applied its change),
 which must be 0; and how long after its kill the other mgmtd led.
+
+One file, though long: one schedule (Soak) over one set of processes whose
+state every fault and every check reads; a script run by itself, with no
+other user of its parts.
 """
 import argparse
 import json

@@ -1,6 +1,9 @@
 // RDMA tests on a real verbs stack (label `rdma`): run them where a device
 // exists, e.g. in the Soft-RoCE guest (tests/rdma/vm/run.sh). A missing
 // device is a failure here, not a skip. COIO_RDMA_DEVICE picks the device.
+// One file, though long: the cases share the device, the pair set-up and
+// the peer-process helpers above them, and run only in the guest, as one
+// binary (split, each part would repeat the helpers or need a header of them).
 #include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
 #include <coio/disk/buffer_pool.hpp>

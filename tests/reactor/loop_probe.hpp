@@ -5,7 +5,7 @@
 #include <coio/core/collect_all.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
-#include <coio/detail/fd.hpp>
+#include <coio/reactor/detail/fd.hpp>
 
 #include <catch2/catch.hpp>
 #include <sys/socket.h>

@@ -7,7 +7,7 @@
 #include <coio/core/blocking_wait.hpp>
 #include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
-#include <coio/detail/fd.hpp>
+#include <coio/reactor/detail/fd.hpp>
 #include <coio/reactor/loop_stats.hpp>
 #include <coio/reactor/reactor.hpp>
 

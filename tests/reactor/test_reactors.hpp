@@ -1,7 +1,7 @@
 #pragma once
 // The reactors every parameterised reactor/net test runs on, and helpers
 // shared by those tests.
-#include <coio/detail/fd.hpp>
+#include <coio/reactor/detail/fd.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #if COIO_TEST_URING
 #include <coio/reactor/uring_reactor.hpp>

@@ -3,7 +3,7 @@
 
 #include <coio/core/semaphore.hpp>
 #include <coio/core/task.hpp>
-#include <coio/detail/timer_queue.hpp>
+#include <coio/reactor/detail/timer_queue.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
 #include <catch2/catch.hpp>

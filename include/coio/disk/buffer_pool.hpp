@@ -3,7 +3,7 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/detail/sanitizers.hpp>
 #include <coio/core/result.hpp>
-#include <coio/detail/syscall.hpp>
+#include <coio/reactor/detail/syscall.hpp>
 
 #include <sys/mman.h>
 #include <sys/uio.h>

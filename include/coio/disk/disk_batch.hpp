@@ -1,13 +1,13 @@
 #pragma once
 // Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
-#include <coio/core/detail/inherited_stop.hpp>
 #include <coio/core/result.hpp>
-#include <coio/detail/syscall.hpp>
 #include <coio/disk/detail/disk_ring.hpp>
 #include <coio/disk/detail/io_priority.hpp>
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
+#include <coio/reactor/detail/cancellable_operation.hpp>
+#include <coio/reactor/detail/syscall.hpp>
 
 #include <cerrno>
 #include <coroutine>
@@ -67,11 +67,6 @@ namespace coio {
 ///   after clear(). Loop thread only; not movable.
 class DiskBatch {
   struct Operation;
-  // Both awaiters' stop callback: cancels the transfers in flight.
-  struct OnStop {
-    DiskBatch* batch;
-    void operator()() const noexcept { batch->cancel(); }
-  };
 
  public:
   DiskBatch(const DiskBatch&) = delete;
@@ -100,30 +95,34 @@ class DiskBatch {
   }
 
   /// Awaits the whole batch (see submit()).
-  class [[nodiscard]] Awaiter {
-   public:
-    Awaiter(DiskBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
-    Awaiter(const Awaiter&) = delete;
-    Awaiter& operator=(const Awaiter&) = delete;
+  class [[nodiscard]] Awaiter : public detail::CancellableOperation<Awaiter> {
+    using Base = detail::CancellableOperation<Awaiter>;
+    friend Base;
 
-    bool await_ready() const noexcept { return false; }
-    template <typename Promise>
-    bool await_suspend(std::coroutine_handle<Promise> h) {
-      detail::inheritStopToken(stop_, h);
-      batch_.handle_ = h;
-      batch_.streaming_ = false;
-      // Nothing to wait for (empty, invalid or cancelled transfers).
-      if (!batch_.submitAll(stop_.stop_requested())) return inline_.yieldDone(batch_.ring_.loop(), h);
-      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
-      return true;
-    }
-    void await_resume() noexcept { onStop_.reset(); }
+   public:
+    Awaiter(DiskBatch& batch, std::stop_token stop) noexcept : Base(batch.ring_.loop(), std::move(stop)), batch_(batch) {}
 
    private:
+    // Submits the transfers: over if none went to the kernel (empty,
+    // invalid or refused), each with its result.
+    bool tryNow() noexcept {
+      batch_.streaming_ = false;
+      return !batch_.submitAll(false);
+    }
+    bool start() noexcept {
+      batch_.handle_ = this->handle();  // the last transfer's completion resumes it
+      return true;
+    }
+    // Stopped before: every transfer yields operation_canceled, none goes.
+    bool stoppedAtOnce() noexcept {
+      batch_.streaming_ = false;
+      batch_.submitAll(true);
+      return true;
+    }
+    void cancel() noexcept { batch_.cancel(); }
+    void result() const noexcept {}
+
     DiskBatch& batch_;
-    std::stop_token stop_;
-    detail::InlineCompletion inline_;
-    std::optional<std::stop_callback<OnStop>> onStop_;
   };
 
   /// Submits the transfers; the awaiter resumes when all have completed.
@@ -147,43 +146,38 @@ class DiskBatch {
   }
 
   /// Awaits the next completed transfer (see next()).
-  class [[nodiscard]] NextAwaiter {
+  class [[nodiscard]] NextAwaiter : public detail::CancellableOperation<NextAwaiter> {
+    using Base = detail::CancellableOperation<NextAwaiter>;
+    friend Base;
+
    public:
-    NextAwaiter(DiskBatch& batch, std::stop_token stop) noexcept : batch_(batch), stop_(std::move(stop)) {}
-    NextAwaiter(const NextAwaiter&) = delete;
-    NextAwaiter& operator=(const NextAwaiter&) = delete;
+    NextAwaiter(DiskBatch& batch, std::stop_token stop) noexcept : Base(batch.ring_.loop(), std::move(stop)), batch_(batch) {
+      COIO_ASSERT(batch_.streaming_, "disk batch next() without start()");
+    }
     ~NextAwaiter() {
-      if (handle_ && batch_.handle_ == handle_) batch_.handle_ = nullptr;  // destroyed while waiting here
+      if (batch_.handle_ && batch_.handle_ == this->handle()) batch_.handle_ = nullptr;  // destroyed while waiting here
     }
 
-    bool await_ready() noexcept {
-      COIO_ASSERT(batch_.streaming_, "disk batch next() without start()");
-      if (stop_.stop_requested()) batch_.cancel();
-      const bool ready = batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0;
-      return inline_.admit(batch_.ring_.loop(), ready);
-    }
-    template <typename Promise>
-    bool await_suspend(std::coroutine_handle<Promise> h) {
-      if (inline_.deferred(batch_.ring_.loop(), h)) return true;
-      // Checked when it must wait: a next() that finds a transfer done yields it, stop or not.
-      if (detail::inheritStopToken(stop_, h) && stop_.stop_requested()) batch_.cancel();
-      handle_ = batch_.handle_ = h;
-      if (stop_.stop_possible()) onStop_.emplace(stop_, OnStop{&batch_});
+   private:
+    // A transfer to yield, or none left to wait for.
+    bool tryNow() const noexcept { return batch_.yielded_ < batch_.completed_.size() || batch_.remaining_ == 0; }
+    bool start() noexcept {
+      batch_.handle_ = this->handle();  // the next transfer's completion resumes it
       return true;
     }
-    std::optional<std::size_t> await_resume() noexcept {
-      onStop_.reset();
-      handle_ = nullptr;
+    // Stopped before: the transfers in flight are cancelled, and next()
+    // goes on yielding them (a transfer already done is yielded at once).
+    bool stoppedAtOnce() noexcept {
+      batch_.cancel();
+      return tryNow();
+    }
+    void cancel() noexcept { batch_.cancel(); }
+    std::optional<std::size_t> result() noexcept {
       if (batch_.yielded_ == batch_.completed_.size()) return std::nullopt;
       return batch_.completed_[batch_.yielded_++];
     }
 
-   private:
     DiskBatch& batch_;
-    std::stop_token stop_;
-    std::coroutine_handle<> handle_;
-    detail::InlineCompletion inline_;
-    std::optional<std::stop_callback<OnStop>> onStop_;
   };
 
   /// Streaming: the index of the next completed transfer (see start()), or

@@ -3,12 +3,12 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
-#include <coio/detail/fd.hpp>
-#include <coio/detail/syscall.hpp>
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/detail/disk_operation.hpp>
 #include <coio/disk/direct_io.hpp>
 #include <coio/disk/disk.hpp>
+#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/detail/syscall.hpp>
 
 #include <fcntl.h>
 #include <limits.h>

@@ -1,9 +1,9 @@
 #pragma once
 #include <coio/core/result.hpp>
-#include <coio/detail/fd.hpp>
-#include <coio/detail/transform_awaiter.hpp>
+#include <coio/net/detail/transform_awaiter.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/detail/fd.hpp>
 #include <coio/reactor/reactor.hpp>
 
 #include <netinet/in.h>

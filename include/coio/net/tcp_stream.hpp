@@ -1,11 +1,11 @@
 #pragma once
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
-#include <coio/detail/fd.hpp>
-#include <coio/detail/iovec.hpp>
-#include <coio/detail/reset_connection.hpp>
-#include <coio/detail/transform_awaiter.hpp>
+#include <coio/net/detail/transform_awaiter.hpp>
 #include <coio/net/socket_address.hpp>
+#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/detail/iovec.hpp>
+#include <coio/reactor/detail/reset_connection.hpp>
 #include <coio/reactor/reactor.hpp>
 
 #include <netinet/in.h>

@@ -1,4 +1,10 @@
 #pragma once
+// QueuePair, one RC queue pair: the connection (the TCP handshake, the
+// state changes), two-sided messages with their credits and acks, one-sided
+// RDMA chains, and the watcher that dispatches their completions. One file,
+// though long: every part reads and writes the same private state (the
+// posted work, the credits, the error that fails the pair) under one set of
+// invariants, which a split would spread over headers that each see all of it.
 #include <coio/core/baton.hpp>
 #include <coio/core/batch_semaphore.hpp>
 #include <coio/core/collect_all.hpp>

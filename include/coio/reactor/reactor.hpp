@@ -10,6 +10,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <stop_token>
 
@@ -21,6 +22,8 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 
 /// An event loop driven by one thread; EpollReactor and UringReactor model
 /// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+/// Both are a ReactorLoop (run, spawn, schedule, sleeps, stats) over a
+/// backend (ReactorBackend) plus their I/O operations.
 ///
 /// What every model guarantees:
 /// - `run()` drives the loop on the calling thread until `stop()`;
@@ -90,6 +93,37 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { cr.stats() } -> std::same_as<LoopStats>;
   r.setLoopTiming(true);
   r.setStallHandler(d, std::move(handler));
+};
+
+/// What ReactorLoop needs of its backend B, the part of a reactor that
+/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
+/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
+/// The loop constructs it with its LoopCore (and the reactor's options) and
+/// calls, on the loop thread:
+/// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
+///   something happens; zero: not at all) and dispatch what completed,
+///   resuming the coroutines that waited. Right after its wait returns it
+///   calls `core.woke(timeout)`; when the core's wake-up eventfd fired it
+///   drains it and calls `core.resumeRemote()`; it counts its operations in
+///   `core.meter()` where it submits, completes and dispatches them.
+/// - `armDeadline(t)`: make the next waits end by `t` (the earliest timer)
+///   without a timeout on each; false if it cannot (the loop then passes a
+///   timeout to poll).
+/// - `quiesce()`: make sure the kernel holds no reference to any operation,
+///   without resuming anything (after a stop, and before the reactor's
+///   tasks are destroyed).
+/// - `leaveLoop()`: as run() / runUntil() return, undo what that run tied
+///   to its thread.
+/// - `unsubmitted()`: operations prepared but not handed to the kernel yet
+///   (LoopStats::unsubmitted).
+template <typename B>
+concept ReactorBackend = requires(B& b, const B& cb, std::optional<std::chrono::steady_clock::duration> timeout,
+                                  std::chrono::steady_clock::time_point t) {
+  b.poll(timeout);
+  { b.armDeadline(t) } noexcept -> std::same_as<bool>;
+  { b.quiesce() } noexcept;
+  { b.leaveLoop() } noexcept;
+  { cb.unsubmitted() } noexcept -> std::same_as<std::size_t>;
 };
 
 }  // namespace coio

@@ -33,6 +33,9 @@
 // client_cpu, cpu_per_gib in core-seconds over the measured interval
 // (server_cpu is the process's less the client thread's: the server thread,
 // its io-wq workers and the idle main thread).
+// One file, though long: its server, client and measuring are written
+// without coio on purpose, so they share no header with the example's and
+// have no other user.
 #include <coio/disk/detail/io_priority.hpp>
 
 #include <liburing.h>

@@ -1,11 +1,14 @@
 #pragma once
 // The ring disk operations go to, behind one interface: the UringReactor's
-// own ring, or (for EpollReactor) a dedicated ring whose completions an
-// eventfd signals. Also the operation record both kinds of ring complete.
-// Needs liburing: link coio::uring.
+// own ring, or (for EpollReactor) a dedicated one, a UringRing of its own
+// whose completions an eventfd signals. Also the operation record both
+// kinds of ring complete. Needs liburing: link coio::uring.
 #include <coio/core/detail/assert.hpp>
-#include <coio/detail/reactor_base.hpp>
-#include <coio/detail/syscall.hpp>
+#include <coio/reactor/detail/event_fd.hpp>
+#include <coio/reactor/detail/loop_core.hpp>
+#include <coio/reactor/detail/syscall.hpp>
+#include <coio/reactor/detail/uring_ring.hpp>
+#include <coio/reactor/detail/uring_setup.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #include <coio/reactor/uring_reactor.hpp>
 
@@ -83,8 +86,7 @@ struct DiskRequest {
 struct DiskOp : UringOperation {
   enum class State : std::uint8_t {
     idle,      // not submitted (or moved around before submission)
-    inFlight,  // SQE prepared; the kernel may own the buffer
-    reaped,    // CQE taken from a dedicated ring, dispatch pending
+    inFlight,  // SQE prepared, completion not dispatched yet
     done,      // completed (or orphaned by a closed dedicated ring)
   };
 
@@ -96,7 +98,7 @@ struct DiskOp : UringOperation {
   DiskOp& operator=(const DiskOp&) = delete;
   ~DiskOp();
 
-  bool pending() const noexcept { return state == State::inFlight || state == State::reaped; }
+  bool pending() const noexcept { return state == State::inFlight; }
 
   State state = State::idle;
   DedicatedRing* dedicated = nullptr;  // set while pending on a dedicated ring
@@ -212,24 +214,21 @@ class ReactorRing final : public DiskRing {
 class DedicatedRing final : public DiskRing {
  public:
   DedicatedRing(EpollReactor& reactor, unsigned entries, unsigned cqEntries, unsigned eagerBelow)
-      : reactor_(reactor), gate_(eagerBelow) {
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
-    params.cq_entries = std::max(cqEntries, 2 * entries);
-    if (const int r = io_uring_queue_init_params(entries, &ring_, &params); r < 0) {
-      throwSystemError(-r, describeUringSetupError(-r));
-    }
-    if (const int r = io_uring_register_eventfd(&ring_, eventFd_.fd()); r < 0) {
-      io_uring_queue_exit(&ring_);
-      throwSystemError(-r, "coio::Disk: io_uring_register_eventfd");
-    }
-  }
-  ~DedicatedRing() override {
-    close();
-    io_uring_queue_exit(&ring_);
-  }
+      : reactor_(reactor), gate_(eagerBelow), ring_(reactor, "coio::Disk", false, [&](io_uring& ring) {
+          io_uring_params params{};
+          params.flags = IORING_SETUP_CQSIZE;
+          params.cq_entries = std::max(cqEntries, 2 * entries);
+          if (const int r = io_uring_queue_init_params(entries, &ring, &params); r < 0) {
+            throwSystemError(-r, describeUringSetupError(-r));
+          }
+          if (const int r = io_uring_register_eventfd(&ring, eventFd_.fd()); r < 0) {
+            io_uring_queue_exit(&ring);
+            throwSystemError(-r, "coio::Disk: io_uring_register_eventfd");
+          }
+        }) {}
+  ~DedicatedRing() override { close(); }
 
-  io_uring& ring() noexcept override { return ring_; }
+  io_uring& ring() noexcept override { return ring_.get(); }
   int eventFd() const noexcept { return eventFd_.fd(); }
   bool closed() const noexcept { return closed_; }
 
@@ -238,29 +237,20 @@ class DedicatedRing final : public DiskRing {
   // so, else in one enter at the end of the round.
   void submit(DiskOp& op, const DiskRequest& request) override {
     COIO_ASSERT(!closed_, "disk operation submitted after its Disk was destroyed");
-    io_uring_sqe* sqe = acquireSqe();
-    request(sqe);
-    io_uring_sqe_set_data(sqe, static_cast<UringOperation*>(&op));
+    ring_.submit(op, request);  // counted in the reactor's stats(), as on the UringReactor's ring
     op.state = DiskOp::State::inFlight;
     op.dedicated = this;
-    op.counter = counterOf(*sqe);  // in the reactor's stats(), as on the UringReactor's ring
-    reactor_.meter_.submitted(op.counter);
-    ++inFlight_;
     if (batches_ > 0 || !dispatching_) {
       commit();
-    } else if (gate_.open(inFlight_)) {
-      submitNow();
-      gate_.submitted(EagerGate::completedInline(ring_, op));
+    } else if (gate_.open(ring_.inFlight())) {
+      flush();
+      gate_.submitted(EagerGate::completedInline(ring_.get(), op));
     }
   }
 
-  // Best effort: a disk operation ends on its own, so a cancel the ring
-  // refuses only means the operation completes with its real result.
+  // A disk operation ends on its own: a cancel only makes it end sooner.
   void cancel(DiskOp& op) noexcept override {
-    io_uring_sqe* sqe = tryAcquireSqe();
-    if (!sqe) return;
-    io_uring_prep_cancel(sqe, static_cast<UringOperation*>(&op), 0);
-    io_uring_sqe_set_data64(sqe, 0);  // the cancel's own completion is ignored
+    ring_.cancel(op);  // without an SQE now: at the next pump
     try {
       commit();
     } catch (...) {
@@ -283,34 +273,34 @@ class DedicatedRing final : public DiskRing {
   LoopCore& loop() noexcept override { return reactor_; }
 
   /// The pump, after the eventfd fired: dispatches the completions there
-  /// are. One pass: reads that complete while being submitted (page-cache
+  /// are. One round: reads that complete while being submitted (page-cache
   /// hits) must not keep the loop from its timers and other fds; their CQEs
-  /// signal the eventfd again.
+  /// signal the eventfd again, and what this round left waiting signals it
+  /// here.
   void pump() {
     eventFd_.drain();  // first: a CQE posted from now on signals again
-    std::swap(round_, backlog_);
-    takeCompletions(round_);
-    dispatching_ = true;
-    // Indexed: a resumed coroutine may destroy an operation listed later,
-    // which then clears its entry (forget()).
-    for (std::size_t i = 0; i < round_.size(); ++i) {
-      const Completion c = round_[i];
-      if (c.op) c.op->complete(c.op, c.result, 0);
+    if (const int err = ring_.submitDeferred()) throwSystemError(err, "coio::Disk: io_uring_submit");
+    {
+      dispatching_ = true;
+      struct Dispatching {
+        bool& flag;
+        ~Dispatching() { flag = false; }
+      } dispatching{dispatching_};
+      ring_.reap(1);
     }
-    round_.clear();  // holds only undelivered completions: close() and forget() look there
-    dispatching_ = false;
     commit();
-    if (!backlog_.empty()) eventFd_.signal();  // set aside during the round: next round
+    if (ring_.completionsWaiting()) eventFd_.signal();
   }
 
   /// For a pending operation being destroyed: makes the kernel let go of it
   /// (cancel, then wait for its CQE) and drops its undelivered completion.
   void release(DiskOp& op) noexcept {
-    if (op.state == DiskOp::State::inFlight) {
+    if (!ring_.reaped(op)) {
       cancel(op);
-      while (op.state == DiskOp::State::inFlight) waitForCompletions();
+      while (!ring_.reaped(op)) ring_.waitForCompletions();
     }
-    forget(op);
+    ring_.forget(op);
+    op.state = DiskOp::State::done;
   }
 
   /// Cancels everything in flight and waits until the kernel has let go;
@@ -318,105 +308,27 @@ class DedicatedRing final : public DiskRing {
   void close() noexcept override {
     if (closed_) return;
     closed_ = true;
-    if (inFlight_ > 0) {
-      // Without an SQE the operations are waited for uncancelled.
-      if (io_uring_sqe* sqe = tryAcquireSqe()) {
-        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-        io_uring_sqe_set_data64(sqe, 0);
-      }
-      while (inFlight_ > 0) waitForCompletions();
-    }
-    for (auto* list : {&backlog_, &round_}) {
-      for (Completion& c : *list) {
-        if (c.op) static_cast<DiskOp*>(c.op)->state = DiskOp::State::done;
-      }
-      list->clear();
-    }
+    ring_.quiesce([](UringOperation* op) noexcept { static_cast<DiskOp*>(op)->state = DiskOp::State::done; });
     eventFd_.signal();  // wakes the pump, which deregisters the eventfd and ends
   }
 
  private:
-  struct Completion {
-    UringOperation* op;  // null once the operation was destroyed
-    int result;
-  };
-
   // Submits now, unless a batch is being submitted or completions are
   // being dispatched (then at the end of either).
   void commit() {
-    if (batches_ == 0 && !dispatching_) submitNow();
+    if (batches_ == 0 && !dispatching_) flush();
   }
-
-  void submitNow() {
-    for (;;) {
-      const int r = io_uring_submit(&ring_);
-      if (r >= 0 || r == -EINTR) return;
-      if (r != -EBUSY && r != -EAGAIN) throwSystemError(-r, "coio::Disk: io_uring_submit");
-      takeCompletions(backlog_);  // completions backed up: make room, then retry
-    }
-  }
-
-  io_uring_sqe* acquireSqe() {
-    COIO_ASSERT(reactor_.ownedByCaller(), "disk operation submitted off the reactor's thread");
-    for (;;) {
-      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) return sqe;
-      submitNow();  // SQ full
-    }
-  }
-
-  // As acquireSqe, but null where that would throw.
-  io_uring_sqe* tryAcquireSqe() noexcept {
-    try {
-      return acquireSqe();
-    } catch (...) {
-      return nullptr;
-    }
-  }
-
-  // Takes every available CQE; marks its operation reaped (the kernel is
-  // done with it) and queues it in `out` for dispatch.
-  void takeCompletions(std::vector<Completion>& out) noexcept {
-    io_uring_cqe* cqe;
-    unsigned head, n = 0;
-    io_uring_for_each_cqe(&ring_, head, cqe) {
-      ++n;
-      auto* op = static_cast<DiskOp*>(reinterpret_cast<UringOperation*>(cqe->user_data));
-      if (!op) continue;
-      --inFlight_;
-      reactor_.meter_.completed(op->counter);
-      op->state = DiskOp::State::reaped;
-      out.push_back({op, cqe->res});
-    }
-    io_uring_cq_advance(&ring_, n);
-  }
-
-  void waitForCompletions() noexcept {
-    io_uring_cqe* cqe = nullptr;
-    [[maybe_unused]] const int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, nullptr, nullptr);
-    COIO_ASSERT(r >= 0 || r == -EINTR || r == -EBUSY || r == -EAGAIN || r == -ETIME,
-                "io_uring_enter failed while waiting for disk completions");
-    takeCompletions(backlog_);
-  }
-
-  void forget(DiskOp& op) noexcept {
-    for (auto* list : {&backlog_, &round_}) {
-      for (Completion& c : *list) {
-        if (c.op == &op) c.op = nullptr;
-      }
-    }
-    op.state = DiskOp::State::done;
+  void flush() {
+    if (const int err = ring_.flush()) throwSystemError(err, "coio::Disk: io_uring_submit");
   }
 
   EpollReactor& reactor_;
   EagerGate gate_;
-  EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE
-  io_uring ring_{};
-  std::size_t inFlight_ = 0;
-  unsigned batches_ = 0;     // DiskBatches being submitted
+  EventFd eventFd_;  // non-blocking, signalled by the kernel for every CQE; before the ring, which registers it
+  UringRing ring_;
+  unsigned batches_ = 0;      // DiskBatches being submitted
   bool dispatching_ = false;  // inside pump()
   bool closed_ = false;
-  std::vector<Completion> backlog_;  // taken from the ring, not dispatched yet
-  std::vector<Completion> round_;    // the completions being dispatched
 };
 
 inline DiskOp::~DiskOp() {

@@ -1,7 +1,7 @@
 #pragma once
 // resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
 // and UringReactor's shutdown of zero-copy sends.
-#include <coio/detail/syscall.hpp>
+#include <coio/reactor/detail/syscall.hpp>
 
 #include <sys/socket.h>
 

@@ -10,7 +10,7 @@
 // the wake-up after a wait that could block (one read; a wait that could not
 // block, because work was ready, counts as running). Off, it costs a test of
 // one bool per phase.
-#include <coio/detail/timer_queue.hpp>
+#include <coio/reactor/detail/timer_queue.hpp>
 #include <coio/reactor/loop_stats.hpp>
 
 #include <algorithm>
