@@ -4634,6 +4634,8 @@ namespace coio {
 template <Reactor R, typename Item, typename Batch>
 class GroupCommit {
  public:
+  /// Items go out through `batch`, at most `maxWeight` of them (by weight)
+  /// per call, on `reactor`'s loop thread.
   GroupCommit(R& reactor, std::size_t maxWeight, Batch batch)
       : reactor_(reactor), maxWeight_(maxWeight), batch_(std::move(batch)) {}
   GroupCommit(const GroupCommit&) = delete;
@@ -4668,6 +4670,7 @@ class GroupCommit {
     co_return std::move(me.result);
   }
 
+  /// Whether a batch failed: then every submit() fails with Errc::closed.
   bool broken() const noexcept { return broken_; }
 
  private:
