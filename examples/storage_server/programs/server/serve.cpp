@@ -190,8 +190,11 @@ Command addServe(CLI::App& program) {
       "Serves D (as target 0), or each --target ID=DIR (repeat it: one dataset per target, typically\n"
       "one per disk, several per disk allowed; a request names the target of each IO; all targets\n"
       "share each reactor's ring and pool), until SIGINT/SIGTERM (requests in flight get up to 5 s to\n"
-      "finish). SIGUSR1 prints a line of figures: \"stats: requests=N connections=N buffers_in_use=N\n"
-      "buffers=N send_timeouts=N corrupt_ios=N\".\n"
+      "finish). SIGUSR1 prints a line of figures, summed over the reactors: \"stats: requests=N\n"
+      "connections=N buffers_in_use=N buffers=N send_timeouts=N corrupt_ios=N\": BatchReadRequests\n"
+      "received, connections serving now (past the transport's handshake, not yet closed; those over\n"
+      "--max-connections never are), read buffers in use and in the pools, connections dropped because\n"
+      "the client stopped reading, IOs answered corrupt.\n"
       "--metrics serves GET /metrics on ADDR:PORT (HTTP/1.0; port 0: any, as printed): the counters,\n"
       "latency histograms and each reactor's loop figures in Prometheus' text format; it also times\n"
       "the loops. A frame must arrive whole within --frame-timeout-ms of its first byte (an RDMA\n"
@@ -216,8 +219,9 @@ Command addServe(CLI::App& program) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->trigger_on_parse();
   sub->add_option("--chains", line->chains,
-                  "take each target's chain version from the chain table FILE (CHAINS.md): an IO routed with an "
-                  "older one is answered staleRouting");
+                  "the chain table FILE (CHAINS.md) its targets belong to; a file gives every chain version 1, so "
+                  "no IO is stale until a cluster manager changes a version (--etcd: an IO routed with an older "
+                  "one is then answered staleRouting)");
   sub->add_option("--listen", line->listen, "host:port")->capture_default_str();
   sub->add_option("--transport", s.transport, "tcp or rdma")
       ->check(CLI::IsMember({"tcp", "rdma"}))
