@@ -4553,8 +4553,9 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
 };
 
 /// What ReactorLoop needs of its backend B, the part of a reactor that
-/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
-/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
+/// waits for I/O (seastar calls it reactor_backend): EpollBackend (epoll, a
+/// timerfd) and UringBackend (an io_uring), internals under
+/// coio/reactor/detail/, model it.
 /// The loop constructs it with its LoopCore (and the reactor's options) and
 /// calls, on the loop thread:
 /// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
@@ -5150,23 +5151,46 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 /// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
 ///   with the buffers, on the loop thread: without a copy where the reactor
 ///   can (UringReactor::sendZeroCopy), else after a copying write.
+///
+/// Example (with TcpListener):
+/// \snippet api_examples.cpp TcpStream
 template <Reactor R>
 class TcpStream {
  public:
-  using ReadAwaiter = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
-                                               detail::ReadResult>;
-  using WriteAwaiter =
+  /// What read() returns. `co_await` it once, on the loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes read, or Errc::eof
+  /// at the end of the stream (see the class comment for the errors and
+  /// the stop token).
+  using ReadAwaitable = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
+                                                 detail::ReadResult>;
+  /// What write(buffer) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WriteAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
-  using WritevAwaiter =
+  /// What write(parts) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WritevAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
-  using ZeroCopyWriteAwaiter =
+  /// What writeZeroCopy() returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written, once the kernel is done with them.
+  using ZeroCopyWriteAwaitable =
       detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
+  // Their names before the ...Awaitable ones, kept for source compatibility.
+  using ReadAwaiter = ReadAwaitable;
+  using WriteAwaiter = WriteAwaitable;
+  using WritevAwaiter = WritevAwaitable;
+  using ZeroCopyWriteAwaiter = ZeroCopyWriteAwaitable;
+  /// A socket's file descriptor, owned: closed when destroyed (or by
+  /// `reset()`); `get()` is the fd (-1 if none), `valid()` whether there is
+  /// one, `release()` gives it up without closing it. Move-only. What the
+  /// constructor adopts and release() gives back.
+  using FileDescriptor = detail::FileDescriptor;
 
   /// Adopts a connected non-blocking socket.
-  TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpStream(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
   /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
   /// Closes the socket held, if any, and takes over `other`'s.
@@ -5182,7 +5206,7 @@ class TcpStream {
 
   /// Connects to `address`.
   static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
-    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
     if (!fd.valid()) co_return systemError(errno);
     TcpStream stream(reactor, std::move(fd));
     Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
@@ -5192,20 +5216,20 @@ class TcpStream {
 
   /// Reads what is available, at most `buffer.size()` bytes (at least 1 for
   /// a non-empty buffer).
-  ReadAwaiter read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return ReadAwaiter{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+  ReadAwaitable read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return ReadAwaitable{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
   }
 
   /// Writes some of `buffer`: the byte count written, possibly short.
-  WriteAwaiter write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
+  WriteAwaitable write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return WriteAwaitable{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` in one system call (at most IOV_MAX parts):
   /// the byte count written, possibly short. `parts` must stay valid until
   /// the co_await returns.
-  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  WritevAwaitable write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaitable{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` (at most IOV_MAX) without copying them into the
@@ -5221,8 +5245,8 @@ class TcpStream {
   /// connection is reset (abort()). A reactor that copies (EpollReactor;
   /// UringReactor without zero-copy sends) keeps the guarantee trivially:
   /// the kernel holds a copy once the write resumes.
-  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+  ZeroCopyWriteAwaitable writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaitable{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
                                 detail::WriteResult{}};
   }
 
@@ -5330,7 +5354,7 @@ class TcpStream {
   /// the reactor reads the socket ahead (UringReactor::readsAhead:
   /// forgetting it would drop data the peer sent); release before the first
   /// read, or on a reactor that does not read ahead.
-  Result<detail::FileDescriptor> release() noexcept {
+  Result<FileDescriptor> release() noexcept {
     if constexpr (requires(const R& r) { r.readsAhead(0); }) {
       if (fd_.valid() && reactor_->readsAhead(fd_.get())) return systemError(EBUSY);
     }
@@ -5347,16 +5371,16 @@ class TcpStream {
 
  private:
   // read(), or where the reactor can, a read that asks for all of `buffer`.
-  ReadAwaiter readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
+  ReadAwaitable readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
     if constexpr (requires(R& r) { r.recvAll(0, buffer, stop); }) {
-      return ReadAwaiter{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+      return ReadAwaitable{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
     } else {
       return read(buffer, std::move(stop));
     }
   }
 
   R* reactor_;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace coio
@@ -6757,7 +6781,8 @@ struct BackendOf;
 /// A turn of the loop: resume the ready coroutines, fire the due timers,
 /// then the backend's poll (wait for I/O and dispatch it), with a timeout
 /// of zero while coroutines are ready. `Reactor` is the reactor deriving
-/// from it; its backend (a ReactorBackend) is detail::BackendOf<Reactor>.
+/// from it; its backend (a ReactorBackend) is the one the internal
+/// BackendOf<Reactor> names.
 template <typename Reactor>
 class ReactorLoop : public detail::LoopCore {
   using Backend = typename detail::BackendOf<Reactor>::type;
@@ -6766,6 +6791,16 @@ class ReactorLoop : public detail::LoopCore {
  public:
   /// The loop's clock (timers, stats).
   using Clock = std::chrono::steady_clock;
+  /// What sleepFor(d) and sleepUntil(deadline) return. `co_await` it once,
+  /// on the loop thread: it yields nothing, resumed on the loop thread at the
+  /// deadline (in a later iteration if it has passed), or earlier, once the
+  /// token the awaiting Task runs under is stopped.
+  using SleepAwaitable = detail::SleepAwaiter<false>;
+  /// What sleepFor(d, stop) and sleepUntil(deadline, stop) return: like
+  /// SleepAwaitable, but yields true if the deadline passed, false if `stop`
+  /// was requested first (then resumed on the loop thread in a later
+  /// iteration).
+  using CancellableSleepAwaitable = detail::SleepAwaiter<true>;
 
   /// Runs the loop on the calling thread until stop() (or until a spawned
   /// task throws, on whatever thread it then runs: the reactor then stops,
@@ -6843,19 +6878,19 @@ class ReactorLoop : public detail::LoopCore {
   /// Awaited from a coio Task, it ends early (as the cancellable form does,
   /// yielding nothing) once the token the Task runs under is stopped: a
   /// loop that only sleeps should check that token.
-  detail::SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  SleepAwaitable sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   /// sleepUntil(now + d).
-  detail::SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
   /// a later iteration; at once if it already was). `stop` must be requested
   /// on the loop thread. A default `stop` means the token of the awaiting
   /// Task (see currentStopToken).
-  detail::SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
     return {*this, deadline, std::move(stop)};
   }
   /// The cancellable sleepUntil(now + d, stop).
-  detail::SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepFor(Clock::duration d, std::stop_token stop) noexcept {
     return {*this, Clock::now() + d, std::move(stop)};
   }
 
@@ -7000,7 +7035,9 @@ struct detail::BackendOf<EpollReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable below resumes its coroutine on the loop thread (the
-///   thread inside run() / runUntil()), and must be awaited there.
+///   thread inside run() / runUntil()), and must be awaited there, once.
+///   Each operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - I/O operations try their system call first and wait only if it would
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
@@ -7008,7 +7045,7 @@ struct detail::BackendOf<EpollReactor> {
 ///   iteration complete without suspending (a ready fd, an fd < 0, a stop
 ///   already requested); later ones still make their system call at once
 ///   but resume their coroutine in the next iteration, after timers and
-///   other fds (detail::InlineCompletion). A socket that is always readable
+///   other fds. A socket that is always readable
 ///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
@@ -7025,12 +7062,26 @@ struct detail::BackendOf<EpollReactor> {
 ///   hrtimer per wait).
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share; the
-/// waiting is detail::EpollBackend's, the operations detail::EpollOperation.
+/// waiting is EpollBackend's, the operations EpollOperation's
+/// (reactor/detail/epoll_backend.hpp, epoll_operation.hpp).
 class EpollReactor : public ReactorLoop<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::EpollOperation<detail::ReadinessAttempt, void, true>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::EpollOperation<detail::AcceptAttempt, int, false>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::EpollOperation<detail::ConnectAttempt, void, false>;
+  /// What recv() returns: `co_await` yields Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::EpollOperation<detail::RecvAttempt, std::size_t, false>;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendAwaitable = detail::EpollOperation<detail::SendAttempt, std::size_t, false>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendvAwaitable = detail::EpollOperation<detail::SendvAttempt, std::size_t, false>;
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
@@ -7040,60 +7091,53 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   /// the fd's state is checked when the wait starts, so an edge that came
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
-  Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// As readable(), for writability.
-  Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptAttempt, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// Connects a non-blocking socket.
-  Operation<detail::ConnectAttempt, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                                  std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// recv: bytes read, 0 at end of stream.
-  Operation<detail::RecvAttempt, std::size_t> recv(int fd, std::span<std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
-  Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                      std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
   void forget(int fd) noexcept { backend_.forget(fd); }
 };
 
-inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::read, {}, std::move(stop)};
 }
-inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::write, {}, std::move(stop)};
 }
-inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
+inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
 }
 inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectAttempt, void> {
+    -> ConnectAwaitable {
   detail::ConnectAttempt attempt{{}, fd, {}, length};
   std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
   return {backend_, fd, detail::Direction::write, attempt, std::move(stop)};
 }
-inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::RecvAttempt, std::size_t> {
+inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return {backend_, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
 }
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendAttempt, std::size_t> {
+    -> SendAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
 }
 
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvAttempt, std::size_t> {
+    -> SendvAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
@@ -7969,8 +8013,9 @@ class Device {
   const ibv_port_attr& portAttributes() const noexcept { return portAttr_; }
   /// Ethernet (RoCE) or InfiniBand.
   bool isRoce() const noexcept { return portAttr_.link_layer == IBV_LINK_LAYER_ETHERNET; }
-  /// The GID table index used as source GID (RoCE: selected by
-  /// detail::selectRoceGid; InfiniBand: 0, addressing is by LID).
+  /// The GID table index used as source GID (RoCE: never a zero or a
+  /// link-local GID; RoCE v2 with an IPv4-mapped address first, then other
+  /// RoCE v2 GIDs, then RoCE v1. InfiniBand: 0, addressing is by LID).
   std::uint32_t gidIndex() const noexcept { return gidIndex_; }
   /// The GID at gidIndex().
   const ibv_gid& gid() const noexcept { return gid_; }
@@ -8714,6 +8759,10 @@ struct FreeMemory {
 ///
 /// Lifetime: created by `create()` (immovable: work-request ids point into
 /// it); the Device and the reactor must outlive it.
+///
+/// Example (one end of a connection; runs in CI only where there is a
+/// device, the Soft-RoCE guest, and is compiled everywhere):
+/// \snippet api_examples_rdma.cpp QueuePair
 template <Reactor R>
 class QueuePair {
  public:

@@ -4553,8 +4553,9 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
 };
 
 /// What ReactorLoop needs of its backend B, the part of a reactor that
-/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
-/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
+/// waits for I/O (seastar calls it reactor_backend): EpollBackend (epoll, a
+/// timerfd) and UringBackend (an io_uring), internals under
+/// coio/reactor/detail/, model it.
 /// The loop constructs it with its LoopCore (and the reactor's options) and
 /// calls, on the loop thread:
 /// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
@@ -5150,23 +5151,46 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 /// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
 ///   with the buffers, on the loop thread: without a copy where the reactor
 ///   can (UringReactor::sendZeroCopy), else after a copying write.
+///
+/// Example (with TcpListener):
+/// \snippet api_examples.cpp TcpStream
 template <Reactor R>
 class TcpStream {
  public:
-  using ReadAwaiter = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
-                                               detail::ReadResult>;
-  using WriteAwaiter =
+  /// What read() returns. `co_await` it once, on the loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes read, or Errc::eof
+  /// at the end of the stream (see the class comment for the errors and
+  /// the stop token).
+  using ReadAwaitable = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
+                                                 detail::ReadResult>;
+  /// What write(buffer) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WriteAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
-  using WritevAwaiter =
+  /// What write(parts) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WritevAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
-  using ZeroCopyWriteAwaiter =
+  /// What writeZeroCopy() returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written, once the kernel is done with them.
+  using ZeroCopyWriteAwaitable =
       detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
+  // Their names before the ...Awaitable ones, kept for source compatibility.
+  using ReadAwaiter = ReadAwaitable;
+  using WriteAwaiter = WriteAwaitable;
+  using WritevAwaiter = WritevAwaitable;
+  using ZeroCopyWriteAwaiter = ZeroCopyWriteAwaitable;
+  /// A socket's file descriptor, owned: closed when destroyed (or by
+  /// `reset()`); `get()` is the fd (-1 if none), `valid()` whether there is
+  /// one, `release()` gives it up without closing it. Move-only. What the
+  /// constructor adopts and release() gives back.
+  using FileDescriptor = detail::FileDescriptor;
 
   /// Adopts a connected non-blocking socket.
-  TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpStream(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
   /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
   /// Closes the socket held, if any, and takes over `other`'s.
@@ -5182,7 +5206,7 @@ class TcpStream {
 
   /// Connects to `address`.
   static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
-    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
     if (!fd.valid()) co_return systemError(errno);
     TcpStream stream(reactor, std::move(fd));
     Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
@@ -5192,20 +5216,20 @@ class TcpStream {
 
   /// Reads what is available, at most `buffer.size()` bytes (at least 1 for
   /// a non-empty buffer).
-  ReadAwaiter read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return ReadAwaiter{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+  ReadAwaitable read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return ReadAwaitable{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
   }
 
   /// Writes some of `buffer`: the byte count written, possibly short.
-  WriteAwaiter write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
+  WriteAwaitable write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return WriteAwaitable{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` in one system call (at most IOV_MAX parts):
   /// the byte count written, possibly short. `parts` must stay valid until
   /// the co_await returns.
-  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  WritevAwaitable write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaitable{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` (at most IOV_MAX) without copying them into the
@@ -5221,8 +5245,8 @@ class TcpStream {
   /// connection is reset (abort()). A reactor that copies (EpollReactor;
   /// UringReactor without zero-copy sends) keeps the guarantee trivially:
   /// the kernel holds a copy once the write resumes.
-  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+  ZeroCopyWriteAwaitable writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaitable{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
                                 detail::WriteResult{}};
   }
 
@@ -5330,7 +5354,7 @@ class TcpStream {
   /// the reactor reads the socket ahead (UringReactor::readsAhead:
   /// forgetting it would drop data the peer sent); release before the first
   /// read, or on a reactor that does not read ahead.
-  Result<detail::FileDescriptor> release() noexcept {
+  Result<FileDescriptor> release() noexcept {
     if constexpr (requires(const R& r) { r.readsAhead(0); }) {
       if (fd_.valid() && reactor_->readsAhead(fd_.get())) return systemError(EBUSY);
     }
@@ -5347,16 +5371,16 @@ class TcpStream {
 
  private:
   // read(), or where the reactor can, a read that asks for all of `buffer`.
-  ReadAwaiter readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
+  ReadAwaitable readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
     if constexpr (requires(R& r) { r.recvAll(0, buffer, stop); }) {
-      return ReadAwaiter{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+      return ReadAwaitable{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
     } else {
       return read(buffer, std::move(stop));
     }
   }
 
   R* reactor_;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace coio
@@ -6757,7 +6781,8 @@ struct BackendOf;
 /// A turn of the loop: resume the ready coroutines, fire the due timers,
 /// then the backend's poll (wait for I/O and dispatch it), with a timeout
 /// of zero while coroutines are ready. `Reactor` is the reactor deriving
-/// from it; its backend (a ReactorBackend) is detail::BackendOf<Reactor>.
+/// from it; its backend (a ReactorBackend) is the one the internal
+/// BackendOf<Reactor> names.
 template <typename Reactor>
 class ReactorLoop : public detail::LoopCore {
   using Backend = typename detail::BackendOf<Reactor>::type;
@@ -6766,6 +6791,16 @@ class ReactorLoop : public detail::LoopCore {
  public:
   /// The loop's clock (timers, stats).
   using Clock = std::chrono::steady_clock;
+  /// What sleepFor(d) and sleepUntil(deadline) return. `co_await` it once,
+  /// on the loop thread: it yields nothing, resumed on the loop thread at the
+  /// deadline (in a later iteration if it has passed), or earlier, once the
+  /// token the awaiting Task runs under is stopped.
+  using SleepAwaitable = detail::SleepAwaiter<false>;
+  /// What sleepFor(d, stop) and sleepUntil(deadline, stop) return: like
+  /// SleepAwaitable, but yields true if the deadline passed, false if `stop`
+  /// was requested first (then resumed on the loop thread in a later
+  /// iteration).
+  using CancellableSleepAwaitable = detail::SleepAwaiter<true>;
 
   /// Runs the loop on the calling thread until stop() (or until a spawned
   /// task throws, on whatever thread it then runs: the reactor then stops,
@@ -6843,19 +6878,19 @@ class ReactorLoop : public detail::LoopCore {
   /// Awaited from a coio Task, it ends early (as the cancellable form does,
   /// yielding nothing) once the token the Task runs under is stopped: a
   /// loop that only sleeps should check that token.
-  detail::SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  SleepAwaitable sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   /// sleepUntil(now + d).
-  detail::SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
   /// a later iteration; at once if it already was). `stop` must be requested
   /// on the loop thread. A default `stop` means the token of the awaiting
   /// Task (see currentStopToken).
-  detail::SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
     return {*this, deadline, std::move(stop)};
   }
   /// The cancellable sleepUntil(now + d, stop).
-  detail::SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepFor(Clock::duration d, std::stop_token stop) noexcept {
     return {*this, Clock::now() + d, std::move(stop)};
   }
 
@@ -7000,7 +7035,9 @@ struct detail::BackendOf<EpollReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable below resumes its coroutine on the loop thread (the
-///   thread inside run() / runUntil()), and must be awaited there.
+///   thread inside run() / runUntil()), and must be awaited there, once.
+///   Each operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - I/O operations try their system call first and wait only if it would
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
@@ -7008,7 +7045,7 @@ struct detail::BackendOf<EpollReactor> {
 ///   iteration complete without suspending (a ready fd, an fd < 0, a stop
 ///   already requested); later ones still make their system call at once
 ///   but resume their coroutine in the next iteration, after timers and
-///   other fds (detail::InlineCompletion). A socket that is always readable
+///   other fds. A socket that is always readable
 ///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
@@ -7025,12 +7062,26 @@ struct detail::BackendOf<EpollReactor> {
 ///   hrtimer per wait).
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share; the
-/// waiting is detail::EpollBackend's, the operations detail::EpollOperation.
+/// waiting is EpollBackend's, the operations EpollOperation's
+/// (reactor/detail/epoll_backend.hpp, epoll_operation.hpp).
 class EpollReactor : public ReactorLoop<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::EpollOperation<detail::ReadinessAttempt, void, true>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::EpollOperation<detail::AcceptAttempt, int, false>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::EpollOperation<detail::ConnectAttempt, void, false>;
+  /// What recv() returns: `co_await` yields Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::EpollOperation<detail::RecvAttempt, std::size_t, false>;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendAwaitable = detail::EpollOperation<detail::SendAttempt, std::size_t, false>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendvAwaitable = detail::EpollOperation<detail::SendvAttempt, std::size_t, false>;
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
@@ -7040,60 +7091,53 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   /// the fd's state is checked when the wait starts, so an edge that came
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
-  Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// As readable(), for writability.
-  Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptAttempt, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// Connects a non-blocking socket.
-  Operation<detail::ConnectAttempt, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                                  std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// recv: bytes read, 0 at end of stream.
-  Operation<detail::RecvAttempt, std::size_t> recv(int fd, std::span<std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
-  Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                      std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
   void forget(int fd) noexcept { backend_.forget(fd); }
 };
 
-inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::read, {}, std::move(stop)};
 }
-inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::write, {}, std::move(stop)};
 }
-inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
+inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
 }
 inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectAttempt, void> {
+    -> ConnectAwaitable {
   detail::ConnectAttempt attempt{{}, fd, {}, length};
   std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
   return {backend_, fd, detail::Direction::write, attempt, std::move(stop)};
 }
-inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::RecvAttempt, std::size_t> {
+inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return {backend_, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
 }
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendAttempt, std::size_t> {
+    -> SendAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
 }
 
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvAttempt, std::size_t> {
+    -> SendvAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
@@ -7964,7 +8008,8 @@ struct UringOperation {
   /// Called on the loop thread with each CQE's result and flags.
   void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
   /// The ring's: the LoopStats counter its completion counts in, set when
-  /// it is submitted (from the SQE's opcode).
+  /// it is submitted (from the SQE's opcode); none before.
+  /// \hideinitializer
   std::uint8_t counter = detail::kUncounted;
 };
 
@@ -9633,7 +9678,9 @@ struct detail::BackendOf<UringReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable resumes its coroutine on the loop thread (the thread
-///   inside run() / runUntil()) and must be awaited there.
+///   inside run() / runUntil()) and must be awaited there, once. Each
+///   operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - Operations are native io_uring operations (accept, connect, recv, send,
 ///   poll_add; disk and RDMA layers add their own through `submit`), found on
 ///   completion through user_data. One exception: `send` first tries a
@@ -9665,7 +9712,7 @@ struct detail::BackendOf<UringReactor> {
 ///   iteration complete without suspending (a send the socket took, a read
 ///   served from data a multishot recv kept, a stop already requested);
 ///   later ones still complete at once but resume their coroutine in the
-///   next iteration (detail::InlineCompletion). And one poll dispatches at
+///   next iteration. And one poll dispatches at
 ///   most kReapRoundsPerPoll batches of completions before timers and ready
 ///   coroutines run again. So a coroutine whose operations are always
 ///   ready, or a flood of completions, cannot starve the rest of the loop.
@@ -9686,16 +9733,36 @@ struct detail::BackendOf<UringReactor> {
 ///
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share. Inside
-/// (docs/reactors.md, "How the reactors are built"): detail::UringBackend
-/// waits on the ring (detail::UringRing); the operations are
-/// detail::UringIoOperation (uring_io_operation.hpp), the multishot
-/// receive (uring_multishot_recv.hpp) and the zero-copy send
+/// (docs/reactors.md, "How the reactors are built"): UringBackend waits on
+/// the ring (UringRing); the operations are UringIoOperation
+/// (reactor/detail/uring_io_operation.hpp), the multishot receive
+/// (uring_multishot_recv.hpp) and the zero-copy send
 /// (uring_zero_copy_send.hpp).
+///
+/// Example:
+/// \snippet api_examples_uring.cpp UringReactor
 class UringReactor : public ReactorLoop<UringReactor> {
  public:
   /// The awaitable type of this reactor's io_uring operations.
   template <typename Prep, typename T>
   using Operation = detail::UringIoOperation<Prep, T>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::UringIoOperation<detail::PollPrep, void>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::UringIoOperation<detail::AcceptPrep, int>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::UringIoOperation<detail::ConnectPrep, void>;
+  /// What recv() and recvAll() return: `co_await` yields
+  /// Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::UringRecv;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes sent.
+  using SendAwaitable = detail::UringIoOperation<detail::SendPrep, std::size_t>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes sent.
+  using SendvAwaitable = detail::UringIoOperation<detail::SendvPrep, std::size_t>;
+  /// What sendZeroCopy() returns: `co_await` yields Result<std::size_t>,
+  /// the bytes sent, once the kernel no longer references them.
+  using SendZeroCopyAwaitable = detail::UringZeroCopySend;
 
   /// How the ring is set up and used (see UringOptions).
   using Options = UringOptions;
@@ -9719,34 +9786,31 @@ class UringReactor : public ReactorLoop<UringReactor> {
   static Result<void> probe(std::string* why = nullptr);
 
   /// Completes once `fd` is readable (a one-shot poll).
-  Operation<detail::PollPrep, void> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// Completes once `fd` is writable (a one-shot poll).
-  Operation<detail::PollPrep, void> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
   /// accept4 as an io_uring operation (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// connect as an io_uring operation; `address` must stay valid until it completes.
-  Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                               std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// A plain recv SQE, or a read served by the socket's multishot recv, as
   /// Options::recvMode and (adaptive) the socket's traffic say.
-  detail::UringRecv recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// recv for a reader that wants the whole buffer (TcpStream::readExact):
   /// a plain recv SQE asks for all of it (MSG_WAITALL), so the kernel
   /// fills it as data arrives and completes once, with fewer bytes only at
   /// the end of the stream, on an error, or when cancelled (what it read
   /// by then). A read served by the socket's multishot recv yields what is
   /// there, as recv does.
-  detail::UringRecv recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  RecvAwaitable recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// Sends with a non-blocking send(2) first, and an SQE only when the
   /// socket is full; that SQE sends all that is left (MSG_WAITALL) unless
   /// an error or a stop comes first: bytes sent.
-  Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                  std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
   /// Sends `parts` (at most IOV_MAX) from their memory, without copying it
   /// into the socket, where zeroCopySend() (one IORING_OP_SEND_ZC, or
   /// SENDMSG_ZC for several parts); else with a copying sendmsg SQE. All of
@@ -9765,7 +9829,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
   /// stop() and destruction reset the connections of the zero-copy sends
   /// still in flight, for the same reason. TCP (and UDP) sockets only:
   /// others yield EOPNOTSUPP from the kernel.
-  detail::UringZeroCopySend sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+  SendZeroCopyAwaitable sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
   /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
@@ -9795,7 +9859,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
 
   /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`,
   /// then submits it according to the policy. It counts in stats() by its
-  /// opcode (detail::opKindOf).
+  /// opcode (the LoopStats counter of that kind of operation).
   template <typename Prep>
   void submit(UringOperation& op, Prep&& prep) {
     backend_.ring().submit(op, std::forward<Prep>(prep));
@@ -9835,7 +9899,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
   std::size_t inFlight() const noexcept { return backend_.inFlight(); }
 
  private:
-  detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
+  RecvAwaitable recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
 };
 
 inline Result<void> UringReactor::probe(std::string* why) {
@@ -9850,29 +9914,30 @@ inline Result<void> UringReactor::probe(std::string* why) {
   return {};
 }
 
-inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_.ring(), detail::PollPrep{fd, POLLIN}, std::move(stop)};
 }
-inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_.ring(), detail::PollPrep{fd, POLLOUT}, std::move(stop)};
 }
-inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptPrep, int> {
+inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_.ring(), detail::AcceptPrep{fd}, std::move(stop)};
 }
 inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectPrep, void> {
+    -> ConnectAwaitable {
   detail::ConnectPrep prep{fd, {}, length};
   std::memcpy(&prep.address, address, std::min<std::size_t>(length, sizeof prep.address));
   return {backend_.ring(), prep, std::move(stop)};
 }
-inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+inline auto UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return recvWith(fd, buffer, std::move(stop), 0);
 }
-inline detail::UringRecv UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+inline auto UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
+    -> RecvAwaitable {
   return recvWith(fd, buffer, std::move(stop), MSG_WAITALL);
 }
-inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop,
-                                                int flags) noexcept {
+inline auto UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept
+    -> RecvAwaitable {
   // No receiver (no memory for a new socket's, or a negative fd): nothing
   // is read ahead on it, so a plain recv is safe.
   detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? backend_.receivers().receiverFor(fd) : nullptr;
@@ -9880,15 +9945,15 @@ inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buf
   return {backend_.ring(), detail::RecvPrep{fd, buffer, flags}, std::move(stop), receiver};
 }
 inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendPrep, std::size_t> {
+    -> SendAwaitable {
   return {backend_.ring(), detail::SendPrep{fd, buffer}, std::move(stop)};
 }
 inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvPrep, std::size_t> {
+    -> SendvAwaitable {
   return {backend_.ring(), detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
-inline detail::UringZeroCopySend UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts,
-                                                           std::stop_token stop) noexcept {
+inline auto UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> SendZeroCopyAwaitable {
   return {backend_.ring(), backend_.zeroCopySends(), fd, parts, std::move(stop)};
 }
 
@@ -10561,6 +10626,9 @@ class DiskBatch;
 ///   Disk's loop thread. Nothing on the read or write path blocks.
 /// - Move-only; used on the Disk's loop thread (or while no loop runs);
 ///   close it before the Disk.
+///
+/// Example (with ReadBatch):
+/// \snippet api_examples_uring.cpp ReadBatch
 class File {
  public:
   /// How File::open opens the file.
@@ -10570,6 +10638,15 @@ class File {
     bool truncate = false;  ///< O_TRUNC
     bool direct = false;    ///< O_DIRECT: bypass the page cache
   };
+
+  /// What read(), readFixed(), write() and writeFixed() return, plain or
+  /// vectored. `co_await` it once, on the Disk's loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes transferred (see the
+  /// class comment for errors and the stop token).
+  using TransferAwaitable = detail::DiskOperation<std::size_t>;
+  /// What fsync(), fdatasync() and fallocate() return: awaited as a
+  /// TransferAwaitable, it yields Result<void>.
+  using StatusAwaitable = detail::DiskOperation<void>;
 
   File() noexcept = default;
   /// Takes over `other`'s file; `other` becomes closed.
@@ -10714,49 +10791,45 @@ class File {
   }
 
   /// Reads up to buffer.size() bytes at `offset`.
-  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<std::byte> buffer,
-                                          std::stop_token stop = {}) {
+  TransferAwaitable read(std::uint64_t offset, std::span<std::byte> buffer, std::stop_token stop = {}) {
     return transfer(IORING_OP_READ, offset, buffer.data(), buffer.size(), -1, std::move(stop));
   }
   /// Reads into a BufferPool slice: IORING_OP_READ_FIXED if the pool is
   /// registered, a plain read otherwise.
-  detail::DiskOperation<std::size_t> readFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+  TransferAwaitable readFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
     return transfer(IORING_OP_READ, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Writes up to data.size() bytes at `offset`.
-  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const std::byte> data,
-                                           std::stop_token stop = {}) {
+  TransferAwaitable write(std::uint64_t offset, std::span<const std::byte> data, std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, const_cast<std::byte*>(data.data()), data.size(), -1, std::move(stop));
   }
   /// Writes a BufferPool slice: IORING_OP_WRITE_FIXED if the pool is
   /// registered, a plain write otherwise.
-  detail::DiskOperation<std::size_t> writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+  TransferAwaitable writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Flushes the file's data and metadata to the device.
-  detail::DiskOperation<void> fsync(std::stop_token stop = {}) {
+  StatusAwaitable fsync(std::stop_token stop = {}) {
     return {disk_->queue(), request(IORING_OP_FSYNC, 0, nullptr, 0, -1), std::move(stop)};
   }
 
   /// Reads into `parts`, in order, from `offset` (IORING_OP_READV): bytes
   /// read, short at end of file. At most IOV_MAX parts (else EINVAL before
   /// submission); with O_DIRECT every part must be aligned.
-  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<const iovec> parts,
-                                          std::stop_token stop = {}) {
+  TransferAwaitable read(std::uint64_t offset, std::span<const iovec> parts, std::stop_token stop = {}) {
     return vectored(IORING_OP_READV, offset, parts, std::move(stop));
   }
   /// Writes `parts`, in order, at `offset` (IORING_OP_WRITEV): bytes
   /// written. At most IOV_MAX parts (else EINVAL before submission); with
   /// O_DIRECT every part must be aligned.
-  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const iovec> parts,
-                                           std::stop_token stop = {}) {
+  TransferAwaitable write(std::uint64_t offset, std::span<const iovec> parts, std::stop_token stop = {}) {
     return vectored(IORING_OP_WRITEV, offset, parts, std::move(stop));
   }
 
   /// Flushes the file's data to the device, and of its metadata only what
   /// reading the data back needs (the size, not the times): fdatasync(2),
   /// as IORING_OP_FSYNC with IORING_FSYNC_DATASYNC.
-  detail::DiskOperation<void> fdatasync(std::stop_token stop = {}) {
+  StatusAwaitable fdatasync(std::stop_token stop = {}) {
     detail::DiskRequest r = request(IORING_OP_FSYNC, 0, nullptr, 0, -1);
     r.opFlags = IORING_FSYNC_DATASYNC;
     return {disk_->queue(), r, std::move(stop)};
@@ -10767,8 +10840,7 @@ class File {
   /// extending; FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range,
   /// which then reads as zeros. Errors: fallocate(2)'s (EOPNOTSUPP where the
   /// file system lacks the mode, EINVAL for an empty range, ENOSPC, ...).
-  detail::DiskOperation<void> fallocate(int mode, std::uint64_t offset, std::uint64_t length,
-                                        std::stop_token stop = {}) {
+  StatusAwaitable fallocate(int mode, std::uint64_t offset, std::uint64_t length, std::stop_token stop = {}) {
     detail::DiskRequest r = request(IORING_OP_FALLOCATE, offset, nullptr, length, -1);
     r.opFlags = static_cast<std::uint32_t>(mode);
     return {disk_->queue(), r, std::move(stop)};
@@ -10823,8 +10895,8 @@ class File {
     return {};
   }
 
-  detail::DiskOperation<std::size_t> vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
-                                              std::stop_token stop) {
+  TransferAwaitable vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
+                             std::stop_token stop) {
     detail::DiskRequest r = request(opcode, offset, nullptr, parts.size(), -1);
     r.address = const_cast<iovec*>(parts.data());
     return {disk_->queue(), r, std::move(stop), check(offset, parts)};
@@ -10841,8 +10913,8 @@ class File {
     return {};
   }
 
-  detail::DiskOperation<std::size_t> transfer(std::uint8_t opcode, std::uint64_t offset, std::byte* data,
-                                              std::size_t length, int fixedBuffer, std::stop_token stop) {
+  TransferAwaitable transfer(std::uint8_t opcode, std::uint64_t offset, std::byte* data,
+                             std::size_t length, int fixedBuffer, std::stop_token stop) {
     return {disk_->queue(), request(opcode, offset, data, length, fixedBuffer), std::move(stop),
             check(offset, data, length)};
   }
@@ -11210,6 +11282,9 @@ namespace coio {
 /// - The destinations must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
+///
+/// Example:
+/// \snippet api_examples_uring.cpp ReadBatch
 class ReadBatch : public DiskBatch {
  public:
   /// An empty batch submitting to `disk`'s ring.
