@@ -2,8 +2,9 @@
 # CI for the RDMA layer: builds the RDMA tests and rdma_bench on the host,
 # then boots ONE Soft-RoCE guest (tests/rdma/vm/run.sh) that runs the
 # `rdma`-labelled tests (verbs layer, the storage server end to end over
-# RDMA, the RDMA guide's example) and the benchmarks beside perftest. A guest that
-# fails to boot fails this script (run.sh exits 125); it is never a skip.
+# RDMA, the RDMA guide's example, the API reference's QueuePair example)
+# and the benchmarks beside perftest. A guest that fails to boot fails this
+# script (run.sh exits 125); it is never a skip.
 # The device-free RDMA unit tests run in the normal host suite.
 #   .ci/rdma.sh [BUILD_DIR]   (default build-rdma-ci)
 set -euo pipefail
@@ -14,7 +15,7 @@ start=$SECONDS
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_WITH_RDMA=ON -DCOIO_WITH_URING=ON \
   -DCOIO_BUILD_DEVICE_TESTS=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target coio_rdma_unit_tests coio_rdma_verbs_tests coio_storage_rdma_tests coio_storage_cluster_rdma_tests \
-  rdma_bench coio-storage-server coio-storage-bench docs_rdma_0
+  rdma_bench coio-storage-server coio-storage-bench docs_rdma_0 coio_api_examples
 echo "rdma: host build done ($((SECONDS - start)) s)"
 
 # In the guest: the tests first; the benchmark only if they pass.

@@ -11,7 +11,7 @@ rm -rf "$out"
 mkdir -p "$out"
 version=$(sed -n 's/^#define COIO_VERSION "\(.*\)"$/\1/p' include/coio/core/version.hpp)
 echo "apidocs: $(doxygen --version | head -1), coio $version"
-if ! COIO_VERSION=$version COIO_APIDOCS_OUT=$out doxygen docs/Doxyfile || [[ -s $out/warnings.log ]]; then
+if ! COIO_APIDOCS_REPO=$(realpath -m --relative-to="$out/html" .) COIO_VERSION=$version COIO_APIDOCS_OUT=$out doxygen docs/Doxyfile || [[ -s $out/warnings.log ]]; then
   cat "$out/warnings.log"
   echo "apidocs: FAILED: $(wc -l <"$out/warnings.log") warning(s) above; document the names (/// comments)" >&2
   exit 1

@@ -9,7 +9,7 @@ packages=(
   liburing-dev libibverbs-dev
   fio doxygen
   iperf3 sockperf gnuplot-nox
-  nlohmann-json3-dev etcd-server etcd-client
+  nlohmann-json3-dev libcli11-dev etcd-server etcd-client
 )
 
 missing=()

@@ -24,6 +24,7 @@
 #include <coio/core/task.hpp>
 #include <coio/core/unit.hpp>
 #include <coio/core/version.hpp>
+#include <coio/net/group_commit.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
@@ -31,5 +32,6 @@
 #include <coio/reactor/loop_stats.hpp>
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/reactor_pool.hpp>
+#include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/manual_executor.hpp>

@@ -395,11 +395,6 @@ class OwnedCoroutine {
 
 namespace coio::detail {
 
-// The reference a generator of T hands out: T& for a value type, T itself
-// for an lvalue reference.
-template <typename T>
-using YieldReference = std::conditional_t<std::is_reference_v<T>, T, T&>;
-
 // Promise mixin. `Suspend` is the awaiter every co_yield returns: how the
 // body gives control back to its consumer (it gets the body's handle).
 template <typename T, typename Suspend>
@@ -409,7 +404,7 @@ class YieldSlot {
 
  public:
   using Value = std::remove_cvref_t<T>;
-  using Object = std::remove_reference_t<YieldReference<T>>;  // const if the consumer may not modify it
+  using Object = std::remove_reference_t<T>;  // what the consumer gets a reference to: const if it may not modify it
 
   Suspend yield_value(Object& value) noexcept {
     yielded = std::addressof(value);
@@ -847,6 +842,9 @@ struct TaskAccess {
 ///   coio coroutine (`blockingWait`, a reactor's `spawn`) runs under a token
 ///   that never stops. Reactor operations and cancellable waits given no
 ///   token of their own use it.
+///
+/// Example:
+/// \snippet api_examples.cpp task
 template <typename T>
 class [[nodiscard]] Task {
  public:
@@ -1019,7 +1017,7 @@ class [[nodiscard]] AsyncGenerator {
   /// The values generated, without reference or cv-qualifiers.
   using value_type = std::remove_cvref_t<T>;
   /// How the consumer sees an item: `T&`, or T itself if it is a reference.
-  using reference = detail::YieldReference<T>;
+  using reference = std::conditional_t<std::is_reference_v<T>, T, T&>;
   /// What `co_await next()` yields: a pointer to the item, null at the end.
   using pointer = std::add_pointer_t<reference>;
 
@@ -1901,19 +1899,32 @@ namespace coio {
 /// - A request for more than `capacity()` tokens can never be met: it throws
 ///   std::invalid_argument instead of hanging.
 /// - `release` happens-before the acquisition that takes its tokens.
+///
+/// Example:
+/// \snippet api_examples.cpp BatchSemaphore
 class BatchSemaphore {
  public:
+  /// What acquire(n) returns. `co_await` it once: it yields nothing, with
+  /// the n tokens held; it continues at once if they are free and nobody is
+  /// queued, else it is resumed on the thread whose release() satisfies it.
+  using AcquireAwaitable = detail::AcquireOperation<false>;
+  /// What acquire(n, stop) returns. `co_await` it once: it yields true with
+  /// the n tokens held, or false with none if `stop` was requested while it
+  /// was queued (then resumed on the thread that requested stop); otherwise
+  /// like AcquireAwaitable.
+  using CancellableAcquireAwaitable = detail::AcquireOperation<true>;
+
   /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
-  detail::AcquireOperation<false> acquire(std::size_t n) { return {core_, checked(n)}; }
+  AcquireAwaitable acquire(std::size_t n) { return {core_, checked(n)}; }
 
   /// Like acquire(n), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the tokens held, false without. A default
   /// `stop` means the token the awaiting Task runs under (see
   /// currentStopToken).
-  detail::AcquireOperation<true> acquire(std::size_t n, std::stop_token stop) {
+  CancellableAcquireAwaitable acquire(std::size_t n, std::stop_token stop) {
     return {core_, checked(n), std::move(stop)};
   }
 
@@ -2041,6 +2052,9 @@ BlockingWaitTask<void> makeBlockingWaitTask(A&& awaitable) {
 /// of it runs there and this thread sleeps until it is done. Never call it on
 /// a thread the awaitable needs in order to make progress (a reactor's own
 /// thread): that deadlocks, as in folly.
+///
+/// Example:
+/// \snippet api_examples.cpp blockingWait
 template <Awaitable A>
 AwaitResult<A> blockingWait(A&& awaitable) {
   auto task = detail::makeBlockingWaitTask(std::forward<A>(awaitable));
@@ -2348,6 +2362,25 @@ class BoundedQueue {
  public:
   /// The item type.
   using value_type = T;
+  /// What push(item) returns. `co_await` it once: it yields Result<void>,
+  /// success once the item is in the queue or with a consumer, else
+  /// Errc::closed; it continues at once if there is room (or the queue is
+  /// closed), else it is resumed on the thread whose pop / tryPop makes room
+  /// for it, or that calls close(). The item is read only then: keep it alive.
+  using PushAwaitable = detail::QueuePushOperation<T, false>;
+  /// What push(item, stop) returns: like PushAwaitable, but yields
+  /// std::errc::operation_canceled, the item untouched, if `stop` is
+  /// requested while it waits (resumed on the thread that requested stop).
+  using CancellablePushAwaitable = detail::QueuePushOperation<T, true>;
+  /// What pop() returns. `co_await` it once: it yields Result<T>, the oldest
+  /// item or Errc::closed; it continues at once if an item is there (or the
+  /// queue is closed and drained), else it is resumed on the thread whose
+  /// push / tryPush hands it an item, or that calls close().
+  using PopAwaitable = detail::QueuePopOperation<T, false>;
+  /// What pop(stop) returns: like PopAwaitable, but yields
+  /// std::errc::operation_canceled if `stop` is requested while it waits
+  /// (resumed on the thread that requested stop).
+  using CancellablePopAwaitable = detail::QueuePopOperation<T, true>;
 
   /// An open, empty queue holding at most `capacity` (at least 1) items.
   explicit BoundedQueue(std::size_t capacity) : ring_(capacity) {
@@ -2361,23 +2394,23 @@ class BoundedQueue {
 
   /// `co_await q.push(std::move(item))` appends `item`, waiting for room in
   /// FIFO order; yields Result<void> (see the class comment).
-  detail::QueuePushOperation<T, false> push(T&& item) noexcept { return {*this, item}; }
+  PushAwaitable push(T&& item) noexcept { return {*this, item}; }
 
   /// Like push(), but gives up if `stop` is requested while waiting
   /// (std::errc::operation_canceled, `item` untouched).
-  detail::QueuePushOperation<T, true> push(T&& item, std::stop_token stop) noexcept {
+  CancellablePushAwaitable push(T&& item, std::stop_token stop) noexcept {
     return {*this, item, std::move(stop)};
   }
 
   /// `co_await q.pop()` takes the oldest item, waiting for one in FIFO
   /// order; yields Result<T> (see the class comment).
-  detail::QueuePopOperation<T, false> pop() noexcept { return detail::QueuePopOperation<T, false>(*this); }
+  PopAwaitable pop() noexcept { return PopAwaitable(*this); }
 
   /// Like pop(), but gives up if `stop` is requested while waiting
   /// (std::errc::operation_canceled). An item available at once is taken
   /// even if stop was requested.
-  detail::QueuePopOperation<T, true> pop(std::stop_token stop) noexcept {
-    return detail::QueuePopOperation<T, true>(*this, std::move(stop));
+  CancellablePopAwaitable pop(std::stop_token stop) noexcept {
+    return CancellablePopAwaitable(*this, std::move(stop));
   }
 
   /// Appends `item` if there is room: success, std::errc::operation_would_block
@@ -2577,6 +2610,10 @@ struct RunUnder {
 
 }  // namespace detail
 
+/// What currentStopToken() returns: `co_await` it in a coroutine to get
+/// the `std::stop_token` that coroutine runs under; it never suspends.
+using CurrentStopTokenAwaitable = detail::CurrentStopTokenAwaiter;
+
 /// `co_await coio::currentStopToken()` yields the `std::stop_token` the
 /// current coroutine runs under: the one its awaiter ran under (down from a
 /// `withStopToken`, a `collectAny`, `withTimeout` or an `AsyncScope`), or a
@@ -2586,7 +2623,7 @@ struct RunUnder {
 ///
 /// Never suspends: the awaiting coroutine goes on at once, on its thread.
 /// The token is a copy: keep it as long as you like.
-inline detail::CurrentStopTokenAwaiter currentStopToken() noexcept { return {}; }
+inline CurrentStopTokenAwaitable currentStopToken() noexcept { return {}; }
 
 /// Runs `task` under `token` instead of the awaiting coroutine's: `task`,
 /// every Task it awaits, and every reactor operation or cancellable wait in
@@ -2631,6 +2668,7 @@ Task<T> withStopToken(std::stop_token token, Task<T> task) {
 // begin <coio/core/unit.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
+#include <type_traits>
 
 namespace coio {
 
@@ -2640,6 +2678,11 @@ struct Unit {
   /// All Units are equal.
   friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
 };
+
+/// T, or Unit for void: what collectAll and collectAny yield for a
+/// `Task<T>` child.
+template <typename T>
+using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_UNIT_HPP
@@ -2795,19 +2838,13 @@ decltype(auto) childResult(const Task<T>& task) {
   }
 }
 
+// The results of a range of finished children, in input order: a
+// std::vector, nothing for void children (collectAll's CollectedResults).
+// `early` holds those of the first early->size() (startRange), the frames
+// those of the rest. Frees each of these once its result is out, in the
+// same pass, while its frame is in cache.
 template <typename T>
-using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
-
-// What collectAllRange yields: the results in input order, or nothing.
-template <typename T>
-using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
-
-// The results of a range of finished children, in input order (nothing
-// for void children): `early` holds those of the first early->size()
-// (startRange), the frames those of the rest. Frees each of these once its
-// result is out, in the same pass, while its frame is in cache.
-template <typename T>
-RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
+auto collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
     std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());
@@ -2893,6 +2930,11 @@ struct WindowLatch final : CollectLatch {
 
 }  // namespace detail
 
+/// What collectAllRange and collectAllWindowed yield for `Task<T>`
+/// children: the results in input order, or nothing for `Task<void>`.
+template <typename T>
+using CollectedResults = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
+
 /// Runs the tasks concurrently and yields all their results as a tuple
 /// (a `Task<void>` contributes `Unit`).
 ///
@@ -2904,15 +2946,18 @@ struct WindowLatch final : CollectLatch {
 /// exception (in time) is rethrown. The children run under the awaiting
 /// coroutine's stop token (see currentStopToken); a child that throws does
 /// not stop the others.
+///
+/// Example (with collectAllRange):
+/// \snippet api_examples.cpp collectAll
 template <typename... Ts>
-Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
+Task<std::tuple<UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
   std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, stop);
   });
   co_return std::apply(
-      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
+      [](auto&... child) { return std::tuple<UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
       children);
 }
 
@@ -2924,7 +2969,7 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 /// frames are freed once all children finished, before the awaiting
 /// coroutine resumes.
 template <typename T>
-auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
+auto collectAllRange(std::vector<Task<T>> tasks) -> Task<CollectedResults<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::RangeValues<T> values(children.size());
@@ -2947,7 +2992,7 @@ auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>>
 /// child runs, even after one threw or the token was stopped (it then
 /// starts under a stopped token). `window` must be at least 1 (asserted).
 template <typename T>
-auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
+auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<CollectedResults<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
   COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
@@ -3088,8 +3133,11 @@ Variant winnerResult(Children& children, void* winner) {
 ///   threw; if it threw, `co_await` rethrows its exception (once every child
 ///   finished). Exceptions of the children that finish later are dropped,
 ///   as collectAll drops all but the first.
+///
+/// Example:
+/// \snippet api_examples.cpp collectAny
 template <typename... Ts>
-Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
+Task<std::variant<UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0, "collectAny of no task: nothing can finish first");
   static_assert((!std::is_reference_v<Ts> && ...), "collectAny does not support Task<T&>: return pointers");
   std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
@@ -3097,7 +3145,7 @@ Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
-  co_return detail::winnerResult<std::variant<detail::UnitIfVoid<Ts>...>>(
+  co_return detail::winnerResult<std::variant<UnitIfVoid<Ts>...>>(
       children, latch.winner.load(std::memory_order_relaxed));
 }
 
@@ -3105,7 +3153,7 @@ Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
 /// and its result (`Unit` for `Task<void>`). Same guarantees as collectAny;
 /// the vector must not be empty (asserted).
 template <typename T>
-Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
+Task<std::pair<std::size_t, UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
   static_assert(!std::is_reference_v<T>, "collectAnyRange does not support Task<T&>: return pointers");
   COIO_ASSERT(!tasks.empty(), "collectAnyRange of no task: nothing can finish first");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
@@ -3116,7 +3164,7 @@ Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<
   void* const winner = latch.winner.load(std::memory_order_relaxed);
   std::size_t i = 0;
   while (detail::childAddress(children[i]) != winner) ++i;
-  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, detail::childResult(children[i]));
+  co_return std::pair<std::size_t, UnitIfVoid<T>>(i, detail::childResult(children[i]));
 }
 
 }  // namespace coio
@@ -3159,10 +3207,16 @@ namespace coio {
 ///   returned: a thread that did not wait must not destroy the Event while
 ///   a set() may still run (it releases a lock after setting the flag).
 class Event {
-  template <bool Cancellable>
-  using WaitOperation = detail::WaitOperation<Event, detail::WaitNode, Cancellable>;
-
  public:
+  /// What wait() returns. `co_await` it once: it yields nothing once the
+  /// Event is set; it continues at once if it is, else it is resumed on the
+  /// thread that calls set().
+  using WaitAwaitable = detail::WaitOperation<Event, detail::WaitNode, false>;
+  /// What wait(stop) returns. `co_await` it once: it yields true once the
+  /// Event is set, or false if `stop` was requested while it waited (then
+  /// resumed on the thread that requested stop); otherwise like WaitAwaitable.
+  using CancellableWaitAwaitable = detail::WaitOperation<Event, detail::WaitNode, true>;
+
   /// An Event not set, or already set if `initiallySet`.
   explicit Event(bool initiallySet = false) noexcept : set_(initiallySet) {}
   Event(const Event&) = delete;
@@ -3190,17 +3244,19 @@ class Event {
 
   /// `co_await ev.wait()` returns once the Event is set: at once if it is,
   /// else resumed on the thread that calls set().
-  WaitOperation<false> wait() noexcept { return WaitOperation<false>(*this); }
+  WaitAwaitable wait() noexcept { return WaitAwaitable(*this); }
 
   /// Like wait(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true if the Event was set, false if it gave up (on
   /// the thread that requested stop). A set Event yields true even if stop
   /// was requested.
-  WaitOperation<true> wait(std::stop_token stop) noexcept { return WaitOperation<true>(*this, std::move(stop)); }
+  CancellableWaitAwaitable wait(std::stop_token stop) noexcept {
+    return CancellableWaitAwaitable(*this, std::move(stop));
+  }
 
  private:
-  friend WaitOperation<false>;
-  friend WaitOperation<true>;
+  friend WaitAwaitable;
+  friend CancellableWaitAwaitable;
 
   bool tryNow(detail::WaitNode& w) noexcept {
     if (!isSet()) return false;
@@ -3312,7 +3368,7 @@ class [[nodiscard]] Generator : public std::ranges::view_base {
   /// The values generated, without reference or cv-qualifiers.
   using value_type = std::remove_cvref_t<T>;
   /// What `*it` yields: `T&`, or T itself if it is a reference.
-  using reference = detail::YieldReference<T>;
+  using reference = std::conditional_t<std::is_reference_v<T>, T, T&>;
 
   /// The range's iterator: an input iterator whose end is `std::default_sentinel`.
   /// Copies share the generator's position (as for any input iterator).
@@ -3925,27 +3981,40 @@ namespace coio {
 ///   thread and unlock on another.
 class Mutex {
  public:
+  /// What lock() returns. `co_await` it once: it yields nothing, with the
+  /// lock held; it continues at once if the lock is free, else it is
+  /// resumed on the thread whose unlock() hands it the lock.
+  using LockAwaitable = detail::LockOperation<false>;
+  /// What lock(stop) returns. `co_await` it once: it yields true with the
+  /// lock held, or false without it if `stop` was requested while it waited
+  /// (then resumed on the thread that requested stop); otherwise like
+  /// LockAwaitable.
+  using CancellableLockAwaitable = detail::LockOperation<true>;
+  /// What scopedLock() returns: like LockAwaitable, but `co_await` yields a
+  /// LockGuard that holds the lock and unlocks it when destroyed.
+  using ScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<Mutex>, LockAwaitable>;
+  /// What scopedLock(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a LockGuard, empty (`ownsLock()` false) if it gave up.
+  using CancellableScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<Mutex>, CancellableLockAwaitable>;
+
   /// An unlocked mutex.
   Mutex() noexcept = default;
 
   /// `co_await m.lock()` takes the lock, waiting in FIFO order.
-  detail::LockOperation<false> lock() noexcept { return detail::LockOperation<false>(core_); }
+  LockAwaitable lock() noexcept { return LockAwaitable(core_); }
 
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without. A waiter that
   /// gives up leaves the queue.
-  detail::LockOperation<true> lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
+  CancellableLockAwaitable lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
 
   /// `co_await m.scopedLock()` takes the lock like lock() and yields a guard
   /// that unlocks when destroyed.
-  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<false>> scopedLock() noexcept {
-    return {*this, core_};
-  }
+  ScopedLockAwaitable scopedLock() noexcept { return {*this, core_}; }
 
   /// Like scopedLock(), but gives up if `stop` is requested while waiting:
   /// the guard yielded is then empty (`ownsLock()` false).
-  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<true>> scopedLock(
-      std::stop_token stop) noexcept {
+  CancellableScopedLockAwaitable scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, std::move(stop)};
   }
 
@@ -3992,17 +4061,27 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// What acquire() returns. `co_await` it once: it yields nothing, with a
+  /// token held; it continues at once if a token is free and nobody waits,
+  /// else it is resumed on the thread whose release() hands it the token.
+  using AcquireAwaitable = detail::AcquireOperation<false>;
+  /// What acquire(stop) returns. `co_await` it once: it yields true with a
+  /// token held, or false without one if `stop` was requested while it
+  /// waited (then resumed on the thread that requested stop); otherwise
+  /// like AcquireAwaitable.
+  using CancellableAcquireAwaitable = detail::AcquireOperation<true>;
+
   /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
-  detail::AcquireOperation<false> acquire() noexcept { return {core_, 1}; }
+  AcquireAwaitable acquire() noexcept { return {core_, 1}; }
 
   /// Like acquire(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with a token held, false without. A waiter that
   /// gives up lets the ones behind it proceed. A default `stop` means the
   /// token the awaiting Task runs under (see currentStopToken).
-  detail::AcquireOperation<true> acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  CancellableAcquireAwaitable acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
 
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }
@@ -4056,23 +4135,44 @@ namespace coio {
 ///   Destroying the SharedMutex while coroutines wait, and releasing a lock
 ///   not held, are programming errors (asserted).
 class SharedMutex {
-  template <LockKind Kind, bool Cancellable>
-  using ScopedOperation =
-      detail::ScopedLockOperation<LockGuard<SharedMutex, Kind>, detail::AcquireOperation<Cancellable>>;
-
  public:
+  /// What lock() and lockShared() return. `co_await` it once: it yields
+  /// nothing, with the lock held (exclusive or shared, as asked); it
+  /// continues at once if the lock can be taken, else it is resumed on the
+  /// thread whose unlock() / unlockShared() lets it proceed.
+  using LockAwaitable = detail::AcquireOperation<false>;
+  /// What lock(stop) and lockShared(stop) return. `co_await` it once: it
+  /// yields true with the lock held, or false without it if `stop` was
+  /// requested while it waited (then resumed on the thread that requested
+  /// stop); otherwise like LockAwaitable.
+  using CancellableLockAwaitable = detail::AcquireOperation<true>;
+  /// What scopedLock() returns: like LockAwaitable, but `co_await` yields a
+  /// LockGuard that unlocks when destroyed.
+  using ScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<SharedMutex>, LockAwaitable>;
+  /// What scopedLock(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a LockGuard, empty (`ownsLock()` false) if it gave up.
+  using CancellableScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<SharedMutex>, CancellableLockAwaitable>;
+  /// What scopedLockShared() returns: like LockAwaitable, but `co_await`
+  /// yields a shared LockGuard that unlocks (shared) when destroyed.
+  using ScopedLockSharedAwaitable =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, LockAwaitable>;
+  /// What scopedLockShared(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a shared LockGuard, empty if it gave up.
+  using CancellableScopedLockSharedAwaitable =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, CancellableLockAwaitable>;
+
   /// An unlocked SharedMutex.
   SharedMutex() noexcept : core_(kAll) {}
 
   /// `co_await m.lock()` takes the lock exclusively, waiting in FIFO order.
-  detail::AcquireOperation<false> lock() noexcept { return {core_, kAll}; }
+  LockAwaitable lock() noexcept { return {core_, kAll}; }
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without.
-  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
+  CancellableLockAwaitable lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
   /// Like lock(), yielding a guard that unlocks when destroyed.
-  ScopedOperation<LockKind::exclusive, false> scopedLock() noexcept { return {*this, core_, kAll}; }
+  ScopedLockAwaitable scopedLock() noexcept { return {*this, core_, kAll}; }
   /// Like lock(stop), yielding a guard: empty if stop was requested while waiting.
-  ScopedOperation<LockKind::exclusive, true> scopedLock(std::stop_token stop) noexcept {
+  CancellableScopedLockAwaitable scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, kAll, std::move(stop)};
   }
   /// Takes the lock exclusively if nobody holds or waits for it.
@@ -4085,17 +4185,14 @@ class SharedMutex {
 
   /// `co_await m.lockShared()` takes the lock shared, waiting in FIFO order
   /// (behind any queued writer).
-  detail::AcquireOperation<false> lockShared() noexcept { return {core_, 1}; }
+  LockAwaitable lockShared() noexcept { return {core_, 1}; }
   /// Like lockShared(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without.
-  detail::AcquireOperation<true> lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  CancellableLockAwaitable lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
   /// Like lockShared(), yielding a guard that unlocks (shared) when destroyed.
-  ScopedOperation<LockKind::shared, false> scopedLockShared() noexcept {
-    return {*this, core_, 1};
-  }
+  ScopedLockSharedAwaitable scopedLockShared() noexcept { return {*this, core_, 1}; }
   /// Like lockShared(stop), yielding a guard: empty if stop was requested while waiting.
-  ScopedOperation<LockKind::shared, true> scopedLockShared(
-      std::stop_token stop) noexcept {
+  CancellableScopedLockSharedAwaitable scopedLockShared(std::stop_token stop) noexcept {
     return {*this, core_, 1, std::move(stop)};
   }
   /// Takes the lock shared if no writer holds it and nobody waits.
@@ -4222,6 +4319,416 @@ struct StampedPtr {
 #define COIO_VERSION "0.1.0"
 #endif  // COIO_SINGLE_INCLUDE_COIO_CORE_VERSION_HPP
 // end <coio/core/version.hpp>
+// begin <coio/net/group_commit.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_NET_GROUP_COMMIT_HPP
+#define COIO_SINGLE_INCLUDE_COIO_NET_GROUP_COMMIT_HPP
+// begin <coio/reactor/reactor.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+// begin <coio/reactor/loop_stats.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+// LoopStats and LoopStall: a view into a reactor's loop. The counters and
+// queue depths a service exports (reactor.stats()), and what the stall
+// detector reports about a turn of the loop that ran too long
+// (reactor.setStallHandler()). Both reactors fill them the same way.
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+namespace coio {
+
+/// The kinds of operation LoopStats counts.
+enum class OpKind : std::uint8_t {
+  recv,       ///< recv, recvAll (and a multishot recv kept armed for them)
+  send,       ///< send, sendv (and zero-copy sends)
+  accept,     ///< accept
+  connect,    ///< connect
+  poll,       ///< readable, writable
+  timer,      ///< sleepFor, sleepUntil (also withTimeout's deadline)
+  diskRead,   ///< a File's reads (read, readv, read_fixed)
+  diskWrite,  ///< a File's writes (write, writev, write_fixed)
+  diskSync,   ///< fsync, fdatasync
+  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
+};
+
+/// How many OpKinds there are: the size of LoopStats::ops.
+inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::other) + 1;
+
+/// The kind's name, for metric labels and messages ("recv", "diskRead", ...).
+constexpr std::string_view toString(OpKind kind) noexcept {
+  constexpr std::string_view names[kOpKinds] = {"recv", "send",     "accept",    "connect",  "poll",
+                                                "timer", "diskRead", "diskWrite", "diskSync", "other"};
+  return static_cast<std::size_t>(kind) < kOpKinds ? names[static_cast<std::size_t>(kind)] : "?";
+}
+
+/// The phases of one turn of the loop, in the order they run. A turn is
+/// everything the loop thread does between two waits for I/O.
+enum class LoopPhase : std::uint8_t {
+  /// Dispatching what the wait returned: I/O completions and readiness
+  /// (each resumes the coroutine that waited for it, inline), and
+  /// coroutines handed over from other threads (schedule, spawn).
+  completions,
+  /// Resuming the coroutines queued on the loop thread: spawned there,
+  /// `co_await schedule()`, operations that yield to the next iteration.
+  ready,
+  /// Firing the timers that are due (each resumes its sleeper, inline).
+  timers,
+};
+
+/// How many LoopPhases there are.
+inline constexpr std::size_t kLoopPhases = static_cast<std::size_t>(LoopPhase::timers) + 1;
+
+/// The phase's name ("completions", "ready", "timers").
+constexpr std::string_view toString(LoopPhase phase) noexcept {
+  constexpr std::string_view names[kLoopPhases] = {"completions", "ready", "timers"};
+  return static_cast<std::size_t>(phase) < kLoopPhases ? names[static_cast<std::size_t>(phase)] : "?";
+}
+
+/// A snapshot of one reactor's loop (`reactor.stats()`), taken on its loop
+/// thread. Counters count from the reactor's construction and never go
+/// back; depths are as of the snapshot.
+///
+/// What counts as an operation is what the reactor waits on the kernel for:
+/// an SQE (UringReactor; the Disk's SQEs too, on either reactor) or a wait
+/// registered for an fd's readiness (EpollReactor). It is `submitted` when
+/// that starts and `completed` when it ends, whatever the result (an error
+/// or a cancellation included; a multishot recv at its last completion);
+/// so submitted - completed is what is in flight. An operation that needs
+/// no wait (a send the socket took at once, a recv that found data under
+/// epoll, an error known up front) counts only in `completedInline`. The
+/// reactor's own operations (its wake-up eventfd, its timer deadline) and
+/// cancel requests are not counted. Timers count as operations of kind
+/// `timer`: submitted when set, completed when fired or cancelled.
+struct LoopStats {
+  /// The counters of one kind of operation.
+  struct Ops {
+    std::uint64_t submitted = 0;  ///< waits started: SQEs, fd waits, timers set
+    std::uint64_t completed = 0;  ///< waits ended, whatever the result
+  };
+
+  /// By OpKind (see operator[]).
+  std::array<Ops, kOpKinds> ops{};
+  /// The counters of `kind`.
+  const Ops& operator[](OpKind kind) const noexcept { return ops[static_cast<std::size_t>(kind)]; }
+
+  std::uint64_t completedInline = 0;  ///< operations of any kind that completed without a wait
+  std::uint64_t timersFired = 0;      ///< timers that fired (the others completed were cancelled)
+  std::uint64_t events = 0;           ///< what the reactor's waits returned: epoll events, io_uring CQEs
+  std::uint64_t resumed = 0;          ///< coroutines resumed from the ready queue (LoopPhase::ready)
+  std::uint64_t iterations = 0;       ///< turns of the loop
+
+  std::size_t inFlight = 0;     ///< operations submitted and not completed (timers aside)
+  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase (not those other threads handed over)
+  std::size_t timers = 0;       ///< timers set and not fired or cancelled yet
+  std::size_t unsubmitted = 0;  ///< UringReactor: SQEs prepared, not handed to the kernel yet (0 on epoll)
+
+  /// Whether the loop times its turns (setLoopTiming, setStallHandler):
+  /// the durations below only grow while it does.
+  bool timed = false;
+  /// The loop thread's time inside the reactor's waits for I/O that could
+  /// block (with io_uring, that includes the kernel's work on the
+  /// submissions the wait hands over).
+  std::chrono::nanoseconds waiting{};
+  /// Its time in the turns between those waits (the LoopPhases).
+  std::chrono::nanoseconds running{};
+  /// The longest turn timed.
+  std::chrono::nanoseconds longestTurn{};
+  /// Turns longer than the stall threshold: the stall handler's calls.
+  std::uint64_t stalls = 0;
+};
+
+/// One turn of the loop that ran longer than the stall threshold, as the
+/// stall handler receives it (see setStallHandler).
+struct LoopStall {
+  std::chrono::nanoseconds duration{};  ///< the turn: its phases together
+  LoopPhase phase = LoopPhase::completions;  ///< the phase that took longest
+  /// Each phase's time, by LoopPhase.
+  std::array<std::chrono::nanoseconds, kLoopPhases> phases{};
+  /// What each phase ran, by LoopPhase: events dispatched (each resumes
+  /// the coroutines waiting for it), coroutines resumed, timers fired.
+  std::array<std::uint64_t, kLoopPhases> ran{};
+};
+
+/// What the stall detector calls, on the loop thread, after a turn that ran
+/// longer than the threshold.
+using StallHandler = std::function<void(const LoopStall&)>;
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
+// end <coio/reactor/loop_stats.hpp>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <stop_token>
+
+namespace coio {
+
+/// An awaitable whose `co_await` yields exactly T.
+template <typename A, typename T>
+concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
+
+/// An event loop driven by one thread; EpollReactor and UringReactor model
+/// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
+/// Both are a ReactorLoop (run, spawn, schedule, sleeps, stats) over a
+/// backend (ReactorBackend) plus their I/O operations.
+///
+/// What every model guarantees:
+/// - `run()` drives the loop on the calling thread until `stop()`;
+///   `runUntil(task)` until `task` finishes. One thread at a time.
+/// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
+///   sleeping loop; spawned tasks are owned by the reactor and start on the
+///   loop thread. `stop()` works from any thread and is final: pending
+///   operations are cancelled; spawned tasks that had not started are
+///   destroyed unrun when the loop stops, and a task spawned after stop()
+///   at once, so nobody waits for them in vain; tasks that had started are
+///   destroyed (all their frames) when the reactor is destroyed. Coroutines
+///   owned elsewhere (e.g. by a blockingWait on another thread) that still
+///   wait on a stopped reactor are never resumed: stop it after they are done.
+/// - An exception escaping a spawned task, on whatever thread it ran last,
+///   stops the reactor and is rethrown by its run() / runUntil().
+/// - Fairness: operations that could complete at once every time (an
+///   always-readable or always-writable socket, data read ahead, an error
+///   known up front) still let the loop run its timers and other fds at
+///   least once per bounded batch of completions: per loop iteration at
+///   most `kInlineTurnsPerIteration` awaits complete without suspending,
+///   later ones resume in the next iteration. The disk layer's awaitables
+///   share the budget.
+/// - Every other awaitable resumes its coroutine on the loop thread and must
+///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
+///   system category) and take a std::stop_token: a stop requested on the
+///   loop thread cancels the operation, which then yields
+///   std::errc::operation_canceled. A cancelled operation resumes only once
+///   the kernel has let go of its buffers.
+/// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
+///   after the call (its state is checked when the wait starts), which makes
+///   them safe for edge-triggered sources: drain, then wait again.
+/// - `forget(fd)` before closing an fd the reactor has waited on: the
+///   reactor keeps state by fd number, which the next fd opened under that
+///   number would otherwise inherit (under UringReactor's default recv mode
+///   that can be bytes read ahead from the closed socket).
+/// - A view into the loop, on the loop thread: `stats()` (LoopStats:
+///   operations submitted and completed by kind, queue depths, time waiting
+///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
+///   handler)`, which calls the handler after each turn of the loop that
+///   ran longer than the threshold (LoopStall). Counting is a plain
+///   increment per operation; timing (off by default) a clock read per
+///   phase of a turn that ran something.
+template <typename R>
+concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
+                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
+                           socklen_t length,
+                           std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
+                           std::stop_token stop, StallHandler handler) {
+  r.run();
+  r.runUntil(std::move(task));
+  r.stop();
+  r.spawn(std::move(task));
+  { cr.isInLoopThread() } -> std::same_as<bool>;
+  { r.schedule() } -> AwaitableOf<void>;
+  { r.sleepFor(d) } -> AwaitableOf<void>;
+  { r.sleepUntil(t) } -> AwaitableOf<void>;
+  { r.sleepFor(d, stop) } -> AwaitableOf<bool>;
+  { r.sleepUntil(t, stop) } -> AwaitableOf<bool>;
+  { r.readable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.writable(fd, stop) } -> AwaitableOf<Result<void>>;
+  { r.accept(fd, stop) } -> AwaitableOf<Result<int>>;
+  { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
+  { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
+  r.forget(fd);
+  { cr.stats() } -> std::same_as<LoopStats>;
+  r.setLoopTiming(true);
+  r.setStallHandler(d, std::move(handler));
+};
+
+/// What ReactorLoop needs of its backend B, the part of a reactor that
+/// waits for I/O (seastar calls it reactor_backend): EpollBackend (epoll, a
+/// timerfd) and UringBackend (an io_uring), internals under
+/// coio/reactor/detail/, model it.
+/// The loop constructs it with its LoopCore (and the reactor's options) and
+/// calls, on the loop thread:
+/// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
+///   something happens; zero: not at all) and dispatch what completed,
+///   resuming the coroutines that waited. Right after its wait returns it
+///   calls `core.woke(timeout)`; when the core's wake-up eventfd fired it
+///   drains it and calls `core.resumeRemote()`; it counts its operations in
+///   `core.meter()` where it submits, completes and dispatches them.
+/// - `armDeadline(t)`: make the next waits end by `t` (the earliest timer)
+///   without a timeout on each; false if it cannot (the loop then passes a
+///   timeout to poll).
+/// - `quiesce()`: make sure the kernel holds no reference to any operation,
+///   without resuming anything (after a stop, and before the reactor's
+///   tasks are destroyed).
+/// - `leaveLoop()`: as run() / runUntil() return, undo what that run tied
+///   to its thread.
+/// - `unsubmitted()`: operations prepared but not handed to the kernel yet
+///   (LoopStats::unsubmitted).
+template <typename B>
+concept ReactorBackend = requires(B& b, const B& cb, std::optional<std::chrono::steady_clock::duration> timeout,
+                                  std::chrono::steady_clock::time_point t) {
+  b.poll(timeout);
+  { b.armDeadline(t) } noexcept -> std::same_as<bool>;
+  { b.quiesce() } noexcept;
+  { b.leaveLoop() } noexcept;
+  { cb.unsubmitted() } noexcept -> std::same_as<std::size_t>;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
+// end <coio/reactor/reactor.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <span>
+#include <stop_token>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace coio {
+
+/// Group commit: concurrent callers' items carried out in batches by one
+/// leader at a time, so that many small sends become one system call (a
+/// gather write of many frames, a chain of RDMA work requests). The
+/// storage example's TCP frame writer and RDMA writes are built on it.
+///
+/// A submit() that finds no batch under way leads: it yields once to the
+/// coroutines already ready on the loop (reactor.schedule(): a burst of
+/// read completions, say, queues its items behind it), then hands the
+/// oldest queued items to `Batch` (as many as fit in `maxWeight`, or the
+/// first alone if heavier), wakes their callers with the batch's result,
+/// and repeats until its own item is done; then it hands leadership to the
+/// oldest item still queued.
+///
+/// Guarantees:
+/// - Items are carried out in the order submit() was called, each in
+///   exactly one batch, batches one at a time (never two `Batch` calls at
+///   once).
+/// - Each caller gets its own batch's result.
+/// - Cancellation: an item whose `stop` is requested while it is queued
+///   leaves the queue and yields std::errc::operation_canceled, nothing of
+///   it carried out; once a batch took it, it runs to the end under the
+///   leader's stop token, and its caller gets the batch's result.
+/// - A batch that fails breaks the commit: every later submit() fails at
+///   once with Errc::closed (a byte stream cut mid-frame, a queue pair in
+///   error cannot be used again); broken() tells.
+/// - Threads: used on the loop thread of `reactor` only. Every caller
+///   resumes there: the leader after its own batch, the others inline when
+///   the leader wakes them (in submit order), or when their stop is
+///   requested (on the loop thread that requests it).
+///
+/// `Batch` is called as `co_await batch(std::span<const Item> items,
+/// std::stop_token)` and yields Result<void>; `items` is valid until
+/// it returns.
+template <Reactor R, typename Item, typename Batch>
+class GroupCommit {
+ public:
+  /// Items go out through `batch`, at most `maxWeight` of them (by weight)
+  /// per call, on `reactor`'s loop thread.
+  GroupCommit(R& reactor, std::size_t maxWeight, Batch batch)
+      : reactor_(reactor), maxWeight_(maxWeight), batch_(std::move(batch)) {}
+  GroupCommit(const GroupCommit&) = delete;
+  GroupCommit& operator=(const GroupCommit&) = delete;
+
+  /// Carries out `item` (of `weight` towards a batch's maxWeight) in a batch.
+  Task<Result<void>> submit(Item item, std::size_t weight, std::stop_token stop) {
+    if (broken_) co_return Errc::closed;
+    Caller me{std::move(item), weight};
+    queue_.push_back(&me);
+    if (leading_) {
+      // Carried out by the leader, or handed the lead.
+      if (!co_await me.wake.acquire(stop)) {
+        if (!me.taken) {
+          std::erase(queue_, &me);
+          co_return std::errc::operation_canceled;
+        }
+        co_await me.wake.acquire();  // in a batch under way: the leader's stop governs it
+      }
+      if (me.done) co_return std::move(me.result);
+    } else {
+      leading_ = true;
+      co_await reactor_.schedule();  // let this turn's other items queue behind
+    }
+    if (stop.stop_requested()) {  // nothing of ours went
+      std::erase(queue_, &me);
+      handOver();
+      co_return std::errc::operation_canceled;
+    }
+    while (!me.done) co_await runBatch(me, stop);
+    handOver();
+    co_return std::move(me.result);
+  }
+
+  /// Whether a batch failed: then every submit() fails with Errc::closed.
+  bool broken() const noexcept { return broken_; }
+
+ private:
+  struct Caller {
+    Caller(Item i, std::size_t w) noexcept : item(std::move(i)), weight(w) {}
+    Item item;
+    std::size_t weight;
+    Semaphore wake{0};  // released when done, or when handed the lead
+    Result<void> result = Errc::closed;
+    bool taken = false;  // in a batch under way
+    bool done = false;   // `result` is final
+  };
+
+  // Carries out the oldest queued items (whole ones, up to maxWeight, or
+  // the first alone if heavier) in one batch, then wakes the ones it took.
+  Task<void> runBatch(Caller& leader, std::stop_token stop) {
+    std::vector<Caller*> taken;
+    items_.clear();
+    std::size_t weight = 0;
+    while (!queue_.empty() && (taken.empty() || weight + queue_.front()->weight <= maxWeight_)) {
+      Caller* c = queue_.front();
+      queue_.pop_front();
+      c->taken = true;
+      taken.push_back(c);
+      items_.push_back(c->item);
+      weight += c->weight;
+    }
+    // if/else, not a conditional: g++ 12 miscompiles `c ? x : co_await y`.
+    Result<void> result = Errc::closed;
+    if (!broken_) result = co_await batch_(std::span<const Item>(items_), stop);
+    if (!result) broken_ = true;
+    for (Caller* c : taken) {
+      c->result = result;
+      c->done = true;
+    }
+    for (Caller* c : taken) {
+      if (c != &leader) c->wake.release();  // resumes it inline
+    }
+  }
+
+  void handOver() noexcept {
+    leading_ = !queue_.empty();
+    if (leading_) queue_.front()->wake.release();
+  }
+
+  R& reactor_;
+  std::size_t maxWeight_;
+  Batch batch_;
+  std::deque<Caller*> queue_;  // not yet taken, oldest first
+  std::vector<Item> items_;    // the batch under way
+  bool leading_ = false;       // a leader is running batches
+  bool broken_ = false;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_NET_GROUP_COMMIT_HPP
+// end <coio/net/group_commit.hpp>
 // begin <coio/net/socket_address.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_SOCKET_ADDRESS_HPP
@@ -4559,270 +5066,6 @@ inline long resetConnection(int fd) noexcept {
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
 // end <coio/reactor/detail/reset_connection.hpp>
-// begin <coio/reactor/reactor.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
-// begin <coio/reactor/loop_stats.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
-// LoopStats and LoopStall: a view into a reactor's loop. The counters and
-// queue depths a service exports (reactor.stats()), and what the stall
-// detector reports about a turn of the loop that ran too long
-// (reactor.setStallHandler()). Both reactors fill them the same way.
-#include <array>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <string_view>
-
-namespace coio {
-
-/// The kinds of operation LoopStats counts.
-enum class OpKind : std::uint8_t {
-  recv,       ///< recv, recvAll (and a multishot recv kept armed for them)
-  send,       ///< send, sendv (and zero-copy sends)
-  accept,     ///< accept
-  connect,    ///< connect
-  poll,       ///< readable, writable
-  timer,      ///< sleepFor, sleepUntil (also withTimeout's deadline)
-  diskRead,   ///< a File's reads (read, readv, read_fixed)
-  diskWrite,  ///< a File's writes (write, writev, write_fixed)
-  diskSync,   ///< fsync, fdatasync
-  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
-};
-
-/// How many OpKinds there are: the size of LoopStats::ops.
-inline constexpr std::size_t kOpKinds = static_cast<std::size_t>(OpKind::other) + 1;
-
-/// The kind's name, for metric labels and messages ("recv", "diskRead", ...).
-constexpr std::string_view toString(OpKind kind) noexcept {
-  constexpr std::string_view names[kOpKinds] = {"recv", "send",     "accept",    "connect",  "poll",
-                                                "timer", "diskRead", "diskWrite", "diskSync", "other"};
-  return static_cast<std::size_t>(kind) < kOpKinds ? names[static_cast<std::size_t>(kind)] : "?";
-}
-
-/// The phases of one turn of the loop, in the order they run. A turn is
-/// everything the loop thread does between two waits for I/O.
-enum class LoopPhase : std::uint8_t {
-  /// Dispatching what the wait returned: I/O completions and readiness
-  /// (each resumes the coroutine that waited for it, inline), and
-  /// coroutines handed over from other threads (schedule, spawn).
-  completions,
-  /// Resuming the coroutines queued on the loop thread: spawned there,
-  /// `co_await schedule()`, operations that yield to the next iteration.
-  ready,
-  /// Firing the timers that are due (each resumes its sleeper, inline).
-  timers,
-};
-
-/// How many LoopPhases there are.
-inline constexpr std::size_t kLoopPhases = static_cast<std::size_t>(LoopPhase::timers) + 1;
-
-/// The phase's name ("completions", "ready", "timers").
-constexpr std::string_view toString(LoopPhase phase) noexcept {
-  constexpr std::string_view names[kLoopPhases] = {"completions", "ready", "timers"};
-  return static_cast<std::size_t>(phase) < kLoopPhases ? names[static_cast<std::size_t>(phase)] : "?";
-}
-
-/// A snapshot of one reactor's loop (`reactor.stats()`), taken on its loop
-/// thread. Counters count from the reactor's construction and never go
-/// back; depths are as of the snapshot.
-///
-/// What counts as an operation is what the reactor waits on the kernel for:
-/// an SQE (UringReactor; the Disk's SQEs too, on either reactor) or a wait
-/// registered for an fd's readiness (EpollReactor). It is `submitted` when
-/// that starts and `completed` when it ends, whatever the result (an error
-/// or a cancellation included; a multishot recv at its last completion);
-/// so submitted - completed is what is in flight. An operation that needs
-/// no wait (a send the socket took at once, a recv that found data under
-/// epoll, an error known up front) counts only in `completedInline`. The
-/// reactor's own operations (its wake-up eventfd, its timer deadline) and
-/// cancel requests are not counted. Timers count as operations of kind
-/// `timer`: submitted when set, completed when fired or cancelled.
-struct LoopStats {
-  /// The counters of one kind of operation.
-  struct Ops {
-    std::uint64_t submitted = 0;  ///< waits started: SQEs, fd waits, timers set
-    std::uint64_t completed = 0;  ///< waits ended, whatever the result
-  };
-
-  /// By OpKind (see operator[]).
-  std::array<Ops, kOpKinds> ops{};
-  /// The counters of `kind`.
-  const Ops& operator[](OpKind kind) const noexcept { return ops[static_cast<std::size_t>(kind)]; }
-
-  std::uint64_t completedInline = 0;  ///< operations of any kind that completed without a wait
-  std::uint64_t timersFired = 0;      ///< timers that fired (the others completed were cancelled)
-  std::uint64_t events = 0;           ///< what the reactor's waits returned: epoll events, io_uring CQEs
-  std::uint64_t resumed = 0;          ///< coroutines resumed from the ready queue (LoopPhase::ready)
-  std::uint64_t iterations = 0;       ///< turns of the loop
-
-  std::size_t inFlight = 0;     ///< operations submitted and not completed (timers aside)
-  std::size_t ready = 0;        ///< coroutines queued for the loop's next ready phase (not those other threads handed over)
-  std::size_t timers = 0;       ///< timers set and not fired or cancelled yet
-  std::size_t unsubmitted = 0;  ///< UringReactor: SQEs prepared, not handed to the kernel yet (0 on epoll)
-
-  /// Whether the loop times its turns (setLoopTiming, setStallHandler):
-  /// the durations below only grow while it does.
-  bool timed = false;
-  /// The loop thread's time inside the reactor's waits for I/O that could
-  /// block (with io_uring, that includes the kernel's work on the
-  /// submissions the wait hands over).
-  std::chrono::nanoseconds waiting{};
-  /// Its time in the turns between those waits (the LoopPhases).
-  std::chrono::nanoseconds running{};
-  /// The longest turn timed.
-  std::chrono::nanoseconds longestTurn{};
-  /// Turns longer than the stall threshold: the stall handler's calls.
-  std::uint64_t stalls = 0;
-};
-
-/// One turn of the loop that ran longer than the stall threshold, as the
-/// stall handler receives it (see setStallHandler).
-struct LoopStall {
-  std::chrono::nanoseconds duration{};  ///< the turn: its phases together
-  LoopPhase phase = LoopPhase::completions;  ///< the phase that took longest
-  /// Each phase's time, by LoopPhase.
-  std::array<std::chrono::nanoseconds, kLoopPhases> phases{};
-  /// What each phase ran, by LoopPhase: events dispatched (each resumes
-  /// the coroutines waiting for it), coroutines resumed, timers fired.
-  std::array<std::uint64_t, kLoopPhases> ran{};
-};
-
-/// What the stall detector calls, on the loop thread, after a turn that ran
-/// longer than the threshold.
-using StallHandler = std::function<void(const LoopStall&)>;
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_LOOP_STATS_HPP
-// end <coio/reactor/loop_stats.hpp>
-
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <chrono>
-#include <concepts>
-#include <cstddef>
-#include <optional>
-#include <span>
-#include <stop_token>
-
-namespace coio {
-
-/// An awaitable whose `co_await` yields exactly T.
-template <typename A, typename T>
-concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
-
-/// An event loop driven by one thread; EpollReactor and UringReactor model
-/// it, and every I/O awaitable above (net, disk, rdma) is a template over it.
-/// Both are a ReactorLoop (run, spawn, schedule, sleeps, stats) over a
-/// backend (ReactorBackend) plus their I/O operations.
-///
-/// What every model guarantees:
-/// - `run()` drives the loop on the calling thread until `stop()`;
-///   `runUntil(task)` until `task` finishes. One thread at a time.
-/// - `spawn(task)` and `co_await schedule()` work from any thread and wake a
-///   sleeping loop; spawned tasks are owned by the reactor and start on the
-///   loop thread. `stop()` works from any thread and is final: pending
-///   operations are cancelled; spawned tasks that had not started are
-///   destroyed unrun when the loop stops, and a task spawned after stop()
-///   at once, so nobody waits for them in vain; tasks that had started are
-///   destroyed (all their frames) when the reactor is destroyed. Coroutines
-///   owned elsewhere (e.g. by a blockingWait on another thread) that still
-///   wait on a stopped reactor are never resumed: stop it after they are done.
-/// - An exception escaping a spawned task, on whatever thread it ran last,
-///   stops the reactor and is rethrown by its run() / runUntil().
-/// - Fairness: operations that could complete at once every time (an
-///   always-readable or always-writable socket, data read ahead, an error
-///   known up front) still let the loop run its timers and other fds at
-///   least once per bounded batch of completions: per loop iteration at
-///   most `kInlineTurnsPerIteration` awaits complete without suspending,
-///   later ones resume in the next iteration. The disk layer's awaitables
-///   share the budget.
-/// - Every other awaitable resumes its coroutine on the loop thread and must
-///   be awaited there. I/O awaitables yield `Result<T>` (errno values in the
-///   system category) and take a std::stop_token: a stop requested on the
-///   loop thread cancels the operation, which then yields
-///   std::errc::operation_canceled. A cancelled operation resumes only once
-///   the kernel has let go of its buffers.
-/// - `readable(fd)` / `writable(fd)` complete once the fd is ready at or
-///   after the call (its state is checked when the wait starts), which makes
-///   them safe for edge-triggered sources: drain, then wait again.
-/// - `forget(fd)` before closing an fd the reactor has waited on: the
-///   reactor keeps state by fd number, which the next fd opened under that
-///   number would otherwise inherit (under UringReactor's default recv mode
-///   that can be bytes read ahead from the closed socket).
-/// - A view into the loop, on the loop thread: `stats()` (LoopStats:
-///   operations submitted and completed by kind, queue depths, time waiting
-///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
-///   handler)`, which calls the handler after each turn of the loop that
-///   ran longer than the threshold (LoopStall). Counting is a plain
-///   increment per operation; timing (off by default) a clock read per
-///   phase of a turn that ran something.
-template <typename R>
-concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
-                           std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
-                           socklen_t length,
-                           std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
-                           std::stop_token stop, StallHandler handler) {
-  r.run();
-  r.runUntil(std::move(task));
-  r.stop();
-  r.spawn(std::move(task));
-  { cr.isInLoopThread() } -> std::same_as<bool>;
-  { r.schedule() } -> AwaitableOf<void>;
-  { r.sleepFor(d) } -> AwaitableOf<void>;
-  { r.sleepUntil(t) } -> AwaitableOf<void>;
-  { r.sleepFor(d, stop) } -> AwaitableOf<bool>;
-  { r.sleepUntil(t, stop) } -> AwaitableOf<bool>;
-  { r.readable(fd, stop) } -> AwaitableOf<Result<void>>;
-  { r.writable(fd, stop) } -> AwaitableOf<Result<void>>;
-  { r.accept(fd, stop) } -> AwaitableOf<Result<int>>;
-  { r.connect(fd, address, length, stop) } -> AwaitableOf<Result<void>>;
-  { r.recv(fd, in, stop) } -> AwaitableOf<Result<std::size_t>>;
-  { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
-  { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
-  r.forget(fd);
-  { cr.stats() } -> std::same_as<LoopStats>;
-  r.setLoopTiming(true);
-  r.setStallHandler(d, std::move(handler));
-};
-
-/// What ReactorLoop needs of its backend B, the part of a reactor that
-/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
-/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
-/// The loop constructs it with its LoopCore (and the reactor's options) and
-/// calls, on the loop thread:
-/// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until
-///   something happens; zero: not at all) and dispatch what completed,
-///   resuming the coroutines that waited. Right after its wait returns it
-///   calls `core.woke(timeout)`; when the core's wake-up eventfd fired it
-///   drains it and calls `core.resumeRemote()`; it counts its operations in
-///   `core.meter()` where it submits, completes and dispatches them.
-/// - `armDeadline(t)`: make the next waits end by `t` (the earliest timer)
-///   without a timeout on each; false if it cannot (the loop then passes a
-///   timeout to poll).
-/// - `quiesce()`: make sure the kernel holds no reference to any operation,
-///   without resuming anything (after a stop, and before the reactor's
-///   tasks are destroyed).
-/// - `leaveLoop()`: as run() / runUntil() return, undo what that run tied
-///   to its thread.
-/// - `unsubmitted()`: operations prepared but not handed to the kernel yet
-///   (LoopStats::unsubmitted).
-template <typename B>
-concept ReactorBackend = requires(B& b, const B& cb, std::optional<std::chrono::steady_clock::duration> timeout,
-                                  std::chrono::steady_clock::time_point t) {
-  b.poll(timeout);
-  { b.armDeadline(t) } noexcept -> std::same_as<bool>;
-  { b.quiesce() } noexcept;
-  { b.leaveLoop() } noexcept;
-  { cb.unsubmitted() } noexcept -> std::same_as<std::size_t>;
-};
-
-}  // namespace coio
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_HPP
-// end <coio/reactor/reactor.hpp>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -4908,23 +5151,46 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 /// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
 ///   with the buffers, on the loop thread: without a copy where the reactor
 ///   can (UringReactor::sendZeroCopy), else after a copying write.
+///
+/// Example (with TcpListener):
+/// \snippet api_examples.cpp TcpStream
 template <Reactor R>
 class TcpStream {
  public:
-  using ReadAwaiter = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
-                                               detail::ReadResult>;
-  using WriteAwaiter =
+  /// What read() returns. `co_await` it once, on the loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes read, or Errc::eof
+  /// at the end of the stream (see the class comment for the errors and
+  /// the stop token).
+  using ReadAwaitable = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
+                                                 detail::ReadResult>;
+  /// What write(buffer) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WriteAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
-  using WritevAwaiter =
+  /// What write(parts) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WritevAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
-  using ZeroCopyWriteAwaiter =
+  /// What writeZeroCopy() returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written, once the kernel is done with them.
+  using ZeroCopyWriteAwaitable =
       detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
+  // Their names before the ...Awaitable ones, kept for source compatibility.
+  using ReadAwaiter = ReadAwaitable;
+  using WriteAwaiter = WriteAwaitable;
+  using WritevAwaiter = WritevAwaitable;
+  using ZeroCopyWriteAwaiter = ZeroCopyWriteAwaitable;
+  /// A socket's file descriptor, owned: closed when destroyed (or by
+  /// `reset()`); `get()` is the fd (-1 if none), `valid()` whether there is
+  /// one, `release()` gives it up without closing it. Move-only. What the
+  /// constructor adopts and release() gives back.
+  using FileDescriptor = detail::FileDescriptor;
 
   /// Adopts a connected non-blocking socket.
-  TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpStream(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
   /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
   /// Closes the socket held, if any, and takes over `other`'s.
@@ -4940,7 +5206,7 @@ class TcpStream {
 
   /// Connects to `address`.
   static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
-    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
     if (!fd.valid()) co_return systemError(errno);
     TcpStream stream(reactor, std::move(fd));
     Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
@@ -4950,20 +5216,20 @@ class TcpStream {
 
   /// Reads what is available, at most `buffer.size()` bytes (at least 1 for
   /// a non-empty buffer).
-  ReadAwaiter read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return ReadAwaiter{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+  ReadAwaitable read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return ReadAwaitable{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
   }
 
   /// Writes some of `buffer`: the byte count written, possibly short.
-  WriteAwaiter write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
+  WriteAwaitable write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return WriteAwaitable{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` in one system call (at most IOV_MAX parts):
   /// the byte count written, possibly short. `parts` must stay valid until
   /// the co_await returns.
-  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  WritevAwaitable write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaitable{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` (at most IOV_MAX) without copying them into the
@@ -4979,8 +5245,8 @@ class TcpStream {
   /// connection is reset (abort()). A reactor that copies (EpollReactor;
   /// UringReactor without zero-copy sends) keeps the guarantee trivially:
   /// the kernel holds a copy once the write resumes.
-  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+  ZeroCopyWriteAwaitable writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaitable{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
                                 detail::WriteResult{}};
   }
 
@@ -5088,7 +5354,7 @@ class TcpStream {
   /// the reactor reads the socket ahead (UringReactor::readsAhead:
   /// forgetting it would drop data the peer sent); release before the first
   /// read, or on a reactor that does not read ahead.
-  Result<detail::FileDescriptor> release() noexcept {
+  Result<FileDescriptor> release() noexcept {
     if constexpr (requires(const R& r) { r.readsAhead(0); }) {
       if (fd_.valid() && reactor_->readsAhead(fd_.get())) return systemError(EBUSY);
     }
@@ -5105,16 +5371,16 @@ class TcpStream {
 
  private:
   // read(), or where the reactor can, a read that asks for all of `buffer`.
-  ReadAwaiter readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
+  ReadAwaitable readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
     if constexpr (requires(R& r) { r.recvAll(0, buffer, stop); }) {
-      return ReadAwaiter{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+      return ReadAwaitable{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
     } else {
       return read(buffer, std::move(stop));
     }
   }
 
   R* reactor_;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace coio
@@ -6515,7 +6781,8 @@ struct BackendOf;
 /// A turn of the loop: resume the ready coroutines, fire the due timers,
 /// then the backend's poll (wait for I/O and dispatch it), with a timeout
 /// of zero while coroutines are ready. `Reactor` is the reactor deriving
-/// from it; its backend (a ReactorBackend) is detail::BackendOf<Reactor>.
+/// from it; its backend (a ReactorBackend) is the one the internal
+/// BackendOf<Reactor> names.
 template <typename Reactor>
 class ReactorLoop : public detail::LoopCore {
   using Backend = typename detail::BackendOf<Reactor>::type;
@@ -6524,6 +6791,16 @@ class ReactorLoop : public detail::LoopCore {
  public:
   /// The loop's clock (timers, stats).
   using Clock = std::chrono::steady_clock;
+  /// What sleepFor(d) and sleepUntil(deadline) return. `co_await` it once,
+  /// on the loop thread: it yields nothing, resumed on the loop thread at the
+  /// deadline (in a later iteration if it has passed), or earlier, once the
+  /// token the awaiting Task runs under is stopped.
+  using SleepAwaitable = detail::SleepAwaiter<false>;
+  /// What sleepFor(d, stop) and sleepUntil(deadline, stop) return: like
+  /// SleepAwaitable, but yields true if the deadline passed, false if `stop`
+  /// was requested first (then resumed on the loop thread in a later
+  /// iteration).
+  using CancellableSleepAwaitable = detail::SleepAwaiter<true>;
 
   /// Runs the loop on the calling thread until stop() (or until a spawned
   /// task throws, on whatever thread it then runs: the reactor then stops,
@@ -6601,19 +6878,19 @@ class ReactorLoop : public detail::LoopCore {
   /// Awaited from a coio Task, it ends early (as the cancellable form does,
   /// yielding nothing) once the token the Task runs under is stopped: a
   /// loop that only sleeps should check that token.
-  detail::SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  SleepAwaitable sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   /// sleepUntil(now + d).
-  detail::SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
   /// a later iteration; at once if it already was). `stop` must be requested
   /// on the loop thread. A default `stop` means the token of the awaiting
   /// Task (see currentStopToken).
-  detail::SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
     return {*this, deadline, std::move(stop)};
   }
   /// The cancellable sleepUntil(now + d, stop).
-  detail::SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepFor(Clock::duration d, std::stop_token stop) noexcept {
     return {*this, Clock::now() + d, std::move(stop)};
   }
 
@@ -6758,7 +7035,9 @@ struct detail::BackendOf<EpollReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable below resumes its coroutine on the loop thread (the
-///   thread inside run() / runUntil()), and must be awaited there.
+///   thread inside run() / runUntil()), and must be awaited there, once.
+///   Each operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - I/O operations try their system call first and wait only if it would
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
@@ -6766,7 +7045,7 @@ struct detail::BackendOf<EpollReactor> {
 ///   iteration complete without suspending (a ready fd, an fd < 0, a stop
 ///   already requested); later ones still make their system call at once
 ///   but resume their coroutine in the next iteration, after timers and
-///   other fds (detail::InlineCompletion). A socket that is always readable
+///   other fds. A socket that is always readable
 ///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
@@ -6783,12 +7062,26 @@ struct detail::BackendOf<EpollReactor> {
 ///   hrtimer per wait).
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share; the
-/// waiting is detail::EpollBackend's, the operations detail::EpollOperation.
+/// waiting is EpollBackend's, the operations EpollOperation's
+/// (reactor/detail/epoll_backend.hpp, epoll_operation.hpp).
 class EpollReactor : public ReactorLoop<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::EpollOperation<detail::ReadinessAttempt, void, true>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::EpollOperation<detail::AcceptAttempt, int, false>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::EpollOperation<detail::ConnectAttempt, void, false>;
+  /// What recv() returns: `co_await` yields Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::EpollOperation<detail::RecvAttempt, std::size_t, false>;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendAwaitable = detail::EpollOperation<detail::SendAttempt, std::size_t, false>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendvAwaitable = detail::EpollOperation<detail::SendvAttempt, std::size_t, false>;
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
@@ -6798,60 +7091,53 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   /// the fd's state is checked when the wait starts, so an edge that came
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
-  Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// As readable(), for writability.
-  Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptAttempt, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// Connects a non-blocking socket.
-  Operation<detail::ConnectAttempt, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                                  std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// recv: bytes read, 0 at end of stream.
-  Operation<detail::RecvAttempt, std::size_t> recv(int fd, std::span<std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
-  Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                      std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
   void forget(int fd) noexcept { backend_.forget(fd); }
 };
 
-inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::read, {}, std::move(stop)};
 }
-inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::write, {}, std::move(stop)};
 }
-inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
+inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
 }
 inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectAttempt, void> {
+    -> ConnectAwaitable {
   detail::ConnectAttempt attempt{{}, fd, {}, length};
   std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
   return {backend_, fd, detail::Direction::write, attempt, std::move(stop)};
 }
-inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::RecvAttempt, std::size_t> {
+inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return {backend_, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
 }
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendAttempt, std::size_t> {
+    -> SendAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
 }
 
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvAttempt, std::size_t> {
+    -> SendvAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 
@@ -6957,6 +7243,9 @@ class ReactorPool {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_POOL_HPP
 // end <coio/reactor/reactor_pool.hpp>
+// begin <coio/reactor/wait_for.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_WAIT_FOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_WAIT_FOR_HPP
 // begin <coio/reactor/with_timeout.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
@@ -7020,6 +7309,11 @@ Task<void> stopWhenDue(R& reactor, std::chrono::steady_clock::duration timeout, 
 
 }  // namespace detail
 
+/// What withTimeout(reactor, task, timeout) yields for a `Task<T>`:
+/// `Result<T>`, or T itself when it already is a `Result<U>`.
+template <typename T>
+using TimeoutResult = typename detail::TimeoutResult<T>::type;
+
 /// Runs `start(token)` (which returns an awaitable yielding Result<T>, e.g.
 /// `[&](std::stop_token t) { return stream.read(buf, t); }`) and requests
 /// stop on `token` once `timeout` has passed. The operation is really
@@ -7075,9 +7369,12 @@ auto withTimeout(R& reactor, Start start, std::chrono::steady_clock::duration ti
 ///   deadline.
 /// - Must be awaited on the reactor's thread, and the task must finish
 ///   there (it may hop elsewhere in between); resumes there.
+///
+/// Example:
+/// \snippet api_examples.cpp withTimeout
 template <Reactor R, typename T>
 auto withTimeout(R& reactor, Task<T> task, std::chrono::steady_clock::duration timeout)
-    -> Task<typename detail::TimeoutResult<T>::type> {
+    -> Task<TimeoutResult<T>> {
   static_assert(!std::is_reference_v<T>, "withTimeout does not support Task<T&>: return a pointer");
   detail::LinkedStopSource operation;  // the task's token: stopped at the deadline or with ours
   std::stop_source timer;              // ends the timer once the task finished
@@ -7098,6 +7395,46 @@ auto withTimeout(R& reactor, Task<T> task, std::chrono::steady_clock::duration t
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_WITH_TIMEOUT_HPP
 // end <coio/reactor/with_timeout.hpp>
+
+#include <chrono>
+#include <stop_token>
+#include <system_error>
+
+namespace coio {
+
+/// Waits until `event` is set, for at most `timeout`: "this happened, or a
+/// deadline" (a response, a grant, a drain), in one call, without a
+/// std::stop_source standing in for the event. Yields an empty Result if
+/// the event is set, `std::errc::timed_out` at the deadline, and
+/// `std::errc::operation_canceled` if the awaiting task is stopped first
+/// (see currentStopToken; `withStopToken(token, waitFor(...))` waits under
+/// a token of your own instead).
+///
+/// Guarantees:
+/// - A set event wins: one set before the call yields success at once,
+///   without suspending or arming a timer; one set before the wait saw the
+///   deadline or the stop yields success even if they came too.
+/// - It returns only once the timer is gone (withTimeout's guarantee): no
+///   wake-up of it comes later.
+/// - Must be awaited on the reactor's thread; resumes there. When the
+///   event is set, the awaiting coroutine resumes in a later iteration of
+///   the loop, not inside set(): whoever sets the event finishes first.
+/// - The event must outlive the wait.
+template <Reactor R>
+Task<Result<void>> waitFor(R& reactor, Event& event, std::chrono::steady_clock::duration timeout) {
+  if (event.isSet()) co_return Result<void>{};
+  co_return co_await withTimeout(
+      reactor,
+      [&event](std::stop_token stop) -> Task<Result<void>> {
+        if (co_await event.wait(std::move(stop))) co_return Result<void>{};
+        co_return std::make_error_code(std::errc::operation_canceled);
+      },
+      timeout);
+}
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_WAIT_FOR_HPP
+// end <coio/reactor/wait_for.hpp>
 // begin <coio/testing/manual_executor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
@@ -7671,7 +8008,8 @@ struct UringOperation {
   /// Called on the loop thread with each CQE's result and flags.
   void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
   /// The ring's: the LoopStats counter its completion counts in, set when
-  /// it is submitted (from the SQE's opcode).
+  /// it is submitted (from the SQE's opcode); none before.
+  /// \hideinitializer
   std::uint8_t counter = detail::kUncounted;
 };
 
@@ -9340,7 +9678,9 @@ struct detail::BackendOf<UringReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable resumes its coroutine on the loop thread (the thread
-///   inside run() / runUntil()) and must be awaited there.
+///   inside run() / runUntil()) and must be awaited there, once. Each
+///   operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - Operations are native io_uring operations (accept, connect, recv, send,
 ///   poll_add; disk and RDMA layers add their own through `submit`), found on
 ///   completion through user_data. One exception: `send` first tries a
@@ -9372,7 +9712,7 @@ struct detail::BackendOf<UringReactor> {
 ///   iteration complete without suspending (a send the socket took, a read
 ///   served from data a multishot recv kept, a stop already requested);
 ///   later ones still complete at once but resume their coroutine in the
-///   next iteration (detail::InlineCompletion). And one poll dispatches at
+///   next iteration. And one poll dispatches at
 ///   most kReapRoundsPerPoll batches of completions before timers and ready
 ///   coroutines run again. So a coroutine whose operations are always
 ///   ready, or a flood of completions, cannot starve the rest of the loop.
@@ -9393,16 +9733,36 @@ struct detail::BackendOf<UringReactor> {
 ///
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share. Inside
-/// (docs/reactors.md, "How the reactors are built"): detail::UringBackend
-/// waits on the ring (detail::UringRing); the operations are
-/// detail::UringIoOperation (uring_io_operation.hpp), the multishot
-/// receive (uring_multishot_recv.hpp) and the zero-copy send
+/// (docs/reactors.md, "How the reactors are built"): UringBackend waits on
+/// the ring (UringRing); the operations are UringIoOperation
+/// (reactor/detail/uring_io_operation.hpp), the multishot receive
+/// (uring_multishot_recv.hpp) and the zero-copy send
 /// (uring_zero_copy_send.hpp).
+///
+/// Example:
+/// \snippet api_examples_uring.cpp UringReactor
 class UringReactor : public ReactorLoop<UringReactor> {
  public:
   /// The awaitable type of this reactor's io_uring operations.
   template <typename Prep, typename T>
   using Operation = detail::UringIoOperation<Prep, T>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::UringIoOperation<detail::PollPrep, void>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::UringIoOperation<detail::AcceptPrep, int>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::UringIoOperation<detail::ConnectPrep, void>;
+  /// What recv() and recvAll() return: `co_await` yields
+  /// Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::UringRecv;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes sent.
+  using SendAwaitable = detail::UringIoOperation<detail::SendPrep, std::size_t>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes sent.
+  using SendvAwaitable = detail::UringIoOperation<detail::SendvPrep, std::size_t>;
+  /// What sendZeroCopy() returns: `co_await` yields Result<std::size_t>,
+  /// the bytes sent, once the kernel no longer references them.
+  using SendZeroCopyAwaitable = detail::UringZeroCopySend;
 
   /// How the ring is set up and used (see UringOptions).
   using Options = UringOptions;
@@ -9426,34 +9786,31 @@ class UringReactor : public ReactorLoop<UringReactor> {
   static Result<void> probe(std::string* why = nullptr);
 
   /// Completes once `fd` is readable (a one-shot poll).
-  Operation<detail::PollPrep, void> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// Completes once `fd` is writable (a one-shot poll).
-  Operation<detail::PollPrep, void> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
   /// accept4 as an io_uring operation (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// connect as an io_uring operation; `address` must stay valid until it completes.
-  Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                               std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// A plain recv SQE, or a read served by the socket's multishot recv, as
   /// Options::recvMode and (adaptive) the socket's traffic say.
-  detail::UringRecv recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// recv for a reader that wants the whole buffer (TcpStream::readExact):
   /// a plain recv SQE asks for all of it (MSG_WAITALL), so the kernel
   /// fills it as data arrives and completes once, with fewer bytes only at
   /// the end of the stream, on an error, or when cancelled (what it read
   /// by then). A read served by the socket's multishot recv yields what is
   /// there, as recv does.
-  detail::UringRecv recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  RecvAwaitable recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// Sends with a non-blocking send(2) first, and an SQE only when the
   /// socket is full; that SQE sends all that is left (MSG_WAITALL) unless
   /// an error or a stop comes first: bytes sent.
-  Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                  std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
   /// Sends `parts` (at most IOV_MAX) from their memory, without copying it
   /// into the socket, where zeroCopySend() (one IORING_OP_SEND_ZC, or
   /// SENDMSG_ZC for several parts); else with a copying sendmsg SQE. All of
@@ -9472,7 +9829,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
   /// stop() and destruction reset the connections of the zero-copy sends
   /// still in flight, for the same reason. TCP (and UDP) sockets only:
   /// others yield EOPNOTSUPP from the kernel.
-  detail::UringZeroCopySend sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+  SendZeroCopyAwaitable sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
   /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
@@ -9502,7 +9859,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
 
   /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`,
   /// then submits it according to the policy. It counts in stats() by its
-  /// opcode (detail::opKindOf).
+  /// opcode (the LoopStats counter of that kind of operation).
   template <typename Prep>
   void submit(UringOperation& op, Prep&& prep) {
     backend_.ring().submit(op, std::forward<Prep>(prep));
@@ -9542,7 +9899,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
   std::size_t inFlight() const noexcept { return backend_.inFlight(); }
 
  private:
-  detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
+  RecvAwaitable recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
 };
 
 inline Result<void> UringReactor::probe(std::string* why) {
@@ -9557,29 +9914,30 @@ inline Result<void> UringReactor::probe(std::string* why) {
   return {};
 }
 
-inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_.ring(), detail::PollPrep{fd, POLLIN}, std::move(stop)};
 }
-inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_.ring(), detail::PollPrep{fd, POLLOUT}, std::move(stop)};
 }
-inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptPrep, int> {
+inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_.ring(), detail::AcceptPrep{fd}, std::move(stop)};
 }
 inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectPrep, void> {
+    -> ConnectAwaitable {
   detail::ConnectPrep prep{fd, {}, length};
   std::memcpy(&prep.address, address, std::min<std::size_t>(length, sizeof prep.address));
   return {backend_.ring(), prep, std::move(stop)};
 }
-inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+inline auto UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return recvWith(fd, buffer, std::move(stop), 0);
 }
-inline detail::UringRecv UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+inline auto UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
+    -> RecvAwaitable {
   return recvWith(fd, buffer, std::move(stop), MSG_WAITALL);
 }
-inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop,
-                                                int flags) noexcept {
+inline auto UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept
+    -> RecvAwaitable {
   // No receiver (no memory for a new socket's, or a negative fd): nothing
   // is read ahead on it, so a plain recv is safe.
   detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? backend_.receivers().receiverFor(fd) : nullptr;
@@ -9587,15 +9945,15 @@ inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buf
   return {backend_.ring(), detail::RecvPrep{fd, buffer, flags}, std::move(stop), receiver};
 }
 inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendPrep, std::size_t> {
+    -> SendAwaitable {
   return {backend_.ring(), detail::SendPrep{fd, buffer}, std::move(stop)};
 }
 inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvPrep, std::size_t> {
+    -> SendvAwaitable {
   return {backend_.ring(), detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
-inline detail::UringZeroCopySend UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts,
-                                                           std::stop_token stop) noexcept {
+inline auto UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> SendZeroCopyAwaitable {
   return {backend_.ring(), backend_.zeroCopySends(), fd, parts, std::move(stop)};
 }
 
@@ -10268,6 +10626,9 @@ class DiskBatch;
 ///   Disk's loop thread. Nothing on the read or write path blocks.
 /// - Move-only; used on the Disk's loop thread (or while no loop runs);
 ///   close it before the Disk.
+///
+/// Example (with ReadBatch):
+/// \snippet api_examples_uring.cpp ReadBatch
 class File {
  public:
   /// How File::open opens the file.
@@ -10277,6 +10638,15 @@ class File {
     bool truncate = false;  ///< O_TRUNC
     bool direct = false;    ///< O_DIRECT: bypass the page cache
   };
+
+  /// What read(), readFixed(), write() and writeFixed() return, plain or
+  /// vectored. `co_await` it once, on the Disk's loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes transferred (see the
+  /// class comment for errors and the stop token).
+  using TransferAwaitable = detail::DiskOperation<std::size_t>;
+  /// What fsync(), fdatasync() and fallocate() return: awaited as a
+  /// TransferAwaitable, it yields Result<void>.
+  using StatusAwaitable = detail::DiskOperation<void>;
 
   File() noexcept = default;
   /// Takes over `other`'s file; `other` becomes closed.
@@ -10421,49 +10791,45 @@ class File {
   }
 
   /// Reads up to buffer.size() bytes at `offset`.
-  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<std::byte> buffer,
-                                          std::stop_token stop = {}) {
+  TransferAwaitable read(std::uint64_t offset, std::span<std::byte> buffer, std::stop_token stop = {}) {
     return transfer(IORING_OP_READ, offset, buffer.data(), buffer.size(), -1, std::move(stop));
   }
   /// Reads into a BufferPool slice: IORING_OP_READ_FIXED if the pool is
   /// registered, a plain read otherwise.
-  detail::DiskOperation<std::size_t> readFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+  TransferAwaitable readFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
     return transfer(IORING_OP_READ, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Writes up to data.size() bytes at `offset`.
-  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const std::byte> data,
-                                           std::stop_token stop = {}) {
+  TransferAwaitable write(std::uint64_t offset, std::span<const std::byte> data, std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, const_cast<std::byte*>(data.data()), data.size(), -1, std::move(stop));
   }
   /// Writes a BufferPool slice: IORING_OP_WRITE_FIXED if the pool is
   /// registered, a plain write otherwise.
-  detail::DiskOperation<std::size_t> writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+  TransferAwaitable writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Flushes the file's data and metadata to the device.
-  detail::DiskOperation<void> fsync(std::stop_token stop = {}) {
+  StatusAwaitable fsync(std::stop_token stop = {}) {
     return {disk_->queue(), request(IORING_OP_FSYNC, 0, nullptr, 0, -1), std::move(stop)};
   }
 
   /// Reads into `parts`, in order, from `offset` (IORING_OP_READV): bytes
   /// read, short at end of file. At most IOV_MAX parts (else EINVAL before
   /// submission); with O_DIRECT every part must be aligned.
-  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<const iovec> parts,
-                                          std::stop_token stop = {}) {
+  TransferAwaitable read(std::uint64_t offset, std::span<const iovec> parts, std::stop_token stop = {}) {
     return vectored(IORING_OP_READV, offset, parts, std::move(stop));
   }
   /// Writes `parts`, in order, at `offset` (IORING_OP_WRITEV): bytes
   /// written. At most IOV_MAX parts (else EINVAL before submission); with
   /// O_DIRECT every part must be aligned.
-  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const iovec> parts,
-                                           std::stop_token stop = {}) {
+  TransferAwaitable write(std::uint64_t offset, std::span<const iovec> parts, std::stop_token stop = {}) {
     return vectored(IORING_OP_WRITEV, offset, parts, std::move(stop));
   }
 
   /// Flushes the file's data to the device, and of its metadata only what
   /// reading the data back needs (the size, not the times): fdatasync(2),
   /// as IORING_OP_FSYNC with IORING_FSYNC_DATASYNC.
-  detail::DiskOperation<void> fdatasync(std::stop_token stop = {}) {
+  StatusAwaitable fdatasync(std::stop_token stop = {}) {
     detail::DiskRequest r = request(IORING_OP_FSYNC, 0, nullptr, 0, -1);
     r.opFlags = IORING_FSYNC_DATASYNC;
     return {disk_->queue(), r, std::move(stop)};
@@ -10474,8 +10840,7 @@ class File {
   /// extending; FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range,
   /// which then reads as zeros. Errors: fallocate(2)'s (EOPNOTSUPP where the
   /// file system lacks the mode, EINVAL for an empty range, ENOSPC, ...).
-  detail::DiskOperation<void> fallocate(int mode, std::uint64_t offset, std::uint64_t length,
-                                        std::stop_token stop = {}) {
+  StatusAwaitable fallocate(int mode, std::uint64_t offset, std::uint64_t length, std::stop_token stop = {}) {
     detail::DiskRequest r = request(IORING_OP_FALLOCATE, offset, nullptr, length, -1);
     r.opFlags = static_cast<std::uint32_t>(mode);
     return {disk_->queue(), r, std::move(stop)};
@@ -10530,8 +10895,8 @@ class File {
     return {};
   }
 
-  detail::DiskOperation<std::size_t> vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
-                                              std::stop_token stop) {
+  TransferAwaitable vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
+                             std::stop_token stop) {
     detail::DiskRequest r = request(opcode, offset, nullptr, parts.size(), -1);
     r.address = const_cast<iovec*>(parts.data());
     return {disk_->queue(), r, std::move(stop), check(offset, parts)};
@@ -10548,8 +10913,8 @@ class File {
     return {};
   }
 
-  detail::DiskOperation<std::size_t> transfer(std::uint8_t opcode, std::uint64_t offset, std::byte* data,
-                                              std::size_t length, int fixedBuffer, std::stop_token stop) {
+  TransferAwaitable transfer(std::uint8_t opcode, std::uint64_t offset, std::byte* data,
+                             std::size_t length, int fixedBuffer, std::stop_token stop) {
     return {disk_->queue(), request(opcode, offset, data, length, fixedBuffer), std::move(stop),
             check(offset, data, length)};
   }
@@ -10917,6 +11282,9 @@ namespace coio {
 /// - The destinations must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
+///
+/// Example:
+/// \snippet api_examples_uring.cpp ReadBatch
 class ReadBatch : public DiskBatch {
  public:
   /// An empty batch submitting to `disk`'s ring.

@@ -1,4 +1,4 @@
-#include "chain_table.hpp"
+#include "cluster/chain_table.hpp"
 
 #include <catch2/catch.hpp>
 

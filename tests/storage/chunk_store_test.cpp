@@ -1,4 +1,4 @@
-#include "chunk_store.hpp"
+#include "store/chunk_store.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,11 @@
-#include "cli.hpp"
+#include "programs/cli.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/resource.h>
+
+#include <optional>
+#include <string>
+#include <vector>
 
 TEST_CASE("The server raises its fd limit to the hard limit", "[storage][cli]") {
   rlimit before{};
@@ -23,4 +27,43 @@ TEST_CASE("The default connection limit stays well under the fd limit", "[storag
   CHECK(defaultMaxConnections(4096, 96, 1) == 2000);               // half of what is left
   CHECK(defaultMaxConnections(4096, 96, storage::cli::fdsPerConnection(true)) == 1000);
   CHECK(defaultMaxConnections(1024, 2000, 1) == 1);                // nothing left: still one
+}
+
+namespace {
+
+// `args` parsed by an app with one --size (sizeIn(512, 1G, 512)) and one
+// --count (countIn(1, 100)) option; parse()'s verdict.
+std::optional<int> parseSizeAndCount(std::vector<std::string> args, std::uint64_t& size, std::uint64_t& count) {
+  CLI::App app("test", "cli-test");
+  storage::cli::lastOneCounts(app);
+  app.add_option("--size", size)->transform(storage::cli::sizeIn(512, 1u << 30, 512));
+  app.add_option("--count", count)->transform(storage::cli::countIn(1, 100));
+  args.insert(args.begin(), "cli-test");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return storage::cli::parse(app, static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST_CASE("Sizes take binary suffixes, counts are decimal, both within their range", "[storage][cli]") {
+  std::uint64_t size = 0, count = 0;
+  CHECK_FALSE(parseSizeAndCount({"--size", "64K", "--count", "010"}, size, count));
+  CHECK(size == 64 * 1024);
+  CHECK(count == 10);  // decimal, not octal
+  CHECK_FALSE(parseSizeAndCount({"--size", "1g", "--count", "1", "--count", "7"}, size, count));
+  CHECK(size == 1u << 30);
+  CHECK(count == 7);  // the last one counts
+  CHECK_FALSE(parseSizeAndCount({"--size", "4096"}, size, count));
+  CHECK(size == 4096);
+  // Out of range, not a multiple, not a number, a negative, an overflow: exit code 2.
+  for (const char* bad : {"2G", "1000", "4Q", "-4K", "", "99999999999999999999", "18014398509481984K"}) {
+    INFO(bad);
+    CHECK(parseSizeAndCount({"--size", bad}, size, count) == std::optional<int>(2));
+  }
+  for (const char* bad : {"0", "101", "0x10", "-1", "1K"}) {
+    INFO(bad);
+    CHECK(parseSizeAndCount({"--count", bad}, size, count) == std::optional<int>(2));
+  }
+  CHECK(parseSizeAndCount({"--unknown"}, size, count) == std::optional<int>(2));
 }

@@ -6,13 +6,13 @@
 // one serves again; one whose lease is revoked behind its back registers
 // again by itself within ttl/3 + 1 s; the leading manager killed, the other
 // leads within the TTL and handles the next death; every chain's history is
-// versions 1, 2, 3, ... with no gap and no duplicate.
-// One file, though long: half of it is the one fixture (Cluster: etcd, the
-// binaries as child processes, the chains read back) that every case here
-// uses and no other suite does.
-#include "cluster_manager.hpp"
+// versions 1, 2, 3, ... with no gap and no duplicate. One file (about 740
+// lines): every case drives the same Cluster (below) through a server's or
+// a manager's life, and the frozen-member cases run as a CTest test of
+// their own (SPLIT frozen) from this one binary.
+#include "cluster/cluster_manager.hpp"
 #include "etcd_fixture.hpp"
-#include "storage_client.hpp"
+#include "client/storage_client.hpp"
 
 #include "../killed_at_end.hpp"
 

@@ -4,11 +4,11 @@
 // etcd_routing_test.cpp): servers 0..n-1 in a ring of replication 2, each
 // in a child process, the client on the fixture's reactor. Included by one
 // test source each (hence the unnamed namespace).
-#include "cluster_client.hpp"
+#include "client/cluster_client.hpp"
 #include "e2e_support.hpp"
-#include "storage_client.hpp"
+#include "client/storage_client.hpp"
 #if COIO_E2E_RDMA
-#include "rdma_channel.hpp"
+#include "transport/rdma_channel.hpp"
 #endif
 
 #include <coio/core/collect_all.hpp>

@@ -1,4 +1,4 @@
-#include "crc32c.hpp"
+#include "protocol/crc32c.hpp"
 
 #include <catch2/catch.hpp>
 

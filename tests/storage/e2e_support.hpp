@@ -2,10 +2,10 @@
 // What the storage end-to-end suites share: a dataset in a temporary
 // directory, and a storage server in a forked child process that the test
 // kills (or stops) at will.
-#include "chunk_store.hpp"
-#include "storage_server.hpp"
+#include "store/chunk_store.hpp"
+#include "server/storage_server.hpp"
 #if COIO_E2E_RDMA
-#include "rdma_channel.hpp"
+#include "transport/rdma_channel.hpp"
 #endif
 
 #include <coio/net/tcp_listener.hpp>

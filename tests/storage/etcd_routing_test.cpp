@@ -4,7 +4,7 @@
 // writes the routing records and marks targets offline in etcd.
 #include "cluster_fixture.hpp"
 #include "etcd_fixture.hpp"
-#include "etcd_routing.hpp"
+#include "client/etcd_routing.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -4,9 +4,9 @@
 // page must parse as Prometheus' text format and count what was served, a
 // stall injected with SIGUSR2 must be logged and counted, and bad HTTP
 // clients must get errors without disturbing storage clients.
-#include "chunk_store.hpp"
+#include "store/chunk_store.hpp"
 #include "e2e_support.hpp"
-#include "storage_client.hpp"
+#include "client/storage_client.hpp"
 
 #include "../killed_at_end.hpp"
 

@@ -1,6 +1,6 @@
 // The storage example's latency histograms and their exposition.
-#include "exposition.hpp"
-#include "latency_histogram.hpp"
+#include "metrics/exposition.hpp"
+#include "metrics/latency_histogram.hpp"
 
 #include <catch2/catch.hpp>
 

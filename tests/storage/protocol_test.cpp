@@ -1,4 +1,4 @@
-#include "protocol.hpp"
+#include "protocol/protocol.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "replica_router.hpp"
+#include "client/replica_router.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // The routing model: 3FS's rules for a chain's changes, records and their
 // JSON, assemble(), and the cluster status table.
-#include "chain_table.hpp"
-#include "cluster_status.hpp"
-#include "routing_json.hpp"
+#include "cluster/chain_table.hpp"
+#include "cluster/cluster_status.hpp"
+#include "cluster/routing_json.hpp"
 
 #include <catch2/catch.hpp>
 

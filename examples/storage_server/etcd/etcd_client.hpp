@@ -2,7 +2,9 @@
 // EtcdClient: etcd's v3 API (KV, transactions, leases, watches) through its
 // JSON gateway, over coio's TCP; every call has a deadline, fails over
 // between endpoints with backoff, and watches resume where they stopped.
-// docs/etcd.md describes it.
+// docs/etcd.md describes it. One file (about 600 lines): the client's
+// calls, its failover and its Watch share the endpoint rotation and the
+// connection they borrow; the wire is in etcd_messages.hpp and http1.hpp.
 #include "etcd_error.hpp"
 #include "etcd_messages.hpp"
 #include "http_connection.hpp"

@@ -3,7 +3,8 @@
 // JSON as etcd's gateway reads and writes it (protobuf's JSON mapping:
 // snake_case names, bytes in base64, 64-bit integers as strings, fields at
 // their default left out). Decoding never throws: any text yields a value
-// or EtcdErrc::badResponse with a reason.
+// or EtcdErrc::badResponse with a reason. One file (about 600 lines): one
+// struct and its two JSON functions per call, read side by side.
 #include "base64.hpp"
 #include "etcd_error.hpp"
 

@@ -110,7 +110,7 @@ class [[nodiscard]] AsyncGenerator {
   /// The values generated, without reference or cv-qualifiers.
   using value_type = std::remove_cvref_t<T>;
   /// How the consumer sees an item: `T&`, or T itself if it is a reference.
-  using reference = detail::YieldReference<T>;
+  using reference = std::conditional_t<std::is_reference_v<T>, T, T&>;
   /// What `co_await next()` yields: a pointer to the item, null at the end.
   using pointer = std::add_pointer_t<reference>;
 

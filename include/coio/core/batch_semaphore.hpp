@@ -25,19 +25,32 @@ namespace coio {
 /// - A request for more than `capacity()` tokens can never be met: it throws
 ///   std::invalid_argument instead of hanging.
 /// - `release` happens-before the acquisition that takes its tokens.
+///
+/// Example:
+/// \snippet api_examples.cpp BatchSemaphore
 class BatchSemaphore {
  public:
+  /// What acquire(n) returns. `co_await` it once: it yields nothing, with
+  /// the n tokens held; it continues at once if they are free and nobody is
+  /// queued, else it is resumed on the thread whose release() satisfies it.
+  using AcquireAwaitable = detail::AcquireOperation<false>;
+  /// What acquire(n, stop) returns. `co_await` it once: it yields true with
+  /// the n tokens held, or false with none if `stop` was requested while it
+  /// was queued (then resumed on the thread that requested stop); otherwise
+  /// like AcquireAwaitable.
+  using CancellableAcquireAwaitable = detail::AcquireOperation<true>;
+
   /// A semaphore of `capacity` units, all available.
   explicit BatchSemaphore(std::size_t capacity) noexcept : capacity_(capacity), core_(capacity) {}
 
   /// `co_await sem.acquire(n)` takes n tokens, waiting in FIFO order.
-  detail::AcquireOperation<false> acquire(std::size_t n) { return {core_, checked(n)}; }
+  AcquireAwaitable acquire(std::size_t n) { return {core_, checked(n)}; }
 
   /// Like acquire(n), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the tokens held, false without. A default
   /// `stop` means the token the awaiting Task runs under (see
   /// currentStopToken).
-  detail::AcquireOperation<true> acquire(std::size_t n, std::stop_token stop) {
+  CancellableAcquireAwaitable acquire(std::size_t n, std::stop_token stop) {
     return {core_, checked(n), std::move(stop)};
   }
 

@@ -95,6 +95,9 @@ BlockingWaitTask<void> makeBlockingWaitTask(A&& awaitable) {
 /// of it runs there and this thread sleeps until it is done. Never call it on
 /// a thread the awaitable needs in order to make progress (a reactor's own
 /// thread): that deadlocks, as in folly.
+///
+/// Example:
+/// \snippet api_examples.cpp blockingWait
 template <Awaitable A>
 AwaitResult<A> blockingWait(A&& awaitable) {
   auto task = detail::makeBlockingWaitTask(std::forward<A>(awaitable));

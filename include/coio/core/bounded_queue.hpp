@@ -127,6 +127,25 @@ class BoundedQueue {
  public:
   /// The item type.
   using value_type = T;
+  /// What push(item) returns. `co_await` it once: it yields Result<void>,
+  /// success once the item is in the queue or with a consumer, else
+  /// Errc::closed; it continues at once if there is room (or the queue is
+  /// closed), else it is resumed on the thread whose pop / tryPop makes room
+  /// for it, or that calls close(). The item is read only then: keep it alive.
+  using PushAwaitable = detail::QueuePushOperation<T, false>;
+  /// What push(item, stop) returns: like PushAwaitable, but yields
+  /// std::errc::operation_canceled, the item untouched, if `stop` is
+  /// requested while it waits (resumed on the thread that requested stop).
+  using CancellablePushAwaitable = detail::QueuePushOperation<T, true>;
+  /// What pop() returns. `co_await` it once: it yields Result<T>, the oldest
+  /// item or Errc::closed; it continues at once if an item is there (or the
+  /// queue is closed and drained), else it is resumed on the thread whose
+  /// push / tryPush hands it an item, or that calls close().
+  using PopAwaitable = detail::QueuePopOperation<T, false>;
+  /// What pop(stop) returns: like PopAwaitable, but yields
+  /// std::errc::operation_canceled if `stop` is requested while it waits
+  /// (resumed on the thread that requested stop).
+  using CancellablePopAwaitable = detail::QueuePopOperation<T, true>;
 
   /// An open, empty queue holding at most `capacity` (at least 1) items.
   explicit BoundedQueue(std::size_t capacity) : ring_(capacity) {
@@ -140,23 +159,23 @@ class BoundedQueue {
 
   /// `co_await q.push(std::move(item))` appends `item`, waiting for room in
   /// FIFO order; yields Result<void> (see the class comment).
-  detail::QueuePushOperation<T, false> push(T&& item) noexcept { return {*this, item}; }
+  PushAwaitable push(T&& item) noexcept { return {*this, item}; }
 
   /// Like push(), but gives up if `stop` is requested while waiting
   /// (std::errc::operation_canceled, `item` untouched).
-  detail::QueuePushOperation<T, true> push(T&& item, std::stop_token stop) noexcept {
+  CancellablePushAwaitable push(T&& item, std::stop_token stop) noexcept {
     return {*this, item, std::move(stop)};
   }
 
   /// `co_await q.pop()` takes the oldest item, waiting for one in FIFO
   /// order; yields Result<T> (see the class comment).
-  detail::QueuePopOperation<T, false> pop() noexcept { return detail::QueuePopOperation<T, false>(*this); }
+  PopAwaitable pop() noexcept { return PopAwaitable(*this); }
 
   /// Like pop(), but gives up if `stop` is requested while waiting
   /// (std::errc::operation_canceled). An item available at once is taken
   /// even if stop was requested.
-  detail::QueuePopOperation<T, true> pop(std::stop_token stop) noexcept {
-    return detail::QueuePopOperation<T, true>(*this, std::move(stop));
+  CancellablePopAwaitable pop(std::stop_token stop) noexcept {
+    return CancellablePopAwaitable(*this, std::move(stop));
   }
 
   /// Appends `item` if there is room: success, std::errc::operation_would_block

@@ -42,6 +42,10 @@ struct RunUnder {
 
 }  // namespace detail
 
+/// What currentStopToken() returns: `co_await` it in a coroutine to get
+/// the `std::stop_token` that coroutine runs under; it never suspends.
+using CurrentStopTokenAwaitable = detail::CurrentStopTokenAwaiter;
+
 /// `co_await coio::currentStopToken()` yields the `std::stop_token` the
 /// current coroutine runs under: the one its awaiter ran under (down from a
 /// `withStopToken`, a `collectAny`, `withTimeout` or an `AsyncScope`), or a
@@ -51,7 +55,7 @@ struct RunUnder {
 ///
 /// Never suspends: the awaiting coroutine goes on at once, on its thread.
 /// The token is a copy: keep it as long as you like.
-inline detail::CurrentStopTokenAwaiter currentStopToken() noexcept { return {}; }
+inline CurrentStopTokenAwaitable currentStopToken() noexcept { return {}; }
 
 /// Runs `task` under `token` instead of the awaiting coroutine's: `task`,
 /// every Task it awaits, and every reactor operation or cancellable wait in

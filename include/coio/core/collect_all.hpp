@@ -42,6 +42,11 @@ struct WindowLatch final : CollectLatch {
 
 }  // namespace detail
 
+/// What collectAllRange and collectAllWindowed yield for `Task<T>`
+/// children: the results in input order, or nothing for `Task<void>`.
+template <typename T>
+using CollectedResults = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
+
 /// Runs the tasks concurrently and yields all their results as a tuple
 /// (a `Task<void>` contributes `Unit`).
 ///
@@ -53,15 +58,18 @@ struct WindowLatch final : CollectLatch {
 /// exception (in time) is rethrown. The children run under the awaiting
 /// coroutine's stop token (see currentStopToken); a child that throws does
 /// not stop the others.
+///
+/// Example (with collectAllRange):
+/// \snippet api_examples.cpp collectAll
 template <typename... Ts>
-Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
+Task<std::tuple<UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
   std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
   detail::AllLatch latch;
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, stop);
   });
   co_return std::apply(
-      [](auto&... child) { return std::tuple<detail::UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
+      [](auto&... child) { return std::tuple<UnitIfVoid<Ts>...>{detail::childResult(child)...}; },
       children);
 }
 
@@ -73,7 +81,7 @@ Task<std::tuple<detail::UnitIfVoid<Ts>...>> collectAll(Task<Ts>... tasks) {
 /// frames are freed once all children finished, before the awaiting
 /// coroutine resumes.
 template <typename T>
-auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>> {
+auto collectAllRange(std::vector<Task<T>> tasks) -> Task<CollectedResults<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllRange does not support Task<T&>: return pointers");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
   detail::RangeValues<T> values(children.size());
@@ -96,7 +104,7 @@ auto collectAllRange(std::vector<Task<T>> tasks) -> Task<detail::RangeResult<T>>
 /// child runs, even after one threw or the token was stopped (it then
 /// starts under a stopped token). `window` must be at least 1 (asserted).
 template <typename T>
-auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<detail::RangeResult<T>> {
+auto collectAllWindowed(std::vector<Task<T>> tasks, std::size_t window) -> Task<CollectedResults<T>> {
   static_assert(!std::is_reference_v<T>, "collectAllWindowed does not support Task<T&>: return pointers");
   COIO_ASSERT(window > 0, "collectAllWindowed with a window of 0 would start nothing");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes

@@ -72,8 +72,11 @@ Variant winnerResult(Children& children, void* winner) {
 ///   threw; if it threw, `co_await` rethrows its exception (once every child
 ///   finished). Exceptions of the children that finish later are dropped,
 ///   as collectAll drops all but the first.
+///
+/// Example:
+/// \snippet api_examples.cpp collectAny
 template <typename... Ts>
-Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
+Task<std::variant<UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0, "collectAny of no task: nothing can finish first");
   static_assert((!std::is_reference_v<Ts> && ...), "collectAny does not support Task<T&>: return pointers");
   std::tuple<Task<Ts>...> children{std::move(tasks)...};  // a local: freed before the parent resumes
@@ -81,7 +84,7 @@ Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
   co_await detail::CollectAwaiter(latch, sizeof...(Ts), [&](const std::stop_token* stop) {
     return detail::startChildren(children, latch, latch.children.linkTo(stop));
   });
-  co_return detail::winnerResult<std::variant<detail::UnitIfVoid<Ts>...>>(
+  co_return detail::winnerResult<std::variant<UnitIfVoid<Ts>...>>(
       children, latch.winner.load(std::memory_order_relaxed));
 }
 
@@ -89,7 +92,7 @@ Task<std::variant<detail::UnitIfVoid<Ts>...>> collectAny(Task<Ts>... tasks) {
 /// and its result (`Unit` for `Task<void>`). Same guarantees as collectAny;
 /// the vector must not be empty (asserted).
 template <typename T>
-Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
+Task<std::pair<std::size_t, UnitIfVoid<T>>> collectAnyRange(std::vector<Task<T>> tasks) {
   static_assert(!std::is_reference_v<T>, "collectAnyRange does not support Task<T&>: return pointers");
   COIO_ASSERT(!tasks.empty(), "collectAnyRange of no task: nothing can finish first");
   std::vector<Task<T>> children = std::move(tasks);  // a local: freed before the parent resumes
@@ -100,7 +103,7 @@ Task<std::pair<std::size_t, detail::UnitIfVoid<T>>> collectAnyRange(std::vector<
   void* const winner = latch.winner.load(std::memory_order_relaxed);
   std::size_t i = 0;
   while (detail::childAddress(children[i]) != winner) ++i;
-  co_return std::pair<std::size_t, detail::UnitIfVoid<T>>(i, detail::childResult(children[i]));
+  co_return std::pair<std::size_t, UnitIfVoid<T>>(i, detail::childResult(children[i]));
 }
 
 }  // namespace coio

@@ -35,10 +35,16 @@ namespace coio {
 ///   returned: a thread that did not wait must not destroy the Event while
 ///   a set() may still run (it releases a lock after setting the flag).
 class Event {
-  template <bool Cancellable>
-  using WaitOperation = detail::WaitOperation<Event, detail::WaitNode, Cancellable>;
-
  public:
+  /// What wait() returns. `co_await` it once: it yields nothing once the
+  /// Event is set; it continues at once if it is, else it is resumed on the
+  /// thread that calls set().
+  using WaitAwaitable = detail::WaitOperation<Event, detail::WaitNode, false>;
+  /// What wait(stop) returns. `co_await` it once: it yields true once the
+  /// Event is set, or false if `stop` was requested while it waited (then
+  /// resumed on the thread that requested stop); otherwise like WaitAwaitable.
+  using CancellableWaitAwaitable = detail::WaitOperation<Event, detail::WaitNode, true>;
+
   /// An Event not set, or already set if `initiallySet`.
   explicit Event(bool initiallySet = false) noexcept : set_(initiallySet) {}
   Event(const Event&) = delete;
@@ -66,17 +72,19 @@ class Event {
 
   /// `co_await ev.wait()` returns once the Event is set: at once if it is,
   /// else resumed on the thread that calls set().
-  WaitOperation<false> wait() noexcept { return WaitOperation<false>(*this); }
+  WaitAwaitable wait() noexcept { return WaitAwaitable(*this); }
 
   /// Like wait(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true if the Event was set, false if it gave up (on
   /// the thread that requested stop). A set Event yields true even if stop
   /// was requested.
-  WaitOperation<true> wait(std::stop_token stop) noexcept { return WaitOperation<true>(*this, std::move(stop)); }
+  CancellableWaitAwaitable wait(std::stop_token stop) noexcept {
+    return CancellableWaitAwaitable(*this, std::move(stop));
+  }
 
  private:
-  friend WaitOperation<false>;
-  friend WaitOperation<true>;
+  friend WaitAwaitable;
+  friend CancellableWaitAwaitable;
 
   bool tryNow(detail::WaitNode& w) noexcept {
     if (!isSet()) return false;

@@ -82,7 +82,7 @@ class [[nodiscard]] Generator : public std::ranges::view_base {
   /// The values generated, without reference or cv-qualifiers.
   using value_type = std::remove_cvref_t<T>;
   /// What `*it` yields: `T&`, or T itself if it is a reference.
-  using reference = detail::YieldReference<T>;
+  using reference = std::conditional_t<std::is_reference_v<T>, T, T&>;
 
   /// The range's iterator: an input iterator whose end is `std::default_sentinel`.
   /// Copies share the generator's position (as for any input iterator).

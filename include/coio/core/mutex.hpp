@@ -41,27 +41,40 @@ namespace coio {
 ///   thread and unlock on another.
 class Mutex {
  public:
+  /// What lock() returns. `co_await` it once: it yields nothing, with the
+  /// lock held; it continues at once if the lock is free, else it is
+  /// resumed on the thread whose unlock() hands it the lock.
+  using LockAwaitable = detail::LockOperation<false>;
+  /// What lock(stop) returns. `co_await` it once: it yields true with the
+  /// lock held, or false without it if `stop` was requested while it waited
+  /// (then resumed on the thread that requested stop); otherwise like
+  /// LockAwaitable.
+  using CancellableLockAwaitable = detail::LockOperation<true>;
+  /// What scopedLock() returns: like LockAwaitable, but `co_await` yields a
+  /// LockGuard that holds the lock and unlocks it when destroyed.
+  using ScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<Mutex>, LockAwaitable>;
+  /// What scopedLock(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a LockGuard, empty (`ownsLock()` false) if it gave up.
+  using CancellableScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<Mutex>, CancellableLockAwaitable>;
+
   /// An unlocked mutex.
   Mutex() noexcept = default;
 
   /// `co_await m.lock()` takes the lock, waiting in FIFO order.
-  detail::LockOperation<false> lock() noexcept { return detail::LockOperation<false>(core_); }
+  LockAwaitable lock() noexcept { return LockAwaitable(core_); }
 
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without. A waiter that
   /// gives up leaves the queue.
-  detail::LockOperation<true> lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
+  CancellableLockAwaitable lock(std::stop_token stop) noexcept { return {core_, std::move(stop)}; }
 
   /// `co_await m.scopedLock()` takes the lock like lock() and yields a guard
   /// that unlocks when destroyed.
-  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<false>> scopedLock() noexcept {
-    return {*this, core_};
-  }
+  ScopedLockAwaitable scopedLock() noexcept { return {*this, core_}; }
 
   /// Like scopedLock(), but gives up if `stop` is requested while waiting:
   /// the guard yielded is then empty (`ownsLock()` false).
-  detail::ScopedLockOperation<LockGuard<Mutex>, detail::LockOperation<true>> scopedLock(
-      std::stop_token stop) noexcept {
+  CancellableScopedLockAwaitable scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, std::move(stop)};
   }
 

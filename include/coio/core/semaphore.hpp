@@ -23,17 +23,27 @@ namespace coio {
 ///   returned. A chain through any number of waiters uses bounded stack.
 class Semaphore {
  public:
+  /// What acquire() returns. `co_await` it once: it yields nothing, with a
+  /// token held; it continues at once if a token is free and nobody waits,
+  /// else it is resumed on the thread whose release() hands it the token.
+  using AcquireAwaitable = detail::AcquireOperation<false>;
+  /// What acquire(stop) returns. `co_await` it once: it yields true with a
+  /// token held, or false without one if `stop` was requested while it
+  /// waited (then resumed on the thread that requested stop); otherwise
+  /// like AcquireAwaitable.
+  using CancellableAcquireAwaitable = detail::AcquireOperation<true>;
+
   /// A semaphore holding `tokens` tokens.
   explicit Semaphore(std::size_t tokens) noexcept : core_(tokens) {}
 
   /// `co_await sem.acquire()` takes one token, waiting in FIFO order.
-  detail::AcquireOperation<false> acquire() noexcept { return {core_, 1}; }
+  AcquireAwaitable acquire() noexcept { return {core_, 1}; }
 
   /// Like acquire(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with a token held, false without. A waiter that
   /// gives up lets the ones behind it proceed. A default `stop` means the
   /// token the awaiting Task runs under (see currentStopToken).
-  detail::AcquireOperation<true> acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  CancellableAcquireAwaitable acquire(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
 
   /// Takes a token if one is free and nobody is waiting.
   bool tryAcquire() noexcept { return core_.tryAcquire(1); }

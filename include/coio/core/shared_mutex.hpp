@@ -35,23 +35,44 @@ namespace coio {
 ///   Destroying the SharedMutex while coroutines wait, and releasing a lock
 ///   not held, are programming errors (asserted).
 class SharedMutex {
-  template <LockKind Kind, bool Cancellable>
-  using ScopedOperation =
-      detail::ScopedLockOperation<LockGuard<SharedMutex, Kind>, detail::AcquireOperation<Cancellable>>;
-
  public:
+  /// What lock() and lockShared() return. `co_await` it once: it yields
+  /// nothing, with the lock held (exclusive or shared, as asked); it
+  /// continues at once if the lock can be taken, else it is resumed on the
+  /// thread whose unlock() / unlockShared() lets it proceed.
+  using LockAwaitable = detail::AcquireOperation<false>;
+  /// What lock(stop) and lockShared(stop) return. `co_await` it once: it
+  /// yields true with the lock held, or false without it if `stop` was
+  /// requested while it waited (then resumed on the thread that requested
+  /// stop); otherwise like LockAwaitable.
+  using CancellableLockAwaitable = detail::AcquireOperation<true>;
+  /// What scopedLock() returns: like LockAwaitable, but `co_await` yields a
+  /// LockGuard that unlocks when destroyed.
+  using ScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<SharedMutex>, LockAwaitable>;
+  /// What scopedLock(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a LockGuard, empty (`ownsLock()` false) if it gave up.
+  using CancellableScopedLockAwaitable = detail::ScopedLockOperation<LockGuard<SharedMutex>, CancellableLockAwaitable>;
+  /// What scopedLockShared() returns: like LockAwaitable, but `co_await`
+  /// yields a shared LockGuard that unlocks (shared) when destroyed.
+  using ScopedLockSharedAwaitable =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, LockAwaitable>;
+  /// What scopedLockShared(stop) returns: like CancellableLockAwaitable, but
+  /// `co_await` yields a shared LockGuard, empty if it gave up.
+  using CancellableScopedLockSharedAwaitable =
+      detail::ScopedLockOperation<LockGuard<SharedMutex, LockKind::shared>, CancellableLockAwaitable>;
+
   /// An unlocked SharedMutex.
   SharedMutex() noexcept : core_(kAll) {}
 
   /// `co_await m.lock()` takes the lock exclusively, waiting in FIFO order.
-  detail::AcquireOperation<false> lock() noexcept { return {core_, kAll}; }
+  LockAwaitable lock() noexcept { return {core_, kAll}; }
   /// Like lock(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without.
-  detail::AcquireOperation<true> lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
+  CancellableLockAwaitable lock(std::stop_token stop) noexcept { return {core_, kAll, std::move(stop)}; }
   /// Like lock(), yielding a guard that unlocks when destroyed.
-  ScopedOperation<LockKind::exclusive, false> scopedLock() noexcept { return {*this, core_, kAll}; }
+  ScopedLockAwaitable scopedLock() noexcept { return {*this, core_, kAll}; }
   /// Like lock(stop), yielding a guard: empty if stop was requested while waiting.
-  ScopedOperation<LockKind::exclusive, true> scopedLock(std::stop_token stop) noexcept {
+  CancellableScopedLockAwaitable scopedLock(std::stop_token stop) noexcept {
     return {*this, core_, kAll, std::move(stop)};
   }
   /// Takes the lock exclusively if nobody holds or waits for it.
@@ -64,17 +85,14 @@ class SharedMutex {
 
   /// `co_await m.lockShared()` takes the lock shared, waiting in FIFO order
   /// (behind any queued writer).
-  detail::AcquireOperation<false> lockShared() noexcept { return {core_, 1}; }
+  LockAwaitable lockShared() noexcept { return {core_, 1}; }
   /// Like lockShared(), but gives up if `stop` is requested while waiting:
   /// `co_await` yields true with the lock held, false without.
-  detail::AcquireOperation<true> lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
+  CancellableLockAwaitable lockShared(std::stop_token stop) noexcept { return {core_, 1, std::move(stop)}; }
   /// Like lockShared(), yielding a guard that unlocks (shared) when destroyed.
-  ScopedOperation<LockKind::shared, false> scopedLockShared() noexcept {
-    return {*this, core_, 1};
-  }
+  ScopedLockSharedAwaitable scopedLockShared() noexcept { return {*this, core_, 1}; }
   /// Like lockShared(stop), yielding a guard: empty if stop was requested while waiting.
-  ScopedOperation<LockKind::shared, true> scopedLockShared(
-      std::stop_token stop) noexcept {
+  CancellableScopedLockSharedAwaitable scopedLockShared(std::stop_token stop) noexcept {
     return {*this, core_, 1, std::move(stop)};
   }
   /// Takes the lock shared if no writer holds it and nobody waits.

@@ -117,6 +117,9 @@ struct TaskAccess {
 ///   coio coroutine (`blockingWait`, a reactor's `spawn`) runs under a token
 ///   that never stops. Reactor operations and cancellable waits given no
 ///   token of their own use it.
+///
+/// Example:
+/// \snippet api_examples.cpp task
 template <typename T>
 class [[nodiscard]] Task {
  public:

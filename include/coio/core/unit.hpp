@@ -1,4 +1,5 @@
 #pragma once
+#include <type_traits>
 
 namespace coio {
 
@@ -8,5 +9,10 @@ struct Unit {
   /// All Units are equal.
   friend constexpr bool operator==(Unit, Unit) noexcept { return true; }
 };
+
+/// T, or Unit for void: what collectAll and collectAny yield for a
+/// `Task<T>` child.
+template <typename T>
+using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
 }  // namespace coio

@@ -55,6 +55,9 @@ class DiskBatch;
 ///   Disk's loop thread. Nothing on the read or write path blocks.
 /// - Move-only; used on the Disk's loop thread (or while no loop runs);
 ///   close it before the Disk.
+///
+/// Example (with ReadBatch):
+/// \snippet api_examples_uring.cpp ReadBatch
 class File {
  public:
   /// How File::open opens the file.
@@ -64,6 +67,15 @@ class File {
     bool truncate = false;  ///< O_TRUNC
     bool direct = false;    ///< O_DIRECT: bypass the page cache
   };
+
+  /// What read(), readFixed(), write() and writeFixed() return, plain or
+  /// vectored. `co_await` it once, on the Disk's loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes transferred (see the
+  /// class comment for errors and the stop token).
+  using TransferAwaitable = detail::DiskOperation<std::size_t>;
+  /// What fsync(), fdatasync() and fallocate() return: awaited as a
+  /// TransferAwaitable, it yields Result<void>.
+  using StatusAwaitable = detail::DiskOperation<void>;
 
   File() noexcept = default;
   /// Takes over `other`'s file; `other` becomes closed.
@@ -208,49 +220,45 @@ class File {
   }
 
   /// Reads up to buffer.size() bytes at `offset`.
-  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<std::byte> buffer,
-                                          std::stop_token stop = {}) {
+  TransferAwaitable read(std::uint64_t offset, std::span<std::byte> buffer, std::stop_token stop = {}) {
     return transfer(IORING_OP_READ, offset, buffer.data(), buffer.size(), -1, std::move(stop));
   }
   /// Reads into a BufferPool slice: IORING_OP_READ_FIXED if the pool is
   /// registered, a plain read otherwise.
-  detail::DiskOperation<std::size_t> readFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+  TransferAwaitable readFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
     return transfer(IORING_OP_READ, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Writes up to data.size() bytes at `offset`.
-  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const std::byte> data,
-                                           std::stop_token stop = {}) {
+  TransferAwaitable write(std::uint64_t offset, std::span<const std::byte> data, std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, const_cast<std::byte*>(data.data()), data.size(), -1, std::move(stop));
   }
   /// Writes a BufferPool slice: IORING_OP_WRITE_FIXED if the pool is
   /// registered, a plain write otherwise.
-  detail::DiskOperation<std::size_t> writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
+  TransferAwaitable writeFixed(std::uint64_t offset, BufferSlice slice, std::stop_token stop = {}) {
     return transfer(IORING_OP_WRITE, offset, slice.data, slice.size, slice.fixedIndex, std::move(stop));
   }
   /// Flushes the file's data and metadata to the device.
-  detail::DiskOperation<void> fsync(std::stop_token stop = {}) {
+  StatusAwaitable fsync(std::stop_token stop = {}) {
     return {disk_->queue(), request(IORING_OP_FSYNC, 0, nullptr, 0, -1), std::move(stop)};
   }
 
   /// Reads into `parts`, in order, from `offset` (IORING_OP_READV): bytes
   /// read, short at end of file. At most IOV_MAX parts (else EINVAL before
   /// submission); with O_DIRECT every part must be aligned.
-  detail::DiskOperation<std::size_t> read(std::uint64_t offset, std::span<const iovec> parts,
-                                          std::stop_token stop = {}) {
+  TransferAwaitable read(std::uint64_t offset, std::span<const iovec> parts, std::stop_token stop = {}) {
     return vectored(IORING_OP_READV, offset, parts, std::move(stop));
   }
   /// Writes `parts`, in order, at `offset` (IORING_OP_WRITEV): bytes
   /// written. At most IOV_MAX parts (else EINVAL before submission); with
   /// O_DIRECT every part must be aligned.
-  detail::DiskOperation<std::size_t> write(std::uint64_t offset, std::span<const iovec> parts,
-                                           std::stop_token stop = {}) {
+  TransferAwaitable write(std::uint64_t offset, std::span<const iovec> parts, std::stop_token stop = {}) {
     return vectored(IORING_OP_WRITEV, offset, parts, std::move(stop));
   }
 
   /// Flushes the file's data to the device, and of its metadata only what
   /// reading the data back needs (the size, not the times): fdatasync(2),
   /// as IORING_OP_FSYNC with IORING_FSYNC_DATASYNC.
-  detail::DiskOperation<void> fdatasync(std::stop_token stop = {}) {
+  StatusAwaitable fdatasync(std::stop_token stop = {}) {
     detail::DiskRequest r = request(IORING_OP_FSYNC, 0, nullptr, 0, -1);
     r.opFlags = IORING_FSYNC_DATASYNC;
     return {disk_->queue(), r, std::move(stop)};
@@ -261,8 +269,7 @@ class File {
   /// extending; FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE frees the range,
   /// which then reads as zeros. Errors: fallocate(2)'s (EOPNOTSUPP where the
   /// file system lacks the mode, EINVAL for an empty range, ENOSPC, ...).
-  detail::DiskOperation<void> fallocate(int mode, std::uint64_t offset, std::uint64_t length,
-                                        std::stop_token stop = {}) {
+  StatusAwaitable fallocate(int mode, std::uint64_t offset, std::uint64_t length, std::stop_token stop = {}) {
     detail::DiskRequest r = request(IORING_OP_FALLOCATE, offset, nullptr, length, -1);
     r.opFlags = static_cast<std::uint32_t>(mode);
     return {disk_->queue(), r, std::move(stop)};
@@ -317,8 +324,8 @@ class File {
     return {};
   }
 
-  detail::DiskOperation<std::size_t> vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
-                                              std::stop_token stop) {
+  TransferAwaitable vectored(std::uint8_t opcode, std::uint64_t offset, std::span<const iovec> parts,
+                             std::stop_token stop) {
     detail::DiskRequest r = request(opcode, offset, nullptr, parts.size(), -1);
     r.address = const_cast<iovec*>(parts.data());
     return {disk_->queue(), r, std::move(stop), check(offset, parts)};
@@ -335,8 +342,8 @@ class File {
     return {};
   }
 
-  detail::DiskOperation<std::size_t> transfer(std::uint8_t opcode, std::uint64_t offset, std::byte* data,
-                                              std::size_t length, int fixedBuffer, std::stop_token stop) {
+  TransferAwaitable transfer(std::uint8_t opcode, std::uint64_t offset, std::byte* data,
+                             std::size_t length, int fixedBuffer, std::stop_token stop) {
     return {disk_->queue(), request(opcode, offset, data, length, fixedBuffer), std::move(stop),
             check(offset, data, length)};
   }

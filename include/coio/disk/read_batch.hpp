@@ -36,6 +36,9 @@ namespace coio {
 /// - The destinations must stay valid until the `co_await` returns (when
 ///   streaming: until next() yielded nullopt). The batch can be reused
 ///   after clear(). Loop thread only; not movable.
+///
+/// Example:
+/// \snippet api_examples_uring.cpp ReadBatch
 class ReadBatch : public DiskBatch {
  public:
   /// An empty batch submitting to `disk`'s ring.

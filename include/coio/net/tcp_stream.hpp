@@ -92,23 +92,46 @@ enum class ShutdownHow { read = SHUT_RD, write = SHUT_WR, both = SHUT_RDWR };
 /// - `writeZeroCopy` / `writeAllZeroCopy` resume once the kernel is done
 ///   with the buffers, on the loop thread: without a copy where the reactor
 ///   can (UringReactor::sendZeroCopy), else after a copying write.
+///
+/// Example (with TcpListener):
+/// \snippet api_examples.cpp TcpStream
 template <Reactor R>
 class TcpStream {
  public:
-  using ReadAwaiter = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
-                                               detail::ReadResult>;
-  using WriteAwaiter =
+  /// What read() returns. `co_await` it once, on the loop thread, where it
+  /// resumes: it yields Result<std::size_t>, the bytes read, or Errc::eof
+  /// at the end of the stream (see the class comment for the errors and
+  /// the stop token).
+  using ReadAwaitable = detail::TransformAwaiter<decltype(std::declval<R&>().recv(0, std::span<std::byte>{}, {})),
+                                                 detail::ReadResult>;
+  /// What write(buffer) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WriteAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().send(0, std::span<const std::byte>{}, {})),
                                detail::WriteResult>;
-  using WritevAwaiter =
+  /// What write(parts) returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written.
+  using WritevAwaitable =
       detail::TransformAwaiter<decltype(std::declval<R&>().sendv(0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
-  using ZeroCopyWriteAwaiter =
+  /// What writeZeroCopy() returns: awaited as a ReadAwaitable, it yields
+  /// Result<std::size_t>, the bytes written, once the kernel is done with them.
+  using ZeroCopyWriteAwaitable =
       detail::TransformAwaiter<decltype(detail::zeroCopySendOn(std::declval<R&>(), 0, std::span<const iovec>{}, {})),
                                detail::WriteResult>;
+  // Their names before the ...Awaitable ones, kept for source compatibility.
+  using ReadAwaiter = ReadAwaitable;
+  using WriteAwaiter = WriteAwaitable;
+  using WritevAwaiter = WritevAwaitable;
+  using ZeroCopyWriteAwaiter = ZeroCopyWriteAwaitable;
+  /// A socket's file descriptor, owned: closed when destroyed (or by
+  /// `reset()`); `get()` is the fd (-1 if none), `valid()` whether there is
+  /// one, `release()` gives it up without closing it. Move-only. What the
+  /// constructor adopts and release() gives back.
+  using FileDescriptor = detail::FileDescriptor;
 
   /// Adopts a connected non-blocking socket.
-  TcpStream(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpStream(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
   /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
   /// Closes the socket held, if any, and takes over `other`'s.
@@ -124,7 +147,7 @@ class TcpStream {
 
   /// Connects to `address`.
   static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
-    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
     if (!fd.valid()) co_return systemError(errno);
     TcpStream stream(reactor, std::move(fd));
     Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
@@ -134,20 +157,20 @@ class TcpStream {
 
   /// Reads what is available, at most `buffer.size()` bytes (at least 1 for
   /// a non-empty buffer).
-  ReadAwaiter read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return ReadAwaiter{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+  ReadAwaitable read(std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return ReadAwaitable{reactor_->recv(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
   }
 
   /// Writes some of `buffer`: the byte count written, possibly short.
-  WriteAwaiter write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
-    return WriteAwaiter{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
+  WriteAwaitable write(std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return WriteAwaitable{reactor_->send(fd(), buffer, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` in one system call (at most IOV_MAX parts):
   /// the byte count written, possibly short. `parts` must stay valid until
   /// the co_await returns.
-  WritevAwaiter write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return WritevAwaiter{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
+  WritevAwaitable write(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return WritevAwaitable{reactor_->sendv(fd(), parts, std::move(stop)), detail::WriteResult{}};
   }
 
   /// Writes some of `parts` (at most IOV_MAX) without copying them into the
@@ -163,8 +186,8 @@ class TcpStream {
   /// connection is reset (abort()). A reactor that copies (EpollReactor;
   /// UringReactor without zero-copy sends) keeps the guarantee trivially:
   /// the kernel holds a copy once the write resumes.
-  ZeroCopyWriteAwaiter writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
-    return ZeroCopyWriteAwaiter{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
+  ZeroCopyWriteAwaitable writeZeroCopy(std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return ZeroCopyWriteAwaitable{detail::zeroCopySendOn(*reactor_, fd(), parts, std::move(stop)),
                                 detail::WriteResult{}};
   }
 
@@ -272,7 +295,7 @@ class TcpStream {
   /// the reactor reads the socket ahead (UringReactor::readsAhead:
   /// forgetting it would drop data the peer sent); release before the first
   /// read, or on a reactor that does not read ahead.
-  Result<detail::FileDescriptor> release() noexcept {
+  Result<FileDescriptor> release() noexcept {
     if constexpr (requires(const R& r) { r.readsAhead(0); }) {
       if (fd_.valid() && reactor_->readsAhead(fd_.get())) return systemError(EBUSY);
     }
@@ -289,16 +312,16 @@ class TcpStream {
 
  private:
   // read(), or where the reactor can, a read that asks for all of `buffer`.
-  ReadAwaiter readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
+  ReadAwaitable readMost(std::span<std::byte> buffer, std::stop_token stop) noexcept {
     if constexpr (requires(R& r) { r.recvAll(0, buffer, stop); }) {
-      return ReadAwaiter{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
+      return ReadAwaitable{reactor_->recvAll(fd(), buffer, std::move(stop)), detail::ReadResult{!buffer.empty()}};
     } else {
       return read(buffer, std::move(stop));
     }
   }
 
   R* reactor_;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace coio

@@ -83,8 +83,9 @@ class Device {
   const ibv_port_attr& portAttributes() const noexcept { return portAttr_; }
   /// Ethernet (RoCE) or InfiniBand.
   bool isRoce() const noexcept { return portAttr_.link_layer == IBV_LINK_LAYER_ETHERNET; }
-  /// The GID table index used as source GID (RoCE: selected by
-  /// detail::selectRoceGid; InfiniBand: 0, addressing is by LID).
+  /// The GID table index used as source GID (RoCE: never a zero or a
+  /// link-local GID; RoCE v2 with an IPv4-mapped address first, then other
+  /// RoCE v2 GIDs, then RoCE v1. InfiniBand: 0, addressing is by LID).
   std::uint32_t gidIndex() const noexcept { return gidIndex_; }
   /// The GID at gidIndex().
   const ibv_gid& gid() const noexcept { return gid_; }

@@ -113,6 +113,10 @@ struct FreeMemory {
 ///
 /// Lifetime: created by `create()` (immovable: work-request ids point into
 /// it); the Device and the reactor must outlive it.
+///
+/// Example (one end of a connection; runs in CI only where there is a
+/// device, the Soft-RoCE guest, and is compiled everywhere):
+/// \snippet api_examples_rdma.cpp QueuePair
 template <Reactor R>
 class QueuePair {
  public:

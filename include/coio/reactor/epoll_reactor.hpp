@@ -24,7 +24,9 @@ struct detail::BackendOf<EpollReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable below resumes its coroutine on the loop thread (the
-///   thread inside run() / runUntil()), and must be awaited there.
+///   thread inside run() / runUntil()), and must be awaited there, once.
+///   Each operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - I/O operations try their system call first and wait only if it would
 ///   block; an fd is registered once (edge-triggered, both directions) on its
 ///   first wait and stays registered until `forget(fd)`.
@@ -32,7 +34,7 @@ struct detail::BackendOf<EpollReactor> {
 ///   iteration complete without suspending (a ready fd, an fd < 0, a stop
 ///   already requested); later ones still make their system call at once
 ///   but resume their coroutine in the next iteration, after timers and
-///   other fds (detail::InlineCompletion). A socket that is always readable
+///   other fds. A socket that is always readable
 ///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
@@ -49,12 +51,26 @@ struct detail::BackendOf<EpollReactor> {
 ///   hrtimer per wait).
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share; the
-/// waiting is detail::EpollBackend's, the operations detail::EpollOperation.
+/// waiting is EpollBackend's, the operations EpollOperation's
+/// (reactor/detail/epoll_backend.hpp, epoll_operation.hpp).
 class EpollReactor : public ReactorLoop<EpollReactor> {
  public:
   /// The awaitable type of this reactor's I/O operations.
   template <typename Attempt, typename T, bool Rearm = false>
   using Operation = detail::EpollOperation<Attempt, T, Rearm>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::EpollOperation<detail::ReadinessAttempt, void, true>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::EpollOperation<detail::AcceptAttempt, int, false>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::EpollOperation<detail::ConnectAttempt, void, false>;
+  /// What recv() returns: `co_await` yields Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::EpollOperation<detail::RecvAttempt, std::size_t, false>;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendAwaitable = detail::EpollOperation<detail::SendAttempt, std::size_t, false>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes written.
+  using SendvAwaitable = detail::EpollOperation<detail::SendvAttempt, std::size_t, false>;
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
@@ -64,60 +80,53 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   /// the fd's state is checked when the wait starts, so an edge that came
   /// before the call is not lost and a drained fd is not reported again.
   /// Yields an error if the fd cannot be polled (e.g. a regular file: EPERM).
-  Operation<detail::ReadinessAttempt, void, true> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// As readable(), for writability.
-  Operation<detail::ReadinessAttempt, void, true> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
 
   /// accept4 (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptAttempt, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// Connects a non-blocking socket.
-  Operation<detail::ConnectAttempt, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                                  std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// recv: bytes read, 0 at end of stream.
-  Operation<detail::RecvAttempt, std::size_t> recv(int fd, std::span<std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// send (MSG_NOSIGNAL): bytes written, possibly fewer than asked.
-  Operation<detail::SendAttempt, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                    std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (MSG_NOSIGNAL, at most IOV_MAX of them): bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvAttempt, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                      std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
   void forget(int fd) noexcept { backend_.forget(fd); }
 };
 
-inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::read, {}, std::move(stop)};
 }
-inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept
-    -> Operation<detail::ReadinessAttempt, void, true> {
+inline auto EpollReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_, fd, detail::Direction::write, {}, std::move(stop)};
 }
-inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptAttempt, int> {
+inline auto EpollReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_, fd, detail::Direction::read, detail::AcceptAttempt{{}, fd}, std::move(stop)};
 }
 inline auto EpollReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectAttempt, void> {
+    -> ConnectAwaitable {
   detail::ConnectAttempt attempt{{}, fd, {}, length};
   std::memcpy(&attempt.address, address, std::min<std::size_t>(length, sizeof attempt.address));
   return {backend_, fd, detail::Direction::write, attempt, std::move(stop)};
 }
-inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::RecvAttempt, std::size_t> {
+inline auto EpollReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return {backend_, fd, detail::Direction::read, detail::RecvAttempt{fd, buffer}, std::move(stop)};
 }
 inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendAttempt, std::size_t> {
+    -> SendAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendAttempt{fd, buffer}, std::move(stop)};
 }
 
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvAttempt, std::size_t> {
+    -> SendvAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
 }
 

@@ -96,8 +96,9 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
 };
 
 /// What ReactorLoop needs of its backend B, the part of a reactor that
-/// waits for I/O (seastar calls it reactor_backend): detail::EpollBackend
-/// (epoll, a timerfd) and detail::UringBackend (an io_uring) model it.
+/// waits for I/O (seastar calls it reactor_backend): EpollBackend (epoll, a
+/// timerfd) and UringBackend (an io_uring), internals under
+/// coio/reactor/detail/, model it.
 /// The loop constructs it with its LoopCore (and the reactor's options) and
 /// calls, on the loop thread:
 /// - `poll(timeout)`: wait for I/O at most `timeout` (nullopt: until

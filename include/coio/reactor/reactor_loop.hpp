@@ -38,7 +38,8 @@ struct BackendOf;
 /// A turn of the loop: resume the ready coroutines, fire the due timers,
 /// then the backend's poll (wait for I/O and dispatch it), with a timeout
 /// of zero while coroutines are ready. `Reactor` is the reactor deriving
-/// from it; its backend (a ReactorBackend) is detail::BackendOf<Reactor>.
+/// from it; its backend (a ReactorBackend) is the one the internal
+/// BackendOf<Reactor> names.
 template <typename Reactor>
 class ReactorLoop : public detail::LoopCore {
   using Backend = typename detail::BackendOf<Reactor>::type;
@@ -47,6 +48,16 @@ class ReactorLoop : public detail::LoopCore {
  public:
   /// The loop's clock (timers, stats).
   using Clock = std::chrono::steady_clock;
+  /// What sleepFor(d) and sleepUntil(deadline) return. `co_await` it once,
+  /// on the loop thread: it yields nothing, resumed on the loop thread at the
+  /// deadline (in a later iteration if it has passed), or earlier, once the
+  /// token the awaiting Task runs under is stopped.
+  using SleepAwaitable = detail::SleepAwaiter<false>;
+  /// What sleepFor(d, stop) and sleepUntil(deadline, stop) return: like
+  /// SleepAwaitable, but yields true if the deadline passed, false if `stop`
+  /// was requested first (then resumed on the loop thread in a later
+  /// iteration).
+  using CancellableSleepAwaitable = detail::SleepAwaiter<true>;
 
   /// Runs the loop on the calling thread until stop() (or until a spawned
   /// task throws, on whatever thread it then runs: the reactor then stops,
@@ -124,19 +135,19 @@ class ReactorLoop : public detail::LoopCore {
   /// Awaited from a coio Task, it ends early (as the cancellable form does,
   /// yielding nothing) once the token the Task runs under is stopped: a
   /// loop that only sleeps should check that token.
-  detail::SleepAwaiter<false> sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
+  SleepAwaitable sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   /// sleepUntil(now + d).
-  detail::SleepAwaiter<false> sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
   /// a later iteration; at once if it already was). `stop` must be requested
   /// on the loop thread. A default `stop` means the token of the awaiting
   /// Task (see currentStopToken).
-  detail::SleepAwaiter<true> sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepUntil(Clock::time_point deadline, std::stop_token stop) noexcept {
     return {*this, deadline, std::move(stop)};
   }
   /// The cancellable sleepUntil(now + d, stop).
-  detail::SleepAwaiter<true> sleepFor(Clock::duration d, std::stop_token stop) noexcept {
+  CancellableSleepAwaitable sleepFor(Clock::duration d, std::stop_token stop) noexcept {
     return {*this, Clock::now() + d, std::move(stop)};
   }
 

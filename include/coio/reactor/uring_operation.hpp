@@ -14,7 +14,8 @@ struct UringOperation {
   /// Called on the loop thread with each CQE's result and flags.
   void (*complete)(UringOperation* self, int result, unsigned flags) noexcept = nullptr;
   /// The ring's: the LoopStats counter its completion counts in, set when
-  /// it is submitted (from the SQE's opcode).
+  /// it is submitted (from the SQE's opcode); none before.
+  /// \hideinitializer
   std::uint8_t counter = detail::kUncounted;
 };
 

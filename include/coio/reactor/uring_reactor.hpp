@@ -42,7 +42,9 @@ struct detail::BackendOf<UringReactor> {
 ///
 /// Guarantees:
 /// - Every awaitable resumes its coroutine on the loop thread (the thread
-///   inside run() / runUntil()) and must be awaited there.
+///   inside run() / runUntil()) and must be awaited there, once. Each
+///   operation returns an awaitable named after it (RecvAwaitable...),
+///   whose comment says what `co_await` yields.
 /// - Operations are native io_uring operations (accept, connect, recv, send,
 ///   poll_add; disk and RDMA layers add their own through `submit`), found on
 ///   completion through user_data. One exception: `send` first tries a
@@ -74,7 +76,7 @@ struct detail::BackendOf<UringReactor> {
 ///   iteration complete without suspending (a send the socket took, a read
 ///   served from data a multishot recv kept, a stop already requested);
 ///   later ones still complete at once but resume their coroutine in the
-///   next iteration (detail::InlineCompletion). And one poll dispatches at
+///   next iteration. And one poll dispatches at
 ///   most kReapRoundsPerPoll batches of completions before timers and ready
 ///   coroutines run again. So a coroutine whose operations are always
 ///   ready, or a flood of completions, cannot starve the rest of the loop.
@@ -95,16 +97,36 @@ struct detail::BackendOf<UringReactor> {
 ///
 /// run, runUntil, spawn, schedule, the timers, stats() and the stall
 /// detector are the loop's (ReactorLoop), which both reactors share. Inside
-/// (docs/reactors.md, "How the reactors are built"): detail::UringBackend
-/// waits on the ring (detail::UringRing); the operations are
-/// detail::UringIoOperation (uring_io_operation.hpp), the multishot
-/// receive (uring_multishot_recv.hpp) and the zero-copy send
+/// (docs/reactors.md, "How the reactors are built"): UringBackend waits on
+/// the ring (UringRing); the operations are UringIoOperation
+/// (reactor/detail/uring_io_operation.hpp), the multishot receive
+/// (uring_multishot_recv.hpp) and the zero-copy send
 /// (uring_zero_copy_send.hpp).
+///
+/// Example:
+/// \snippet api_examples_uring.cpp UringReactor
 class UringReactor : public ReactorLoop<UringReactor> {
  public:
   /// The awaitable type of this reactor's io_uring operations.
   template <typename Prep, typename T>
   using Operation = detail::UringIoOperation<Prep, T>;
+
+  /// What readable() and writable() return: `co_await` yields Result<void>.
+  using ReadinessAwaitable = detail::UringIoOperation<detail::PollPrep, void>;
+  /// What accept() returns: `co_await` yields Result<int>, the new socket.
+  using AcceptAwaitable = detail::UringIoOperation<detail::AcceptPrep, int>;
+  /// What connect() returns: `co_await` yields Result<void>.
+  using ConnectAwaitable = detail::UringIoOperation<detail::ConnectPrep, void>;
+  /// What recv() and recvAll() return: `co_await` yields
+  /// Result<std::size_t>, the bytes read.
+  using RecvAwaitable = detail::UringRecv;
+  /// What send() returns: `co_await` yields Result<std::size_t>, the bytes sent.
+  using SendAwaitable = detail::UringIoOperation<detail::SendPrep, std::size_t>;
+  /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes sent.
+  using SendvAwaitable = detail::UringIoOperation<detail::SendvPrep, std::size_t>;
+  /// What sendZeroCopy() returns: `co_await` yields Result<std::size_t>,
+  /// the bytes sent, once the kernel no longer references them.
+  using SendZeroCopyAwaitable = detail::UringZeroCopySend;
 
   /// How the ring is set up and used (see UringOptions).
   using Options = UringOptions;
@@ -128,34 +150,31 @@ class UringReactor : public ReactorLoop<UringReactor> {
   static Result<void> probe(std::string* why = nullptr);
 
   /// Completes once `fd` is readable (a one-shot poll).
-  Operation<detail::PollPrep, void> readable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept;
   /// Completes once `fd` is writable (a one-shot poll).
-  Operation<detail::PollPrep, void> writable(int fd, std::stop_token stop = {}) noexcept;
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept;
   /// accept4 as an io_uring operation (non-blocking, close-on-exec): the new fd.
-  Operation<detail::AcceptPrep, int> accept(int fd, std::stop_token stop = {}) noexcept;
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept;
   /// connect as an io_uring operation; `address` must stay valid until it completes.
-  Operation<detail::ConnectPrep, void> connect(int fd, const sockaddr* address, socklen_t length,
-                                               std::stop_token stop = {}) noexcept;
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept;
   /// A plain recv SQE, or a read served by the socket's multishot recv, as
   /// Options::recvMode and (adaptive) the socket's traffic say.
-  detail::UringRecv recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// recv for a reader that wants the whole buffer (TcpStream::readExact):
   /// a plain recv SQE asks for all of it (MSG_WAITALL), so the kernel
   /// fills it as data arrives and completes once, with fewer bytes only at
   /// the end of the stream, on an error, or when cancelled (what it read
   /// by then). A read served by the socket's multishot recv yields what is
   /// there, as recv does.
-  detail::UringRecv recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
+  RecvAwaitable recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// Sends with a non-blocking send(2) first, and an SQE only when the
   /// socket is full; that SQE sends all that is left (MSG_WAITALL) unless
   /// an error or a stop comes first: bytes sent.
-  Operation<detail::SendPrep, std::size_t> send(int fd, std::span<const std::byte> buffer,
-                                                std::stop_token stop = {}) noexcept;
+  SendAwaitable send(int fd, std::span<const std::byte> buffer, std::stop_token stop = {}) noexcept;
   /// sendmsg of `parts` (at most IOV_MAX), tried at once as send is: bytes
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
-  Operation<detail::SendvPrep, std::size_t> sendv(int fd, std::span<const iovec> parts,
-                                                  std::stop_token stop = {}) noexcept;
+  SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
   /// Sends `parts` (at most IOV_MAX) from their memory, without copying it
   /// into the socket, where zeroCopySend() (one IORING_OP_SEND_ZC, or
   /// SENDMSG_ZC for several parts); else with a copying sendmsg SQE. All of
@@ -174,7 +193,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
   /// stop() and destruction reset the connections of the zero-copy sends
   /// still in flight, for the same reason. TCP (and UDP) sockets only:
   /// others yield EOPNOTSUPP from the kernel.
-  detail::UringZeroCopySend sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+  SendZeroCopyAwaitable sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
 
   /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
   /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
@@ -204,7 +223,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
 
   /// Prepares one SQE with `prep(sqe)` whose completion calls `op.complete`,
   /// then submits it according to the policy. It counts in stats() by its
-  /// opcode (detail::opKindOf).
+  /// opcode (the LoopStats counter of that kind of operation).
   template <typename Prep>
   void submit(UringOperation& op, Prep&& prep) {
     backend_.ring().submit(op, std::forward<Prep>(prep));
@@ -244,7 +263,7 @@ class UringReactor : public ReactorLoop<UringReactor> {
   std::size_t inFlight() const noexcept { return backend_.inFlight(); }
 
  private:
-  detail::UringRecv recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
+  RecvAwaitable recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept;
 };
 
 inline Result<void> UringReactor::probe(std::string* why) {
@@ -259,29 +278,30 @@ inline Result<void> UringReactor::probe(std::string* why) {
   return {};
 }
 
-inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+inline auto UringReactor::readable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_.ring(), detail::PollPrep{fd, POLLIN}, std::move(stop)};
 }
-inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> Operation<detail::PollPrep, void> {
+inline auto UringReactor::writable(int fd, std::stop_token stop) noexcept -> ReadinessAwaitable {
   return {backend_.ring(), detail::PollPrep{fd, POLLOUT}, std::move(stop)};
 }
-inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> Operation<detail::AcceptPrep, int> {
+inline auto UringReactor::accept(int fd, std::stop_token stop) noexcept -> AcceptAwaitable {
   return {backend_.ring(), detail::AcceptPrep{fd}, std::move(stop)};
 }
 inline auto UringReactor::connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop) noexcept
-    -> Operation<detail::ConnectPrep, void> {
+    -> ConnectAwaitable {
   detail::ConnectPrep prep{fd, {}, length};
   std::memcpy(&prep.address, address, std::min<std::size_t>(length, sizeof prep.address));
   return {backend_.ring(), prep, std::move(stop)};
 }
-inline detail::UringRecv UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+inline auto UringReactor::recv(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept -> RecvAwaitable {
   return recvWith(fd, buffer, std::move(stop), 0);
 }
-inline detail::UringRecv UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept {
+inline auto UringReactor::recvAll(int fd, std::span<std::byte> buffer, std::stop_token stop) noexcept
+    -> RecvAwaitable {
   return recvWith(fd, buffer, std::move(stop), MSG_WAITALL);
 }
-inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop,
-                                                int flags) noexcept {
+inline auto UringReactor::recvWith(int fd, std::span<std::byte> buffer, std::stop_token stop, int flags) noexcept
+    -> RecvAwaitable {
   // No receiver (no memory for a new socket's, or a negative fd): nothing
   // is read ahead on it, so a plain recv is safe.
   detail::UringReceiver* receiver = recvMode() != RecvMode::plain ? backend_.receivers().receiverFor(fd) : nullptr;
@@ -289,15 +309,15 @@ inline detail::UringRecv UringReactor::recvWith(int fd, std::span<std::byte> buf
   return {backend_.ring(), detail::RecvPrep{fd, buffer, flags}, std::move(stop), receiver};
 }
 inline auto UringReactor::send(int fd, std::span<const std::byte> buffer, std::stop_token stop) noexcept
-    -> Operation<detail::SendPrep, std::size_t> {
+    -> SendAwaitable {
   return {backend_.ring(), detail::SendPrep{fd, buffer}, std::move(stop)};
 }
 inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
-    -> Operation<detail::SendvPrep, std::size_t> {
+    -> SendvAwaitable {
   return {backend_.ring(), detail::SendvPrep{fd, detail::messageOf(parts)}, std::move(stop)};
 }
-inline detail::UringZeroCopySend UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts,
-                                                           std::stop_token stop) noexcept {
+inline auto UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
+    -> SendZeroCopyAwaitable {
   return {backend_.ring(), backend_.zeroCopySends(), fd, parts, std::move(stop)};
 }
 

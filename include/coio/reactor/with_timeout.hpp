@@ -65,6 +65,11 @@ Task<void> stopWhenDue(R& reactor, std::chrono::steady_clock::duration timeout, 
 
 }  // namespace detail
 
+/// What withTimeout(reactor, task, timeout) yields for a `Task<T>`:
+/// `Result<T>`, or T itself when it already is a `Result<U>`.
+template <typename T>
+using TimeoutResult = typename detail::TimeoutResult<T>::type;
+
 /// Runs `start(token)` (which returns an awaitable yielding Result<T>, e.g.
 /// `[&](std::stop_token t) { return stream.read(buf, t); }`) and requests
 /// stop on `token` once `timeout` has passed. The operation is really
@@ -120,9 +125,12 @@ auto withTimeout(R& reactor, Start start, std::chrono::steady_clock::duration ti
 ///   deadline.
 /// - Must be awaited on the reactor's thread, and the task must finish
 ///   there (it may hop elsewhere in between); resumes there.
+///
+/// Example:
+/// \snippet api_examples.cpp withTimeout
 template <Reactor R, typename T>
 auto withTimeout(R& reactor, Task<T> task, std::chrono::steady_clock::duration timeout)
-    -> Task<typename detail::TimeoutResult<T>::type> {
+    -> Task<TimeoutResult<T>> {
   static_assert(!std::is_reference_v<T>, "withTimeout does not support Task<T&>: return a pointer");
   detail::LinkedStopSource operation;  // the task's token: stopped at the deadline or with ours
   std::stop_source timer;              // ends the timer once the task finished

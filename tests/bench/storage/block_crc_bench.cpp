@@ -1,4 +1,4 @@
-// The storage server's checksum work per piece (chunk_store.hpp's
+// The storage server's checksum work per piece (store/chunk_store.hpp's
 // BlockVerifier), against the alternatives it was chosen over: what it
 // costs to check a piece's blocks against their stored CRCs, and to give
 // the response the CRC of the asked bytes by combining the verified block
@@ -7,8 +7,8 @@
 // server takes pieces its disk reads just wrote to memory.
 //
 //   block_crc_bench [--benchmark_filter=...]   (docs/benchmarks.md, "Block checksums")
-#include "chunk_store.hpp"
-#include "crc32c.hpp"
+#include "store/chunk_store.hpp"
+#include "protocol/crc32c.hpp"
 
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>

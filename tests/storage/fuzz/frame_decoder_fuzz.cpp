@@ -5,7 +5,7 @@
 // whatever they accept must re-encode to the same bytes (so every field,
 // an IO's target id and the reserved word after it included, round-trips)
 // and stay within the documented ranges.
-#include "protocol.hpp"
+#include "protocol/protocol.hpp"
 
 #include <cstddef>
 #include <cstdint>

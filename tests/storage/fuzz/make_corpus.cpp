@@ -1,6 +1,6 @@
 // Writes the seed corpus: one valid frame of each type (the fuzzer mutates
 // from there). Run by CMake when the fuzzer is built, output committed.
-#include "protocol.hpp"
+#include "protocol/protocol.hpp"
 
 #include <fstream>
 #include <string>

@@ -168,19 +168,13 @@ decltype(auto) childResult(const Task<T>& task) {
   }
 }
 
+// The results of a range of finished children, in input order: a
+// std::vector, nothing for void children (collectAll's CollectedResults).
+// `early` holds those of the first early->size() (startRange), the frames
+// those of the rest. Frees each of these once its result is out, in the
+// same pass, while its frame is in cache.
 template <typename T>
-using UnitIfVoid = std::conditional_t<std::is_void_v<T>, Unit, T>;
-
-// What collectAllRange yields: the results in input order, or nothing.
-template <typename T>
-using RangeResult = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
-
-// The results of a range of finished children, in input order (nothing
-// for void children): `early` holds those of the first early->size()
-// (startRange), the frames those of the rest. Frees each of these once its
-// result is out, in the same pass, while its frame is in cache.
-template <typename T>
-RangeResult<T> collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
+auto collectResults(std::vector<Task<T>>& children, RangeValues<T>* early = nullptr) {
   if constexpr (!std::is_void_v<T>) {
     std::vector<T> results = early != nullptr ? early->take() : std::vector<T>();
     results.reserve(children.size());

@@ -14,11 +14,6 @@
 
 namespace coio::detail {
 
-// The reference a generator of T hands out: T& for a value type, T itself
-// for an lvalue reference.
-template <typename T>
-using YieldReference = std::conditional_t<std::is_reference_v<T>, T, T&>;
-
 // Promise mixin. `Suspend` is the awaiter every co_yield returns: how the
 // body gives control back to its consumer (it gets the body's handle).
 template <typename T, typename Suspend>
@@ -28,7 +23,7 @@ class YieldSlot {
 
  public:
   using Value = std::remove_cvref_t<T>;
-  using Object = std::remove_reference_t<YieldReference<T>>;  // const if the consumer may not modify it
+  using Object = std::remove_reference_t<T>;  // what the consumer gets a reference to: const if it may not modify it
 
   Suspend yield_value(Object& value) noexcept {
     yielded = std::addressof(value);
