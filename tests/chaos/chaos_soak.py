@@ -16,7 +16,9 @@ corruption meets both kinds of read), and on a schedule:
 
 Every chain keeps a live, intact replica throughout (A is killed before the
 corruption, whose other replica is on A; B is only faulted afterwards), so
-no IO may fail and no byte may be wrong, and the corrupt replica must be
+no IO may fail (the clients keep trying an IO every replica failed for
+RETRY_MS: a loaded machine may stall every process past the 1 s request
+deadline) and no byte may be wrong, and the corrupt replica must be
 found by the partial reads too (the server checks every 4 KiB block a read
 covers: a partial read that covers a corrupt byte is answered `corrupt`, the
 client reads the other replica). Prints IOs served and failed,
@@ -75,6 +77,11 @@ import time
 import urllib.request
 from base64 import b64decode, b64encode
 
+# How long a client keeps trying an IO every replica failed: a loaded CI
+# machine once stalled every process for over a second (both replicas of a
+# chain missed the 1 s deadline, their IOs failed); a real client rides that
+# out the same way (ClusterOptions::retryFor).
+RETRY_MS = 3000
 CHUNKS = 1536
 CHUNK = 16 * 1024
 PER_FILE = 64
@@ -231,7 +238,8 @@ class Soak:
         lat = os.path.join(self.work, f"client-{name}.lat")
         argv = [os.path.join(self.bin, "coio-storage-bench"), "--verify", "--json",
                 "--duration", str(duration), "--io-size", io_size, "--batch", "8", "--depth", "4",
-                "--request-timeout-ms", "1000", "--latency-log", lat, "--reactor", self.args.reactor]
+                "--request-timeout-ms", "1000", "--retry-ms", str(RETRY_MS), "--latency-log", lat,
+                "--reactor", self.args.reactor]
         if self.etcd:
             argv += ["--etcd", self.etcd.urls(), "--routing-log", self.routing_log(name)]
         else:
@@ -569,7 +577,7 @@ class Soak:
     def report(self, figures):
         totals = {"ios": 0, "failed": 0, "wrong": 0, "content": 0, "retries": 0, "failovers": 0, "hedges": 0,
                   "hedge_wins": 0, "corrupt": 0, "offline_ios": 0, "updates": 0, "refreshes": 0, "bad_records": 0,
-                  "partial_corrupt": 0}
+                  "partial_corrupt": 0, "retry_pauses": 0}
         failed_by_status = {}
         for name, proc, out, _ in self.clients:
             try:
@@ -591,7 +599,8 @@ class Soak:
             totals["wrong"] += e["wrong_bytes"]
             for key, field in (("retries", "retries"), ("failovers", "failovers"), ("hedges", "hedges"),
                                ("hedge_wins", "hedge_wins"), ("corrupt", "corrupt_replicas"),
-                               ("offline_ios", "offline_ios"), ("refreshes", "routing_refreshes")):
+                               ("offline_ios", "offline_ios"), ("refreshes", "routing_refreshes"),
+                               ("retry_pauses", "retry_pauses")):
                 totals[key] += c[field]
             if self.etcd:
                 totals["updates"] += c["etcd"]["updates"]
@@ -602,7 +611,8 @@ class Soak:
         print(f"  IOs failed            {totals['failed']}" +
               (" (" + ", ".join(f"{s} {n}" for s, n in sorted(failed_by_status.items())) + ")" if failed_by_status else ""))
         print(f"  bytes wrong           {totals['wrong']} (in {totals['content']} IOs)")
-        print(f"  retries               {totals['retries']} IOs read from another replica")
+        print(f"  retries               {totals['retries']} IOs read from another replica, "
+              f"{totals['retry_pauses']} pauses before IOs every replica had failed went round again")
         print(f"  failovers             {totals['failovers']} times a server was marked down")
         print(f"  hedges                {totals['hedges']} (won {totals['hedge_wins']})")
         print(f"  corrupt replicas      {totals['corrupt']} found (and not used), "
@@ -671,6 +681,22 @@ class Soak:
     def percentile_of(ordered, p):
         return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
 
+    # A failed run's evidence where CI shows it (its work directory is
+    # gone with the machine): what each client logged (servers down and
+    # back, the first failed IOs), and how busy the machine was.
+    def client_logs(self):
+        with open("/proc/loadavg") as f:
+            print(f"  load average at the end: {' '.join(f.read().split()[:3])}")
+        for name, _, out, _ in self.clients:
+            try:
+                with open(out + ".log") as f:
+                    lines = [line.rstrip() for line in f if line.startswith("coio-storage")]
+            except OSError:
+                continue
+            print(f"  client {name} logged:")
+            for line in lines[:40]:
+                print("    " + line)
+
     def leftovers(self):
         procs = [p for _, p, _, _ in self.clients] + list(self.servers.values()) + self.others
         procs += list(self.mgmtds.values()) + ([p for p in self.etcd.procs if p is not None] if self.etcd else [])
@@ -715,6 +741,7 @@ def main():
         print("\nchaos soak: FAILED (work directory kept: " + soak.work + ")")
         for p in soak.problems:
             print("  - " + p)
+        soak.client_logs()
         return 1
     print("\nchaos soak: passed")
     return 0

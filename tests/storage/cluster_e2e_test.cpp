@@ -104,6 +104,47 @@ TEMPLATE_LIST_TEST_CASE("all replicas of a chain down: its IOs fail at once with
   });
 }
 
+TEMPLATE_LIST_TEST_CASE("retryFor: both replicas of a chain stalled past the request deadline (a machine that "
+                        "stalls): their IOs go round again after pauses and are read once the servers answer; "
+                        "past retryFor they fail",
+                        "[storage][cluster]", Setups) {
+  Cluster<TestType> f;
+  storage::ClusterOptions options = f.options();
+  options.requestTimeout = 300ms;
+  options.retryFor = 3s;
+  f.run(options, [&f, options](typename Cluster<TestType>::Client& client) -> Task<void> {
+    // Chain 1 (chunks 0, 3, 6, ...) lives on servers 0 and 1 only: stalled
+    // for 1.2 s, four request deadlines.
+    f.servers[0].signal(SIGSTOP);
+    f.servers[1].signal(SIGSTOP);
+    auto resume = [&]() -> Task<void> {
+      co_await f.reactor.sleepFor(1200ms);
+      f.servers[0].signal(SIGCONT);
+      f.servers[1].signal(SIGCONT);
+    };
+    const Clock::time_point start = Clock::now();
+    auto [outcomes, unit] =
+        co_await coio::collectAll(f.readAll(client, wholeChunks(0, 9, Cluster<TestType>::kChunks)), resume());
+    (void)unit;
+    const Clock::duration took = Clock::now() - start;
+    CHECK(took >= 1200ms);
+    CHECK(took < options.retryFor + kSlack);
+    CHECK(client.stats().failedIos == 0);  // readAll checked each IO's bytes
+    CHECK(client.stats().retryPauses >= 1);
+    CHECK(client.serverStats(0).timeouts + client.serverStats(1).timeouts >= 2);
+    // A chain down for longer than retryFor: its IOs fail once it passed.
+    f.servers[0].kill();
+    f.servers[1].kill();
+    std::vector<ReadOp> chainOne = wholeChunks(0, 1, Cluster<TestType>::kChunks);
+    chainOne[0].into = f.buffer(kChunkSize);
+    const Clock::time_point again = Clock::now();
+    const std::vector<ClusterOutcome> failed = co_await client.batchRead(chainOne);
+    CHECK_FALSE(failed[0].ok());
+    CHECK(Clock::now() - again >= options.retryFor);
+    CHECK(Clock::now() - again < options.retryFor + options.requestTimeout + kSlack);
+  });
+}
+
 TEMPLATE_LIST_TEST_CASE("a stopped server (SIGSTOP) is found by the request deadline: its IOs go to the other "
                         "replicas; after SIGCONT it is used again",
                         "[storage][cluster]", Setups) {

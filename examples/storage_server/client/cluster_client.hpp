@@ -67,7 +67,11 @@ namespace storage {
 ///   chunkNotFound, corrupt, or the bytes fail their checksum) is read from another
 ///   replica of its chain in the next round; it fails only when every
 ///   serving replica has failed it (or is on a server marked down whose
-///   connection failed), with the last status. Statuses that blame the
+///   connection failed), with the last status; with retryFor, only once
+///   that long has passed since the call: until then it goes round again
+///   after a pause (reconnectMin, doubling up to reconnectMax; counted in
+///   stats().retryPauses), every replica not known corrupt allowed again,
+///   unless its chain has no such serving replica. Statuses that blame the
 ///   request (rangeOutsideChunk, bufferTooSmall, batchTooLarge) are
 ///   final; so is an IO that the table says cannot exist (a chunk id past
 ///   the dataset: chunkNotFound; a range past the chunk:
@@ -211,6 +215,8 @@ class ClusterClient {
       if (batch.tried[i] != 0) batch.outcomes[i] = {proto::IoStatus::corrupt, 0, 0, false, {}, SIZE_MAX, 0, {}};
     }
     const std::stop_token caller = co_await coio::currentStopToken();
+    const auto started = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::duration pause = options_.reconnectMin;
     bool sent = false;
     unsigned refreshes = 0;
     while (!pending.empty()) {
@@ -230,16 +236,27 @@ class ClusterClient {
       ReplicaRouter::Routes routes =
           router_.route(*routing, batch.chunkIds, pending, batch.tried, options_.maxIosPerRequest);
       if (!routes.unroutable.empty()) lastResort(*routing, batch, routes);
-      for (std::size_t io : routes.unroutable) unroutable(*routing, batch, io);
+      // IOs no replica is left to serve: within retryFor they go round
+      // again after a pause; otherwise they fail.
+      std::vector<std::size_t> again;
+      const bool mayWait = std::chrono::steady_clock::now() - started < options_.retryFor && !caller.stop_requested();
+      for (std::size_t io : routes.unroutable) {
+        if (mayWait && anotherTryMayServe(*routing, batch, io)) {
+          again.push_back(io);
+        } else {
+          unroutable(*routing, batch, io);
+        }
+      }
       std::vector<coio::Task<void>> requests;
       for (SubBatch& sub : routes.batches) {
         for (std::size_t io : sub.ios) stats_.retries += batch.outcomes[io].attempts > 0;
         requests.push_back(serve(batch, routing, std::move(sub)));
       }
-      if (requests.empty()) break;
-      sent = true;
+      if (requests.empty() && again.empty()) break;
+      sent = sent || !requests.empty();
       co_await coio::collectAllRange(std::move(requests));
       pending = std::exchange(batch.retry, {});
+      if (!again.empty()) co_await waitToRetry(*routing, batch, again, started, pause, caller, pending);
       if (!batch.stale.empty()) {
         bool fresh = false;  // not `a && co_await b`: g++ 12 miscompiles co_await in such expressions
         if (refreshes < options_.maxRoutingRefreshes) fresh = co_await refresh(routing);
@@ -430,6 +447,39 @@ class ClusterClient {
         router_.route(routing, batch.chunkIds, routes.unroutable, batch.tried, options_.maxIosPerRequest, connected);
     for (SubBatch& sub : more.batches) routes.batches.push_back(std::move(sub));
     routes.unroutable = std::move(more.unroutable);
+  }
+
+  // Whether asking `io`'s replicas again could serve it: its chain has a
+  // serving replica not known corrupt, and no replica answered it with a
+  // status that blames the request.
+  bool anotherTryMayServe(const RoutedTable& routing, const Batch& batch, std::size_t io) const {
+    if (batch.outcomes[io].attempts > 0 && !retryable(batch.outcomes[io].status)) return false;
+    const std::uint64_t chunk = batch.chunkIds[io];
+    const std::uint32_t corrupt = router_.corruptMask(routing.table, chunk);
+    const std::vector<Replica>& replicas = routing.table.chains()[routing.table.chainIndexOf(chunk)].replicas;
+    for (std::size_t r = 0; r < replicas.size(); ++r) {
+      if (replicas[r].state == ReplicaState::serving && (corrupt & (1u << r)) == 0) return true;
+    }
+    return false;
+  }
+
+  // The pause before `again` (IOs every replica has failed, or whose
+  // servers are down) goes round again: `pause`, doubled each time up to
+  // reconnectMax, within what is left of retryFor (or until the caller's
+  // stop). Then every replica not known corrupt may be asked again.
+  coio::Task<void> waitToRetry(const RoutedTable& routing, Batch& batch, const std::vector<std::size_t>& again,
+                               std::chrono::steady_clock::time_point started,
+                               std::chrono::steady_clock::duration& pause, const std::stop_token& caller,
+                               std::vector<std::size_t>& pending) {
+    const auto left = options_.retryFor - (std::chrono::steady_clock::now() - started);
+    const bool slept = co_await reactor_.sleepFor(std::max(std::min(pause, left), decltype(left)::zero()), caller);
+    (void)slept;  // stopped: the next round fails what is pending
+    pause = std::min(pause * 2, options_.reconnectMax);
+    ++stats_.retryPauses;
+    for (std::size_t io : again) {
+      batch.tried[io] = router_.corruptMask(routing.table, batch.chunkIds[io]);
+      pending.push_back(io);
+    }
   }
 
   // An IO with no replica left: it keeps its last outcome; never sent at

@@ -64,6 +64,14 @@ struct ClusterOptions {
   /// twice as long each time, up to reconnectMax.
   std::chrono::steady_clock::duration reconnectMin = std::chrono::milliseconds(50);
   std::chrono::steady_clock::duration reconnectMax = std::chrono::seconds(2);
+  /// How long a batchRead keeps trying an IO that every replica has failed
+  /// (or whose replicas' servers are all down), from the call: after a
+  /// pause (reconnectMin, doubling up to reconnectMax) every replica not
+  /// known corrupt may be asked again, as 3FS's client retries until its
+  /// max_retry_time. For a cluster whose servers may all stall at once
+  /// (an overloaded machine) longer than requestTimeout. Zero: such an IO
+  /// fails at once.
+  std::chrono::steady_clock::duration retryFor{};
   /// Requests granted transmission at once per server connection (its
   /// TransmissionLimiter): the bound of a single-server client, per server.
   std::size_t maxTransmissionsPerServer = 64;
@@ -129,6 +137,8 @@ struct ClusterStats {
   std::uint64_t hedgeWins = 0;        ///< ... whose hedge delivered first
   std::uint64_t corruptReplicas = 0;  ///< (target, chunk) copies found corrupt
   std::uint64_t failedIos = 0;        ///< IOs that failed on every replica
+  /// Pauses before IOs that every replica had failed went round again (retryFor)
+  std::uint64_t retryPauses = 0;
   std::uint64_t routingUpdates = 0;   ///< routings applied that changed something (updateRouting, refreshes)
   std::uint64_t routingRefreshes = 0; ///< fresh routings fetched after a staleRouting answer
   std::uint64_t staleRoutingRetries = 0;  ///< IOs sent again on a fresh routing after a staleRouting answer

@@ -103,6 +103,10 @@ void declare(CLI::App& app, CommandLine& line) {
           "URL[,URL...]"));
   milliseconds("--request-timeout-ms", s.requestTimeout, 1, "cluster: a request's deadline (finds a hung server)")
       ->default_str("2000");
+  milliseconds("--retry-ms", s.retryFor, 0,
+               "cluster: keep trying an IO every replica failed this long from its batch's start, pausing between "
+               "tries (0: it fails at once)")
+      ->default_str("0");
   milliseconds("--hedge-ms", s.hedge, 0, "cluster: also ask other replicas for a request unanswered this long (0: off)")
       ->default_str("0");
   app.add_option("--routing-log", s.routingLog,

@@ -160,10 +160,10 @@ inline void reportCluster(const Settings& settings, const ClusterFigures& cluste
     std::printf(",\"cluster\":{\"file\":\"%s\",\"servers\":%zu,\"chains\":%zu,\"retries\":%llu,\"failovers\":%llu,"
                 "\"hedges\":%llu,\"hedge_wins\":%llu,\"corrupt_replicas\":%llu,\"failed_ios\":%llu,"
                 "\"routing_updates\":%llu,\"routing_refreshes\":%llu,\"stale_routing_retries\":%llu,"
-                "\"offline_ios\":%llu",
+                "\"offline_ios\":%llu,\"retry_pauses\":%llu",
                 cluster.source.c_str(), cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers),
                 u(c.hedges), u(c.hedgeWins), u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates),
-                u(c.routingRefreshes), u(c.staleRoutingRetries), u(c.offlineIos));
+                u(c.routingRefreshes), u(c.staleRoutingRetries), u(c.offlineIos), u(c.retryPauses));
     if (const auto& e = cluster.etcd) {
       std::printf(",\"etcd\":{\"updates\":%llu,\"reloads\":%llu,\"refreshes\":%llu,\"bad_records\":%llu,"
                   "\"revision\":%lld,\"last_update_s_ago\":%.3f}",
@@ -184,11 +184,11 @@ inline void reportCluster(const Settings& settings, const ClusterFigures& cluste
     return;
   }
   std::printf("  cluster         %zu servers, %zu chains: retries %llu, failovers %llu, hedges %llu (won %llu), "
-              "corrupt replicas %llu, failed IOs %llu\n"
+              "corrupt replicas %llu, failed IOs %llu, retry pauses %llu\n"
               "  routing         updates %llu, refreshes on staleRouting %llu, IOs sent again on them %llu, "
               "IOs sent to offline targets %llu\n",
               cluster.servers.size(), cluster.chains, u(c.retries), u(c.failovers), u(c.hedges), u(c.hedgeWins),
-              u(c.corruptReplicas), u(c.failedIos), u(c.routingUpdates), u(c.routingRefreshes),
+              u(c.corruptReplicas), u(c.failedIos), u(c.retryPauses), u(c.routingUpdates), u(c.routingRefreshes),
               u(c.staleRoutingRetries), u(c.offlineIos));
   if (const auto& e = cluster.etcd) {
     char last[48] = "";

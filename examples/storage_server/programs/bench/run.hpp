@@ -237,6 +237,7 @@ coio::Task<int> runCluster(R& reactor, Settings& settings) {
   options.connection.timeout = settings.timeout;
   options.requestTimeout = settings.requestTimeout;
   options.hedgeAfter = settings.hedge;
+  options.retryFor = settings.retryFor;
   options.maxTransmissionsPerServer = settings.maxTransmissions;
   std::ofstream routingLog;
   if (!settings.routingLog.empty()) {

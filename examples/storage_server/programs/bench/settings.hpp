@@ -42,7 +42,7 @@ struct Settings {
   std::string clusterFile;                   // --cluster: read through ClusterClient
   std::vector<std::string> etcdEndpoints;    // --etcd: the routing from there, not from clusterFile
   std::optional<storage::ChainTable> table;  // ... loaded from the file (etcd's: in runCluster)
-  std::chrono::milliseconds requestTimeout{2000}, hedge{0};
+  std::chrono::milliseconds requestTimeout{2000}, hedge{0}, retryFor{0};
 #if COIO_STORAGE_RDMA
   std::unique_ptr<coio::rdma::Device> device;  // opened for --transport rdma
 #endif
