@@ -8,7 +8,8 @@
 #
 #   tests/chaos/run_chaos_soak.sh [SECONDS, default 60] [BUILD_DIR, default build-chaos]
 #
-# Builds only the two programs (RelWithDebInfo) in BUILD_DIR. Environment:
+# Builds only the two programs (RelWithDebInfo) in BUILD_DIR, unless BIN=DIR
+# names a directory that holds them already (CI: its -O2 build's). Environment:
 # REACTOR [uring] (or epoll), TMPDIR [/var/tmp] for the datasets (48 MiB),
 # KEEP=1 keeps the work directory (logs, latency samples), ETCD=1 runs the
 # etcd mode (at least 60 s; needs etcd, Debian's etcd-server): the cluster's
@@ -19,8 +20,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 build=${2:-build-chaos}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF \
-  -DCOIO_BUILD_EXAMPLES=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target coio-storage-server coio-storage-bench >/dev/null
-exec python3 tests/chaos/chaos_soak.py --bin "$build/examples/storage_server" --duration "$seconds" \
+bin=${BIN:-}
+if [[ -z $bin ]]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOIO_BUILD_TESTS=OFF -DCOIO_BUILD_BENCHMARKS=OFF \
+    -DCOIO_BUILD_EXAMPLES=ON >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target coio-storage-server coio-storage-bench >/dev/null
+  bin=$build/examples/storage_server
+fi
+exec python3 tests/chaos/chaos_soak.py --bin "$bin" --duration "$seconds" \
   --reactor "${REACTOR:-uring}" --tmpdir "${TMPDIR:-/var/tmp}" ${KEEP:+--keep} ${ETCD:+--etcd}
