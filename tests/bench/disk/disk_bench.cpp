@@ -3,7 +3,7 @@
 // run_disk_bench.sh runs it next to fio and prints the ratios.
 //   disk_bench --engine=epoll|uring|raw --file=PATH [--rw=randread|randwrite] [--bs=4096] [--depth=32]
 //              [--batch=1] [--direct=1] [--fixed=0] [--fdatasync=0] [--eager-below=64] [--latency=1]
-//              [--thp=1] [--seconds=5] [--warm=0] [--create-mib=N]
+//              [--thp=1] [--seconds=5] [--warm=0] [--create-mib=N] [--seed=N, default: drawn per run]
 //              [--taskrun=immediate|cooperative|deferred]  (uring: UringReactor::Options::taskRun)
 // randwrite overwrites the file's blocks in place (File::writeFixed, or a
 // WriteBatch with --batch); --fdatasync=1 follows each write (each batch)
@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <map>
 #include <string>
 
@@ -86,7 +87,7 @@ Outcome runCoio(Reactor& reactor, const Config& config) {
   // one as soon as one completes (what fio does).
   auto single = [&](unsigned id) -> coio::Task<void> {
     coio::Buffer buffer = *pool.tryAcquire();
-    Random random(id);
+    Random random(config.seed + id);
     while (running) {
       const Clock::time_point started = config.latency ? Clock::now() : Clock::time_point{};
       const std::uint64_t offset = random.below(blocks) * config.blockSize;
@@ -107,7 +108,7 @@ Outcome runCoio(Reactor& reactor, const Config& config) {
   auto batched = [&](unsigned id) -> coio::Task<void> {
     std::vector<coio::Buffer> buffers;
     for (unsigned i = 0; i < config.batch; ++i) buffers.push_back(*pool.tryAcquire());
-    Random random(id);
+    Random random(config.seed + id);
     coio::ReadBatch reads(disk);
     coio::WriteBatch writes(disk);
     coio::DiskBatch& batch = config.write ? static_cast<coio::DiskBatch&>(writes) : reads;
@@ -210,6 +211,8 @@ int main(int argc, char** argv) {
   config.latency = get("latency", "1") == "1";
   config.transparentHugePages = get("thp", "1") == "1";
   config.duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::stod(get("seconds", "5"))));
+  const std::string seed = get("seed", "");
+  config.seed = seed.empty() ? std::random_device{}() : std::stoull(seed);
   if (config.batch == 0 || config.depth % config.batch != 0) fail("--depth must be a multiple of --batch");
   if (const std::string mib = get("create-mib", ""); !mib.empty()) create(config.file, std::stoull(mib));
   struct stat st {};
@@ -241,11 +244,11 @@ int main(int argc, char** argv) {
   const double iops = static_cast<double>(outcome.operations) / seconds;
   std::printf("{\"engine\":\"%s\",\"rw\":\"%s\",\"bs\":%zu,\"depth\":%u,\"batch\":%u,\"direct\":%d,\"fixed\":%d,"
               "\"fdatasync\":%d,\"eager_below\":%u,\"iops\":%.0f,\"mibs\":%.1f,\"mean_us\":%.1f,\"p50_us\":%.1f,"
-              "\"p99_us\":%.1f,\"errors\":%llu}\n",
+              "\"p99_us\":%.1f,\"errors\":%llu,\"seed\":%llu}\n",
               config.engine.c_str(), rw.c_str(), config.blockSize, config.depth, config.batch, config.direct,
               config.fixed, config.datasync, config.eagerBelow, iops,
               iops * static_cast<double>(config.blockSize) / (1 << 20), meanUs(outcome.latencies),
               percentileUs(outcome.latencies, 0.50), percentileUs(outcome.latencies, 0.99),
-              static_cast<unsigned long long>(outcome.errors));
+              static_cast<unsigned long long>(outcome.errors), static_cast<unsigned long long>(config.seed));
   return outcome.errors == 0 ? 0 : 2;
 }

@@ -25,6 +25,11 @@ struct Config {
   bool latency = true;            // record per-read latency
   bool transparentHugePages = true;  // BufferPool::Options::transparentHugePages
   Clock::duration duration = std::chrono::seconds(5);
+  // Where the offsets start: worker i draws from Random(seed + i). Drawn
+  // afresh per run unless --seed is given, as fio's --randrepeat=0: a run
+  // that repeats the last one's offsets finds blocks a cache below the
+  // guest (the host's page cache, a virtual disk's) kept, and fio's do not.
+  std::uint64_t seed = 0;
 };
 
 struct Outcome {

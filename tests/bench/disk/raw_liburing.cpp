@@ -28,7 +28,7 @@ Outcome runRaw(const Config& config) {
   void* memory = nullptr;
   if (::posix_memalign(&memory, 4096, config.blockSize * config.depth) != 0) std::exit(1);
   auto* buffers = static_cast<char*>(memory);
-  Random random(1);
+  Random random(config.seed);
   const std::uint64_t blocks = config.fileSize / config.blockSize;
   Outcome outcome;
   const auto start = Clock::now();
