@@ -35,3 +35,4 @@
 #include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/manual_executor.hpp>
+#include <coio/testing/sim_reactor.hpp>

@@ -59,6 +59,9 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   reactor keeps state by fd number, which the next fd opened under that
 ///   number would otherwise inherit (under UringReactor's default recv mode
 ///   that can be bytes read ahead from the closed socket).
+/// - `now()`: the loop's clock, which its sleeps and deadlines measure
+///   against (steady_clock's, or virtual time in a simulation): code meant
+///   to run on any reactor reads the time there.
 /// - A view into the loop, on the loop thread: `stats()` (LoopStats:
 ///   operations submitted and completed by kind, queue depths, time waiting
 ///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
@@ -77,6 +80,7 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   r.stop();
   r.spawn(std::move(task));
   { cr.isInLoopThread() } -> std::same_as<bool>;
+  { cr.now() } -> std::same_as<std::chrono::steady_clock::time_point>;
   { r.schedule() } -> AwaitableOf<void>;
   { r.sleepFor(d) } -> AwaitableOf<void>;
   { r.sleepUntil(t) } -> AwaitableOf<void>;

@@ -44,6 +44,10 @@ template <typename Reactor>
 class ReactorLoop : public detail::LoopCore {
   using Backend = typename detail::BackendOf<Reactor>::type;
   static_assert(ReactorBackend<Backend>, "a reactor's backend must model ReactorBackend");
+  // A backend in virtual time (coio::sim::SimReactor's) keeps the clock and
+  // orders each ready phase; the real ones leave both to steady_clock and
+  // FIFO, at no cost (compile-time branches).
+  static constexpr bool kVirtualTime = requires { Backend::kVirtualTime; };
 
  public:
   /// The loop's clock (timers, stats).
@@ -137,7 +141,7 @@ class ReactorLoop : public detail::LoopCore {
   /// loop that only sleeps should check that token.
   SleepAwaitable sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   /// sleepUntil(now + d).
-  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
   /// a later iteration; at once if it already was). `stop` must be requested
@@ -148,7 +152,18 @@ class ReactorLoop : public detail::LoopCore {
   }
   /// The cancellable sleepUntil(now + d, stop).
   CancellableSleepAwaitable sleepFor(Clock::duration d, std::stop_token stop) noexcept {
-    return {*this, Clock::now() + d, std::move(stop)};
+    return {*this, now() + d, std::move(stop)};
+  }
+
+  /// The loop's clock, which its sleeps and deadlines (withTimeout, waitFor)
+  /// measure against: steady_clock's now, or a simulated reactor's virtual
+  /// time. Code meant to run on either reads the time here. Any thread.
+  Clock::time_point now() const noexcept {
+    if constexpr (kVirtualTime) {
+      return backend_.now();
+    } else {
+      return Clock::now();
+    }
   }
 
   /// A snapshot of the loop's counters, queue depths and times (see
@@ -226,6 +241,7 @@ class ReactorLoop : public detail::LoopCore {
     while (!done() && !stopRequested()) {
       meter_.iteration();
       inlineTurns_ = kInlineTurnsPerIteration;
+      if constexpr (kVirtualTime) backend_.order(ready_);
       const bool resumed = runReady();
       // No clock read without timers, one with (waitTimeout reads it only
       // if no deadline could be armed): where the clock is not in the vDSO
@@ -233,7 +249,7 @@ class ReactorLoop : public detail::LoopCore {
       // is the ready phase's end.
       if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
       if (timers_.size() != 0) {
-        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
+        const bool fired = timers_.fireDue(timersNow());
         if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
       }
       if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
@@ -263,7 +279,17 @@ class ReactorLoop : public detail::LoopCore {
     if (!next) return std::nullopt;
     if (backend_.armDeadline(*next)) return std::nullopt;
     // A fresh reading: fired timers resumed their coroutines since fireDue's.
-    return std::max(*next - Clock::now(), Clock::duration::zero());
+    return std::max(*next - now(), Clock::duration::zero());
+  }
+
+  // When the due timers are: timed, the ready phase's end mark is that
+  // clock read too.
+  Clock::time_point timersNow() {
+    if constexpr (kVirtualTime) {
+      return backend_.now();
+    } else {
+      return meter_.timed() ? meter_.mark() : Clock::now();
+    }
   }
 };
 

@@ -124,14 +124,16 @@ class LoopCore {
   }
 
   /// After the wake-up eventfd fired (and was drained): resumes everything
-  /// other threads handed over.
-  void resumeRemote() {
+  /// other threads handed over. Whether there was anything.
+  bool resumeRemote() {
     {
       std::lock_guard lock(mutex_);
       std::swap(remote_, remoteBatch_);
     }
+    const bool any = !remoteBatch_.empty();
     for (std::coroutine_handle<> h : remoteBatch_) h.resume();
     remoteBatch_.clear();
+    return any;
   }
 
  protected:

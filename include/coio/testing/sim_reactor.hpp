@@ -1,0 +1,292 @@
+#pragma once
+// SimReactor: a reactor in virtual time, on one thread, whose interleavings
+// are drawn from a seed (deterministic simulation, as FoundationDB's).
+#include <coio/core/result.hpp>
+#include <coio/reactor/detail/cancellable_operation.hpp>
+#include <coio/reactor/detail/syscall.hpp>
+#include <coio/reactor/loop_stats.hpp>
+#include <coio/reactor/reactor.hpp>
+#include <coio/reactor/reactor_loop.hpp>
+#include <coio/testing/detail/sim_backend.hpp>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stop_token>
+#include <utility>
+#include <vector>
+
+namespace coio::sim {
+class SimReactor;
+}  // namespace coio::sim
+
+namespace coio::detail {
+
+template <>
+struct BackendOf<sim::SimReactor> {
+  using type = SimBackend;
+};
+
+// What a simulated socket operation tries: `run` returns the result (>= 0),
+// -errno, or kWouldBlock; `read` says which side of the socket it waits on.
+inline constexpr long kWouldBlock = -(1L << 40);
+// The fd accept() and connect() are given: they yield EOPNOTSUPP (no
+// simulated listeners or addresses yet), not EBADF, which would hide why.
+inline constexpr int kSimUnsupportedFd = -1;
+
+struct SimRecvAttempt {
+  static constexpr bool read = true;
+  static constexpr OpKind kind = OpKind::recv;
+  std::span<std::byte> buffer;
+  long run(SimBackend& b, SimSocket& s) const {
+    if (buffer.empty()) return 0;
+    if (!s.inbox.empty()) return static_cast<long>(b.receive(s, buffer.data(), buffer.size()));
+    return s.finReceived ? 0 : kWouldBlock;
+  }
+};
+
+struct SimSendAttempt {
+  static constexpr bool read = false;
+  static constexpr OpKind kind = OpKind::send;
+  std::span<const std::byte> bytes;
+  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
+  long run(SimBackend& b, SimSocket& s) const {
+    const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
+    if (s.finSent || !b.peerOpen(s)) return -EPIPE;
+    if (out.empty()) return 0;
+    if (b.room(s) == 0) return kWouldBlock;
+    return static_cast<long>(b.send(s, out.data(), out.size()));
+  }
+};
+
+struct SimReadinessAttempt {
+  bool read;
+  OpKind kind = OpKind::poll;
+  long run(SimBackend& b, SimSocket& s) const {
+    if (read) return !s.inbox.empty() || s.finReceived ? 0 : kWouldBlock;
+    return b.room(s) > 0 || s.finSent || !b.peerOpen(s) ? 0 : kWouldBlock;
+  }
+};
+
+/// One operation on a simulated socket (see SimReactor): completes at once
+/// when it can, else waits on the socket until its state lets it (bytes
+/// arrived, room freed, a FIN, a reset) and then resumes in the loop's next
+/// ready phase, whose order the seed draws.
+template <typename Attempt, typename T>
+class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOperation<Attempt, T>> {
+  using Base = CancellableOperation<SimOperation>;
+  friend Base;
+
+ public:
+  SimOperation(SimBackend& backend, int fd, Attempt attempt, std::stop_token stop) noexcept
+      : Base(backend.core(), std::move(stop)), backend_(backend), fd_(fd), attempt_(std::move(attempt)) {
+    onEvent = &SimOperation::onSocketEvent;
+  }
+  ~SimOperation() { unregister(); }
+
+ private:
+  bool reads() const noexcept { return attempt_.read; }
+  OpKind kind() const noexcept { return attempt_.kind; }
+
+  long attempt() {
+    if (fd_ == kSimUnsupportedFd) return -EOPNOTSUPP;
+    SimSocket* s = backend_.socket(fd_);
+    if (s == nullptr) return -EBADF;
+    if (s->reset) return -ECONNRESET;
+    return attempt_.run(backend_, *s);
+  }
+
+  bool tryNow() noexcept {
+    this->result_ = attempt();
+    return this->result_ != kWouldBlock;
+  }
+  bool start() {
+    SimSocket* s = backend_.socket(fd_);  // tryNow found it
+    (reads() ? s->reader : s->writer) = this;
+    waiting_ = true;
+    backend_.core().meter().submitted(static_cast<std::uint8_t>(kind()));
+    return true;
+  }
+  void cancel() noexcept {
+    if (!waiting_) return;  // completed, its resumption already queued
+    unregister();
+    this->result_ = -ECANCELED;
+    readyLater();
+  }
+  Result<T> result() const { return toResult<T>(this->result_); }
+
+  void unregister() noexcept {
+    if (!waiting_) return;
+    waiting_ = false;
+    backend_.core().meter().completed(static_cast<std::uint8_t>(kind()));
+    if (SimSocket* s = backend_.socket(fd_)) {
+      SimWaiter*& slot = reads() ? s->reader : s->writer;
+      if (slot == this) slot = nullptr;
+    }
+  }
+
+  // The socket changed: complete if it can now. Never resumes inline (the
+  // change may come from inside another coroutine's operation): the
+  // coroutine joins the next ready phase, whose order the seed draws.
+  static bool onSocketEvent(SimWaiter* w) noexcept {
+    auto* self = static_cast<SimOperation*>(w);
+    const long r = self->attempt();
+    if (r == kWouldBlock) return false;
+    self->result_ = r;
+    self->waiting_ = false;  // the backend took it out of the slot
+    self->backend_.core().meter().completed(static_cast<std::uint8_t>(self->kind()));
+    self->readyLater();
+    return true;
+  }
+
+  // Onto the ready queue (not the loop's FIFO of posted resumptions): so
+  // completions interleave with everything else ready at that instant.
+  void readyLater() noexcept { backend_.core().enqueue(this->handle()); }
+
+  SimBackend& backend_;
+  int fd_;
+  Attempt attempt_;
+  bool waiting_ = false;
+};
+
+}  // namespace coio::detail
+
+namespace coio::sim {
+
+/// A simulated connection's two directions (SimReactor::socketPair): how
+/// long a byte takes to arrive, and how many bytes may be unread or on
+/// their way to one end (the window).
+struct Link {
+  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);
+  std::size_t window = 64 * 1024;
+};
+
+/// A reactor in virtual time: it models coio::Reactor on one thread, and a
+/// run of it is a function of its seed. Put code written against the
+/// Reactor concept (withTimeout, waitFor, TcpStream's users, a service's
+/// own loops) under it to explore interleavings and faults in seconds of
+/// wall time, and replay any run from its seed.
+///
+/// Guarantees (beside the Reactor concept's, which hold as stated there):
+/// - Virtual time: now() starts at the clock's epoch and moves only when
+///   nothing is ready: it jumps to the next timer or the next byte's
+///   arrival. Code that sleeps a minute takes no wall time to do it.
+/// - The coroutines ready at one instant run in an order drawn from the
+///   seed (each ready phase is shuffled); timers due at one instant fire
+///   in the order they were set, as on every reactor.
+/// - Determinism: two runs with the same seed, of the same program, do the
+///   same things in the same order; traceHash() sums them up (the times the
+///   clock jumped to, the orders drawn, the bytes moved), so that two runs
+///   can be compared. Draw a test's own random choices from random() and
+///   they replay with the seed too. Same hash on g++ and clang (the
+///   generator is splitmix64, no std distribution).
+/// - A deadlock is an error, not a hang: when nothing is ready, no timer is
+///   set and no byte is on its way, run() / runUntil() throws
+///   sim::Deadlock, saying at what virtual time.
+/// - Sockets: socketPair() makes a connected pair of simulated sockets
+///   (fd numbers from SimBackend::kFirstFd up, never real fds), with a
+///   latency each way and a window (a send takes what fits and waits for
+///   room: backpressure). Bytes arrive in order, one latency after they
+///   were sent; a receive of more than one byte may return fewer than have
+///   arrived (drawn from the seed, as TCP's partial receives). recv, send,
+///   sendv, readable and writable work on them with TCP's results: 0 at
+///   the end of the stream after shutdown() or close() of the peer, EPIPE
+///   sending after shutdown() or to a closed peer, ECONNRESET after
+///   reset(); an operation on any other fd yields EBADF. Each resumes in
+///   the ready phase after its socket let it complete.
+/// - Not simulated yet: accept and connect yield EOPNOTSUPP (there are no
+///   simulated listeners or addresses), and TcpListener / TcpStream, which
+///   make real sockets, cannot run on it.
+/// - stats() counts as on every reactor; timing (setLoopTiming, the stall
+///   handler) measures wall time, not virtual time.
+/// - One thread: spawn() and schedule() from the loop thread (or before
+///   the loop runs); the simulation has no other thread to hand over from.
+class SimReactor : public ReactorLoop<SimReactor> {
+ public:
+  /// What a simulated socket operation returns: `co_await` yields
+  /// Result<std::size_t> (recv, send, sendv: bytes moved) or Result<void>
+  /// (readable, writable; accept and connect's Result<int> and
+  /// Result<void> are EOPNOTSUPP).
+  using RecvAwaitable = detail::SimOperation<detail::SimRecvAttempt, std::size_t>;
+  /// What send() and sendv() return.
+  using SendAwaitable = detail::SimOperation<detail::SimSendAttempt, std::size_t>;
+  /// What readable() and writable() return.
+  using ReadinessAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
+  /// What accept() returns: yields EOPNOTSUPP (see the class comment).
+  using AcceptAwaitable = detail::SimOperation<detail::SimReadinessAttempt, int>;
+  /// What connect() returns: yields EOPNOTSUPP (see the class comment).
+  using ConnectAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
+
+  /// A simulation whose every draw comes from `seed`.
+  explicit SimReactor(std::uint64_t seed) : ReactorLoop(seed), seed_(seed) {}
+
+  /// The seed it was made with (for the replay line of a failing run).
+  std::uint64_t seed() const noexcept { return seed_; }
+  /// What the run did so far, summed up (see the class comment).
+  std::uint64_t traceHash() const noexcept { return backend_.traceHash(); }
+  /// The seed's generator: a test's own draws, so that they replay too.
+  Random& random() noexcept { return backend_.random(); }
+
+  /// A connected pair of simulated sockets (see the class comment).
+  std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
+  /// No more sends from `fd`: the peer reads what was sent, then 0.
+  void shutdown(int fd) {
+    detail::SimSocket* s = backend_.socket(fd);
+    COIO_ASSERT(s != nullptr, "shutdown of a simulated socket that is not open");
+    backend_.shutdown(*s);
+  }
+  /// Closes `fd` (no operation may wait on it): a FIN to the peer; sends
+  /// to it fail with EPIPE from now on.
+  void close(int fd) { backend_.close(fd); }
+  /// A fault: the connection of `fd` is reset; both ends fail every
+  /// operation with ECONNRESET, bytes on their way are lost.
+  void reset(int fd) { backend_.reset(fd); }
+
+  /// Completes once `fd` has bytes to read or its peer's FIN arrived.
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {true}, std::move(stop)};
+  }
+  /// Completes once `fd`'s peer has room in its window (or sends would fail).
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {false}, std::move(stop)};
+  }
+  /// Not simulated yet: yields EOPNOTSUPP.
+  AcceptAwaitable accept(int, std::stop_token stop = {}) noexcept {
+    return {backend_, detail::kSimUnsupportedFd, {true, OpKind::accept}, std::move(stop)};
+  }
+  /// Not simulated yet: yields EOPNOTSUPP.
+  ConnectAwaitable connect(int, const sockaddr*, socklen_t, std::stop_token stop = {}) noexcept {
+    return {backend_, detail::kSimUnsupportedFd, {false, OpKind::connect}, std::move(stop)};
+  }
+  /// Reads what has arrived, up to `buffer`'s size (maybe less: see the
+  /// class comment); waits if nothing has; 0 at the end of the stream.
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {buffer}, std::move(stop)};
+  }
+  /// Sends what fits in the peer's window (at least a byte: waits for
+  /// room), arriving one latency later; yields the bytes sent.
+  SendAwaitable send(int fd, std::span<const std::byte> bytes, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {bytes, {}}, std::move(stop)};
+  }
+  /// send() of the parts, gathered (a copy: the simulation is not timed).
+  SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
+    detail::SimSendAttempt attempt;
+    for (const iovec& part : parts) {
+      const auto* p = static_cast<const std::byte*>(part.iov_base);
+      attempt.gathered.insert(attempt.gathered.end(), p, p + part.iov_len);
+    }
+    return {backend_, fd, std::move(attempt), std::move(stop)};
+  }
+  /// Nothing to forget: a simulated fd number is never reused.
+  void forget(int) noexcept {}
+
+ private:
+  std::uint64_t seed_;
+};
+
+}  // namespace coio::sim
