@@ -44,25 +44,31 @@ TEST_CASE("api example: Task", "[api-example]") { CHECK(task_example::runTwice()
 namespace blocking_wait_example {
 
 //! [blockingWait]
-coio::Task<std::thread::id> resumedBy(const coio::Baton& posted) {
-  co_await posted;                       // suspends until post()...
-  co_return std::this_thread::get_id();  // ...and goes on on the thread that posts
+coio::Task<int> valueOnceDone(const coio::Baton& done, const int& value) {
+  co_await done;  // suspends until post(), then goes on on the posting thread
+  co_return value;
 }
 
-bool resumedOnPoster() {
-  coio::Baton posted;
-  std::thread poster([&posted] { posted.post(); });
-  const std::thread::id posterId = poster.get_id();
-  // Starts resumedBy() here, then sleeps until it has finished on `poster`.
-  const std::thread::id id = coio::blockingWait(resumedBy(posted));
-  poster.join();
-  return id == posterId;  // true
+int computedElsewhere() {
+  coio::Baton done;
+  int value = 0;
+  std::thread worker([&] {
+    value = 6 * 7;
+    done.post();
+  });
+  // Starts valueOnceDone() here; if it suspended before the post, it
+  // finishes on `worker` while this thread sleeps until it is done.
+  const int got = coio::blockingWait(valueOnceDone(done, value));
+  worker.join();
+  return got;  // 42
 }
 //! [blockingWait]
 
 }  // namespace blocking_wait_example
 
-TEST_CASE("api example: blockingWait", "[api-example][threads]") { CHECK(blocking_wait_example::resumedOnPoster()); }
+TEST_CASE("api example: blockingWait", "[api-example][threads]") {
+  CHECK(blocking_wait_example::computedElsewhere() == 42);
+}
 
 namespace collect_all_example {
 
