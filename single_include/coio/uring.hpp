@@ -4516,6 +4516,9 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   reactor keeps state by fd number, which the next fd opened under that
 ///   number would otherwise inherit (under UringReactor's default recv mode
 ///   that can be bytes read ahead from the closed socket).
+/// - `now()`: the loop's clock, which its sleeps and deadlines measure
+///   against (steady_clock's, or virtual time in a simulation): code meant
+///   to run on any reactor reads the time there.
 /// - A view into the loop, on the loop thread: `stats()` (LoopStats:
 ///   operations submitted and completed by kind, queue depths, time waiting
 ///   and running), `setLoopTiming(on)`, and `setStallHandler(threshold,
@@ -4534,6 +4537,7 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   r.stop();
   r.spawn(std::move(task));
   { cr.isInLoopThread() } -> std::same_as<bool>;
+  { cr.now() } -> std::same_as<std::chrono::steady_clock::time_point>;
   { r.schedule() } -> AwaitableOf<void>;
   { r.sleepFor(d) } -> AwaitableOf<void>;
   { r.sleepUntil(t) } -> AwaitableOf<void>;
@@ -6002,14 +6006,16 @@ class LoopCore {
   }
 
   /// After the wake-up eventfd fired (and was drained): resumes everything
-  /// other threads handed over.
-  void resumeRemote() {
+  /// other threads handed over. Whether there was anything.
+  bool resumeRemote() {
     {
       std::lock_guard lock(mutex_);
       std::swap(remote_, remoteBatch_);
     }
+    const bool any = !remoteBatch_.empty();
     for (std::coroutine_handle<> h : remoteBatch_) h.resume();
     remoteBatch_.clear();
+    return any;
   }
 
  protected:
@@ -6787,6 +6793,10 @@ template <typename Reactor>
 class ReactorLoop : public detail::LoopCore {
   using Backend = typename detail::BackendOf<Reactor>::type;
   static_assert(ReactorBackend<Backend>, "a reactor's backend must model ReactorBackend");
+  // A backend in virtual time (coio::sim::SimReactor's) keeps the clock and
+  // orders each ready phase; the real ones leave both to steady_clock and
+  // FIFO, at no cost (compile-time branches).
+  static constexpr bool kVirtualTime = requires { Backend::kVirtualTime; };
 
  public:
   /// The loop's clock (timers, stats).
@@ -6880,7 +6890,7 @@ class ReactorLoop : public detail::LoopCore {
   /// loop that only sleeps should check that token.
   SleepAwaitable sleepUntil(Clock::time_point deadline) noexcept { return {*this, deadline}; }
   /// sleepUntil(now + d).
-  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, Clock::now() + d}; }
+  SleepAwaitable sleepFor(Clock::duration d) noexcept { return {*this, now() + d}; }
   /// Cancellable: yields true if the deadline passed, false if `stop` was
   /// requested first (the timer is then removed and the coroutine resumes in
   /// a later iteration; at once if it already was). `stop` must be requested
@@ -6891,7 +6901,18 @@ class ReactorLoop : public detail::LoopCore {
   }
   /// The cancellable sleepUntil(now + d, stop).
   CancellableSleepAwaitable sleepFor(Clock::duration d, std::stop_token stop) noexcept {
-    return {*this, Clock::now() + d, std::move(stop)};
+    return {*this, now() + d, std::move(stop)};
+  }
+
+  /// The loop's clock, which its sleeps and deadlines (withTimeout, waitFor)
+  /// measure against: steady_clock's now, or a simulated reactor's virtual
+  /// time. Code meant to run on either reads the time here. Any thread.
+  Clock::time_point now() const noexcept {
+    if constexpr (kVirtualTime) {
+      return backend_.now();
+    } else {
+      return Clock::now();
+    }
   }
 
   /// A snapshot of the loop's counters, queue depths and times (see
@@ -6969,6 +6990,7 @@ class ReactorLoop : public detail::LoopCore {
     while (!done() && !stopRequested()) {
       meter_.iteration();
       inlineTurns_ = kInlineTurnsPerIteration;
+      if constexpr (kVirtualTime) backend_.order(ready_);
       const bool resumed = runReady();
       // No clock read without timers, one with (waitTimeout reads it only
       // if no deadline could be armed): where the clock is not in the vDSO
@@ -6976,7 +6998,7 @@ class ReactorLoop : public detail::LoopCore {
       // is the ready phase's end.
       if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
       if (timers_.size() != 0) {
-        const bool fired = timers_.fireDue(meter_.timed() ? meter_.mark() : Clock::now());
+        const bool fired = timers_.fireDue(timersNow());
         if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
       }
       if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
@@ -7006,7 +7028,17 @@ class ReactorLoop : public detail::LoopCore {
     if (!next) return std::nullopt;
     if (backend_.armDeadline(*next)) return std::nullopt;
     // A fresh reading: fired timers resumed their coroutines since fireDue's.
-    return std::max(*next - Clock::now(), Clock::duration::zero());
+    return std::max(*next - now(), Clock::duration::zero());
+  }
+
+  // When the due timers are: timed, the ready phase's end mark is that
+  // clock read too.
+  Clock::time_point timersNow() {
+    if constexpr (kVirtualTime) {
+      return backend_.now();
+    } else {
+      return meter_.timed() ? meter_.mark() : Clock::now();
+    }
   }
 };
 
@@ -7607,6 +7639,585 @@ class ManualExecutor {
 }  // namespace coio::testing
 #endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
 // end <coio/testing/manual_executor.hpp>
+// begin <coio/testing/sim_reactor.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_REACTOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_REACTOR_HPP
+// SimReactor: a reactor in virtual time, on one thread, whose interleavings
+// are drawn from a seed (deterministic simulation, as FoundationDB's).
+// begin <coio/testing/detail/sim_backend.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
+#define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
+// SimBackend: coio::sim::SimReactor's ReactorBackend. It keeps virtual
+// time, orders each ready phase by a seeded generator, and carries the
+// simulated sockets' bytes: a byte sent arrives at the peer one link
+// latency later, an event in its queue; when nothing is ready the clock
+// jumps to the next event or timer.
+
+#include <algorithm>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace coio::sim {
+
+/// A simulation that cannot go on: nothing is ready to run, no timer is set
+/// and no byte is on its way, yet the loop was asked to wait (every task
+/// waits for something that will never happen). Thrown out of run() /
+/// runUntil() instead of waiting for ever.
+class Deadlock : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+/// splitmix64: one 64-bit state, the same sequence on every compiler and
+/// standard library (std::shuffle and the distributions are not).
+class Random {
+ public:
+  explicit Random(std::uint64_t seed) noexcept : state_(seed) {}
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, n) (n > 0; the bias of the modulo is below 2^-32 for
+  /// the n a simulation draws).
+  std::uint64_t below(std::uint64_t n) noexcept { return next() % n; }
+
+ private:
+  std::uint64_t state_;
+};
+
+}  // namespace coio::sim
+
+namespace coio::detail {
+
+/// A simulated socket's waiting operation (recv, send, readable, writable):
+/// `onEvent` is called when the socket's state changed so that it may
+/// complete; it returns whether it did (it then resumed its coroutine).
+struct SimWaiter {
+  bool (*onEvent)(SimWaiter*) noexcept = nullptr;
+};
+
+/// One end of a simulated connection.
+struct SimSocket {
+  int peer = -1;
+  bool open = true;           // not closed by its owner
+  bool finReceived = false;   // the peer's FIN arrived: reads end once `inbox` is drained
+  bool finSent = false;       // shutdown or close: no more sends
+  bool reset = false;         // RST: every operation fails with ECONNRESET
+  std::deque<std::byte> inbox;  // arrived, not read yet
+  std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
+  std::size_t capacity = 0;     // inbox + inFlight may not exceed it (the window)
+  std::chrono::steady_clock::duration latency{};  // of bytes sent to this socket
+  SimWaiter* reader = nullptr;
+  SimWaiter* writer = nullptr;
+};
+
+/// SimReactor's backend (see ReactorBackend). Loop thread only.
+class SimBackend {
+ public:
+  using Clock = LoopCore::Clock;
+  /// ReactorLoop: the clock is this backend's, and it orders ready phases.
+  static constexpr bool kVirtualTime = true;
+
+  /// The first fd number of simulated sockets: far above any real fd, so
+  /// that a real fd handed to an operation by mistake is refused.
+  static constexpr int kFirstFd = 1 << 24;
+
+  SimBackend(LoopCore& core, std::uint64_t seed) : core_(core), random_(seed) { trace(seed); }
+
+  LoopCore& core() noexcept { return core_; }
+  Clock::time_point now() const noexcept { return now_; }
+  sim::Random& random() noexcept { return random_; }
+  std::uint64_t traceHash() const noexcept { return trace_; }
+
+  /// Mixes `value` into the trace hash (FNV-1a over its bytes): what the
+  /// run did, in order, so that two runs of one seed can be compared.
+  void trace(std::uint64_t value) noexcept {
+    for (int i = 0; i < 8; ++i) {
+      trace_ ^= (value >> (8 * i)) & 0xff;
+      trace_ *= 0x100000001B3ull;
+    }
+  }
+
+  // --- ReactorBackend.
+
+  void poll(std::optional<Clock::duration> timeout) {
+    core_.woke(timeout);
+    // Tasks spawned before the loop ran were handed over as from another
+    // thread (the simulation has no other): they start here, in spawn
+    // order, and the loop looks at what they made ready before time moves.
+    if (core_.resumeRemote()) return;
+    if (!timeout || *timeout != Clock::duration::zero()) {
+      // Nothing ready: the clock jumps to what happens next.
+      std::optional<Clock::time_point> next = core_.timers().nextDeadline();
+      if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
+      if (!next) {
+        throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
+                            " s of virtual time: no coroutine is ready, no timer is set and no byte is on its way");
+      }
+      now_ = std::max(now_, *next);
+      trace(static_cast<std::uint64_t>(now_.time_since_epoch().count()));
+    }
+    deliverDue();
+  }
+  bool armDeadline(Clock::time_point) noexcept { return true; }  // poll reads the timers itself
+  void quiesce() noexcept {}
+  void leaveLoop() noexcept {}
+  std::size_t unsubmitted() const noexcept { return 0; }
+
+  /// ReactorLoop, before each ready phase: the coroutines ready at this
+  /// instant run in an order drawn from the seed (Fisher-Yates).
+  void order(std::vector<std::coroutine_handle<>>& ready) noexcept {
+    trace(ready.size());
+    for (std::size_t i = ready.size(); i > 1; --i) {
+      const std::size_t j = static_cast<std::size_t>(random_.below(i));
+      std::swap(ready[i - 1], ready[j]);
+      trace(j);
+    }
+  }
+
+  // --- Sockets.
+
+  /// A connected pair whose bytes take `latency` each way, with windows of
+  /// `capacity` bytes.
+  std::pair<int, int> socketPair(Clock::duration latency, std::size_t capacity) {
+    const int a = kFirstFd + static_cast<int>(sockets_.size());
+    const int b = a + 1;
+    sockets_.emplace_back();
+    sockets_.emplace_back();
+    for (int fd : {a, b}) {
+      SimSocket& s = *socket(fd);
+      s.peer = fd == a ? b : a;
+      s.capacity = capacity;
+      s.latency = latency;
+    }
+    return {a, b};
+  }
+
+  /// Whether `s`'s peer is still open (not closed by its owner).
+  bool peerOpen(const SimSocket& s) const noexcept {
+    return sockets_[static_cast<std::size_t>(s.peer - kFirstFd)].open;
+  }
+
+  /// The socket `fd` names, or null (not a simulated socket, or closed).
+  SimSocket* socket(int fd) noexcept {
+    if (fd < kFirstFd || static_cast<std::size_t>(fd - kFirstFd) >= sockets_.size()) return nullptr;
+    SimSocket& s = sockets_[static_cast<std::size_t>(fd - kFirstFd)];
+    return s.open ? &s : nullptr;
+  }
+
+  /// Sends what fits of `data` from `fd` (at least a byte: the caller
+  /// checked there is room); it arrives one latency later. The bytes sent.
+  std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
+    SimSocket& to = sockets_[static_cast<std::size_t>(from.peer - kFirstFd)];
+    n = std::min(n, room(from));
+    to.inFlight += n;
+    push(Event{now_ + to.latency, seq_++, from.peer, std::vector<std::byte>(data, data + n), false});
+    trace(n);
+    return n;
+  }
+
+  /// Bytes `from` may send now: its peer's window less what is already
+  /// there or on its way.
+  std::size_t room(const SimSocket& from) const noexcept {
+    const SimSocket& to = sockets_[static_cast<std::size_t>(from.peer - kFirstFd)];
+    const std::size_t used = to.inbox.size() + to.inFlight;
+    return used >= to.capacity ? 0 : to.capacity - used;
+  }
+
+  /// Reads up to `n` bytes of `s`'s inbox; a read of more than one byte
+  /// may return fewer than there are (TCP's partial receives), drawn from
+  /// the seed. The window it frees may let the peer's sender go on.
+  std::size_t receive(SimSocket& s, std::byte* into, std::size_t n) {
+    std::size_t take = std::min(n, s.inbox.size());
+    if (take > 1 && random_.below(4) == 0) take = 1 + static_cast<std::size_t>(random_.below(take));
+    std::copy_n(s.inbox.begin(), take, into);
+    s.inbox.erase(s.inbox.begin(), s.inbox.begin() + static_cast<std::ptrdiff_t>(take));
+    trace(take);
+    if (take != 0 && s.peer >= 0) notify(sockets_[static_cast<std::size_t>(s.peer - kFirstFd)], false);
+    return take;
+  }
+
+  /// No more sends from `fd`: its peer reads to the end, then 0 (FIN),
+  /// which arrives after what was sent before it.
+  void shutdown(SimSocket& s) {
+    if (s.finSent || s.reset) return;
+    s.finSent = true;
+    push(Event{now_ + sockets_[static_cast<std::size_t>(s.peer - kFirstFd)].latency, seq_++, s.peer, {}, true});
+  }
+
+  /// Closes `fd` (its owner's close): a FIN to the peer unless it was
+  /// reset; an operation still waiting on it is a misuse.
+  void close(int fd) {
+    SimSocket* s = socket(fd);
+    COIO_ASSERT(s != nullptr, "closing a simulated socket that is not open");
+    COIO_ASSERT(s->reader == nullptr && s->writer == nullptr, "closing a simulated socket an operation waits on");
+    shutdown(*s);
+    s->open = false;
+  }
+
+  /// A connection reset (a fault): both ends fail every operation with
+  /// ECONNRESET from now on, the bytes on their way are lost.
+  void reset(int fd) {
+    SimSocket* s = socket(fd);
+    COIO_ASSERT(s != nullptr, "resetting a simulated socket that is not open");
+    for (SimSocket* end : {s, &sockets_[static_cast<std::size_t>(s->peer - kFirstFd)]}) {
+      end->reset = true;
+      end->inbox.clear();
+      notify(*end, true);
+      notify(*end, false);
+    }
+    trace(0x5E5E7);
+  }
+
+  /// Wakes the operation waiting to read (or write) on `s`, if any; it
+  /// stays registered if it could not complete.
+  void notify(SimSocket& s, bool read) noexcept {
+    SimWaiter*& slot = read ? s.reader : s.writer;
+    if (SimWaiter* w = slot) {
+      slot = nullptr;
+      if (!w->onEvent(w)) slot = w;
+    }
+  }
+
+ private:
+  // A piece of bytes (or a FIN) arriving at socket `to` at `at`.
+  struct Event {
+    Clock::time_point at;
+    std::uint64_t seq;  // equal times: in the order sent
+    int to;
+    std::vector<std::byte> bytes;
+    bool fin;
+    bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  static double seconds(Clock::time_point t) noexcept {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  }
+
+  void push(Event e) { events_.push(std::move(e)); }
+
+  // Delivers every event due at now_.
+  void deliverDue() {
+    while (!events_.empty() && events_.top().at <= now_) {
+      Event e = events_.top();
+      events_.pop();
+      SimSocket& s = sockets_[static_cast<std::size_t>(e.to - kFirstFd)];
+      s.inFlight -= e.bytes.size();
+      if (s.reset) continue;  // lost with the connection
+      s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());
+      s.finReceived = s.finReceived || e.fin;
+      trace(e.bytes.size() * 2 + (e.fin ? 1 : 0));
+      core_.meter().dispatched(1);
+      notify(s, true);
+    }
+  }
+
+  LoopCore& core_;
+  sim::Random random_;
+  Clock::time_point now_{};
+  std::uint64_t trace_ = 0xCBF29CE484222325ull;
+  std::uint64_t seq_ = 0;
+  std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
+// end <coio/testing/detail/sim_backend.hpp>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stop_token>
+#include <utility>
+#include <vector>
+
+namespace coio::sim {
+class SimReactor;
+}  // namespace coio::sim
+
+namespace coio::detail {
+
+template <>
+struct BackendOf<sim::SimReactor> {
+  using type = SimBackend;
+};
+
+// What a simulated socket operation tries: `run` returns the result (>= 0),
+// -errno, or kWouldBlock; `read` says which side of the socket it waits on.
+inline constexpr long kWouldBlock = -(1L << 40);
+// The fd accept() and connect() are given: they yield EOPNOTSUPP (no
+// simulated listeners or addresses yet), not EBADF, which would hide why.
+inline constexpr int kSimUnsupportedFd = -1;
+
+struct SimRecvAttempt {
+  static constexpr bool read = true;
+  static constexpr OpKind kind = OpKind::recv;
+  std::span<std::byte> buffer;
+  long run(SimBackend& b, SimSocket& s) const {
+    if (buffer.empty()) return 0;
+    if (!s.inbox.empty()) return static_cast<long>(b.receive(s, buffer.data(), buffer.size()));
+    return s.finReceived ? 0 : kWouldBlock;
+  }
+};
+
+struct SimSendAttempt {
+  static constexpr bool read = false;
+  static constexpr OpKind kind = OpKind::send;
+  std::span<const std::byte> bytes;
+  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
+  long run(SimBackend& b, SimSocket& s) const {
+    const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
+    if (s.finSent || !b.peerOpen(s)) return -EPIPE;
+    if (out.empty()) return 0;
+    if (b.room(s) == 0) return kWouldBlock;
+    return static_cast<long>(b.send(s, out.data(), out.size()));
+  }
+};
+
+struct SimReadinessAttempt {
+  bool read;
+  OpKind kind = OpKind::poll;
+  long run(SimBackend& b, SimSocket& s) const {
+    if (read) return !s.inbox.empty() || s.finReceived ? 0 : kWouldBlock;
+    return b.room(s) > 0 || s.finSent || !b.peerOpen(s) ? 0 : kWouldBlock;
+  }
+};
+
+/// One operation on a simulated socket (see SimReactor): completes at once
+/// when it can, else waits on the socket until its state lets it (bytes
+/// arrived, room freed, a FIN, a reset) and then resumes in the loop's next
+/// ready phase, whose order the seed draws.
+template <typename Attempt, typename T>
+class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOperation<Attempt, T>> {
+  using Base = CancellableOperation<SimOperation>;
+  friend Base;
+
+ public:
+  SimOperation(SimBackend& backend, int fd, Attempt attempt, std::stop_token stop) noexcept
+      : Base(backend.core(), std::move(stop)), backend_(backend), fd_(fd), attempt_(std::move(attempt)) {
+    onEvent = &SimOperation::onSocketEvent;
+  }
+  ~SimOperation() { unregister(); }
+
+ private:
+  bool reads() const noexcept { return attempt_.read; }
+  OpKind kind() const noexcept { return attempt_.kind; }
+
+  long attempt() {
+    if (fd_ == kSimUnsupportedFd) return -EOPNOTSUPP;
+    SimSocket* s = backend_.socket(fd_);
+    if (s == nullptr) return -EBADF;
+    if (s->reset) return -ECONNRESET;
+    return attempt_.run(backend_, *s);
+  }
+
+  bool tryNow() noexcept {
+    this->result_ = attempt();
+    return this->result_ != kWouldBlock;
+  }
+  bool start() {
+    SimSocket* s = backend_.socket(fd_);  // tryNow found it
+    (reads() ? s->reader : s->writer) = this;
+    waiting_ = true;
+    backend_.core().meter().submitted(static_cast<std::uint8_t>(kind()));
+    return true;
+  }
+  void cancel() noexcept {
+    if (!waiting_) return;  // completed, its resumption already queued
+    unregister();
+    this->result_ = -ECANCELED;
+    readyLater();
+  }
+  Result<T> result() const { return toResult<T>(this->result_); }
+
+  void unregister() noexcept {
+    if (!waiting_) return;
+    waiting_ = false;
+    backend_.core().meter().completed(static_cast<std::uint8_t>(kind()));
+    if (SimSocket* s = backend_.socket(fd_)) {
+      SimWaiter*& slot = reads() ? s->reader : s->writer;
+      if (slot == this) slot = nullptr;
+    }
+  }
+
+  // The socket changed: complete if it can now. Never resumes inline (the
+  // change may come from inside another coroutine's operation): the
+  // coroutine joins the next ready phase, whose order the seed draws.
+  static bool onSocketEvent(SimWaiter* w) noexcept {
+    auto* self = static_cast<SimOperation*>(w);
+    const long r = self->attempt();
+    if (r == kWouldBlock) return false;
+    self->result_ = r;
+    self->waiting_ = false;  // the backend took it out of the slot
+    self->backend_.core().meter().completed(static_cast<std::uint8_t>(self->kind()));
+    self->readyLater();
+    return true;
+  }
+
+  // Onto the ready queue (not the loop's FIFO of posted resumptions): so
+  // completions interleave with everything else ready at that instant.
+  void readyLater() noexcept { backend_.core().enqueue(this->handle()); }
+
+  SimBackend& backend_;
+  int fd_;
+  Attempt attempt_;
+  bool waiting_ = false;
+};
+
+}  // namespace coio::detail
+
+namespace coio::sim {
+
+/// A simulated connection's two directions (SimReactor::socketPair): how
+/// long a byte takes to arrive, and how many bytes may be unread or on
+/// their way to one end (the window).
+struct Link {
+  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);
+  std::size_t window = 64 * 1024;
+};
+
+/// A reactor in virtual time: it models coio::Reactor on one thread, and a
+/// run of it is a function of its seed. Put code written against the
+/// Reactor concept (withTimeout, waitFor, TcpStream's users, a service's
+/// own loops) under it to explore interleavings and faults in seconds of
+/// wall time, and replay any run from its seed.
+///
+/// Guarantees (beside the Reactor concept's, which hold as stated there):
+/// - Virtual time: now() starts at the clock's epoch and moves only when
+///   nothing is ready: it jumps to the next timer or the next byte's
+///   arrival. Code that sleeps a minute takes no wall time to do it.
+/// - The coroutines ready at one instant run in an order drawn from the
+///   seed (each ready phase is shuffled); timers due at one instant fire
+///   in the order they were set, as on every reactor.
+/// - Determinism: two runs with the same seed, of the same program, do the
+///   same things in the same order; traceHash() sums them up (the times the
+///   clock jumped to, the orders drawn, the bytes moved), so that two runs
+///   can be compared. Draw a test's own random choices from random() and
+///   they replay with the seed too. Same hash on g++ and clang (the
+///   generator is splitmix64, no std distribution).
+/// - A deadlock is an error, not a hang: when nothing is ready, no timer is
+///   set and no byte is on its way, run() / runUntil() throws
+///   sim::Deadlock, saying at what virtual time.
+/// - Sockets: socketPair() makes a connected pair of simulated sockets
+///   (fd numbers from SimBackend::kFirstFd up, never real fds), with a
+///   latency each way and a window (a send takes what fits and waits for
+///   room: backpressure). Bytes arrive in order, one latency after they
+///   were sent; a receive of more than one byte may return fewer than have
+///   arrived (drawn from the seed, as TCP's partial receives). recv, send,
+///   sendv, readable and writable work on them with TCP's results: 0 at
+///   the end of the stream after shutdown() or close() of the peer, EPIPE
+///   sending after shutdown() or to a closed peer, ECONNRESET after
+///   reset(); an operation on any other fd yields EBADF. Each resumes in
+///   the ready phase after its socket let it complete.
+/// - Not simulated yet: accept and connect yield EOPNOTSUPP (there are no
+///   simulated listeners or addresses), and TcpListener / TcpStream, which
+///   make real sockets, cannot run on it.
+/// - stats() counts as on every reactor; timing (setLoopTiming, the stall
+///   handler) measures wall time, not virtual time.
+/// - One thread: spawn() and schedule() from the loop thread (or before
+///   the loop runs); the simulation has no other thread to hand over from.
+class SimReactor : public ReactorLoop<SimReactor> {
+ public:
+  /// What a simulated socket operation returns: `co_await` yields
+  /// Result<std::size_t> (recv, send, sendv: bytes moved) or Result<void>
+  /// (readable, writable; accept and connect's Result<int> and
+  /// Result<void> are EOPNOTSUPP).
+  using RecvAwaitable = detail::SimOperation<detail::SimRecvAttempt, std::size_t>;
+  /// What send() and sendv() return.
+  using SendAwaitable = detail::SimOperation<detail::SimSendAttempt, std::size_t>;
+  /// What readable() and writable() return.
+  using ReadinessAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
+  /// What accept() returns: yields EOPNOTSUPP (see the class comment).
+  using AcceptAwaitable = detail::SimOperation<detail::SimReadinessAttempt, int>;
+  /// What connect() returns: yields EOPNOTSUPP (see the class comment).
+  using ConnectAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
+
+  /// A simulation whose every draw comes from `seed`.
+  explicit SimReactor(std::uint64_t seed) : ReactorLoop(seed), seed_(seed) {}
+
+  /// The seed it was made with (for the replay line of a failing run).
+  std::uint64_t seed() const noexcept { return seed_; }
+  /// What the run did so far, summed up (see the class comment).
+  std::uint64_t traceHash() const noexcept { return backend_.traceHash(); }
+  /// The seed's generator: a test's own draws, so that they replay too.
+  Random& random() noexcept { return backend_.random(); }
+
+  /// A connected pair of simulated sockets (see the class comment).
+  std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
+  /// No more sends from `fd`: the peer reads what was sent, then 0.
+  void shutdown(int fd) {
+    detail::SimSocket* s = backend_.socket(fd);
+    COIO_ASSERT(s != nullptr, "shutdown of a simulated socket that is not open");
+    backend_.shutdown(*s);
+  }
+  /// Closes `fd` (no operation may wait on it): a FIN to the peer; sends
+  /// to it fail with EPIPE from now on.
+  void close(int fd) { backend_.close(fd); }
+  /// A fault: the connection of `fd` is reset; both ends fail every
+  /// operation with ECONNRESET, bytes on their way are lost.
+  void reset(int fd) { backend_.reset(fd); }
+
+  /// Completes once `fd` has bytes to read or its peer's FIN arrived.
+  ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {true}, std::move(stop)};
+  }
+  /// Completes once `fd`'s peer has room in its window (or sends would fail).
+  ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {false}, std::move(stop)};
+  }
+  /// Not simulated yet: yields EOPNOTSUPP.
+  AcceptAwaitable accept(int, std::stop_token stop = {}) noexcept {
+    return {backend_, detail::kSimUnsupportedFd, {true, OpKind::accept}, std::move(stop)};
+  }
+  /// Not simulated yet: yields EOPNOTSUPP.
+  ConnectAwaitable connect(int, const sockaddr*, socklen_t, std::stop_token stop = {}) noexcept {
+    return {backend_, detail::kSimUnsupportedFd, {false, OpKind::connect}, std::move(stop)};
+  }
+  /// Reads what has arrived, up to `buffer`'s size (maybe less: see the
+  /// class comment); waits if nothing has; 0 at the end of the stream.
+  RecvAwaitable recv(int fd, std::span<std::byte> buffer, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {buffer}, std::move(stop)};
+  }
+  /// Sends what fits in the peer's window (at least a byte: waits for
+  /// room), arriving one latency later; yields the bytes sent.
+  SendAwaitable send(int fd, std::span<const std::byte> bytes, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {bytes, {}}, std::move(stop)};
+  }
+  /// send() of the parts, gathered (a copy: the simulation is not timed).
+  SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
+    detail::SimSendAttempt attempt;
+    for (const iovec& part : parts) {
+      const auto* p = static_cast<const std::byte*>(part.iov_base);
+      attempt.gathered.insert(attempt.gathered.end(), p, p + part.iov_len);
+    }
+    return {backend_, fd, std::move(attempt), std::move(stop)};
+  }
+  /// Nothing to forget: a simulated fd number is never reused.
+  void forget(int) noexcept {}
+
+ private:
+  std::uint64_t seed_;
+};
+
+}  // namespace coio::sim
+#endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_REACTOR_HPP
+// end <coio/testing/sim_reactor.hpp>
 #endif  // COIO_SINGLE_INCLUDE_COIO_COIO_HPP
 // end <coio/coio.hpp>
 // begin <coio/disk/buffer_pool.hpp>
