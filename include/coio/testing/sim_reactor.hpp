@@ -162,8 +162,8 @@ namespace coio::sim {
 /// long a byte takes to arrive, and how many bytes may be unread or on
 /// their way to one end (the window).
 struct Link {
-  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);
-  std::size_t window = 64 * 1024;
+  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
+  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
 };
 
 /// A reactor in virtual time: it models coio::Reactor on one thread, and a
