@@ -7031,14 +7031,11 @@ class ReactorLoop : public detail::LoopCore {
     return std::max(*next - now(), Clock::duration::zero());
   }
 
-  // When the due timers are: timed, the ready phase's end mark is that
-  // clock read too.
+  // When the due timers are: timed on a real clock, the ready phase's end
+  // mark is that clock read too.
   Clock::time_point timersNow() {
-    if constexpr (kVirtualTime) {
-      return backend_.now();
-    } else {
-      return meter_.timed() ? meter_.mark() : Clock::now();
-    }
+    if (!kVirtualTime && meter_.timed()) return meter_.mark();
+    return now();
   }
 };
 
@@ -7805,23 +7802,23 @@ class SimBackend {
 
   /// Whether `s`'s peer is still open (not closed by its owner).
   bool peerOpen(const SimSocket& s) const noexcept {
-    return sockets_[static_cast<std::size_t>(s.peer - kFirstFd)].open;
+    return at(s.peer).open;
   }
 
   /// The socket `fd` names, or null (not a simulated socket, or closed).
   SimSocket* socket(int fd) noexcept {
     if (fd < kFirstFd || static_cast<std::size_t>(fd - kFirstFd) >= sockets_.size()) return nullptr;
-    SimSocket& s = sockets_[static_cast<std::size_t>(fd - kFirstFd)];
+    SimSocket& s = at(fd);
     return s.open ? &s : nullptr;
   }
 
   /// Sends what fits of `data` from `fd` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
-    SimSocket& to = sockets_[static_cast<std::size_t>(from.peer - kFirstFd)];
+    SimSocket& to = at(from.peer);
     n = std::min(n, room(from));
     to.inFlight += n;
-    push(Event{now_ + to.latency, seq_++, from.peer, std::vector<std::byte>(data, data + n), false});
+    events_.push(Event{now_ + to.latency, seq_++, from.peer, std::vector<std::byte>(data, data + n), false});
     trace(n);
     return n;
   }
@@ -7829,7 +7826,7 @@ class SimBackend {
   /// Bytes `from` may send now: its peer's window less what is already
   /// there or on its way.
   std::size_t room(const SimSocket& from) const noexcept {
-    const SimSocket& to = sockets_[static_cast<std::size_t>(from.peer - kFirstFd)];
+    const SimSocket& to = at(from.peer);
     const std::size_t used = to.inbox.size() + to.inFlight;
     return used >= to.capacity ? 0 : to.capacity - used;
   }
@@ -7843,7 +7840,7 @@ class SimBackend {
     std::copy_n(s.inbox.begin(), take, into);
     s.inbox.erase(s.inbox.begin(), s.inbox.begin() + static_cast<std::ptrdiff_t>(take));
     trace(take);
-    if (take != 0 && s.peer >= 0) notify(sockets_[static_cast<std::size_t>(s.peer - kFirstFd)], false);
+    if (take != 0) notify(at(s.peer), false);
     return take;
   }
 
@@ -7852,7 +7849,7 @@ class SimBackend {
   void shutdown(SimSocket& s) {
     if (s.finSent || s.reset) return;
     s.finSent = true;
-    push(Event{now_ + sockets_[static_cast<std::size_t>(s.peer - kFirstFd)].latency, seq_++, s.peer, {}, true});
+    events_.push(Event{now_ + at(s.peer).latency, seq_++, s.peer, {}, true});
   }
 
   /// Closes `fd` (its owner's close): a FIN to the peer unless it was
@@ -7870,7 +7867,7 @@ class SimBackend {
   void reset(int fd) {
     SimSocket* s = socket(fd);
     COIO_ASSERT(s != nullptr, "resetting a simulated socket that is not open");
-    for (SimSocket* end : {s, &sockets_[static_cast<std::size_t>(s->peer - kFirstFd)]}) {
+    for (SimSocket* end : {s, &at(s->peer)}) {
       end->reset = true;
       end->inbox.clear();
       notify(*end, true);
@@ -7900,18 +7897,20 @@ class SimBackend {
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
+  // The socket of a simulated fd number (made by socketPair), open or not.
+  SimSocket& at(int fd) noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
+  const SimSocket& at(int fd) const noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
+
   static double seconds(Clock::time_point t) noexcept {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
   }
-
-  void push(Event e) { events_.push(std::move(e)); }
 
   // Delivers every event due at now_.
   void deliverDue() {
     while (!events_.empty() && events_.top().at <= now_) {
       Event e = events_.top();
       events_.pop();
-      SimSocket& s = sockets_[static_cast<std::size_t>(e.to - kFirstFd)];
+      SimSocket& s = at(e.to);
       s.inFlight -= e.bytes.size();
       if (s.reset) continue;  // lost with the connection
       s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());

@@ -282,14 +282,11 @@ class ReactorLoop : public detail::LoopCore {
     return std::max(*next - now(), Clock::duration::zero());
   }
 
-  // When the due timers are: timed, the ready phase's end mark is that
-  // clock read too.
+  // When the due timers are: timed on a real clock, the ready phase's end
+  // mark is that clock read too.
   Clock::time_point timersNow() {
-    if constexpr (kVirtualTime) {
-      return backend_.now();
-    } else {
-      return meter_.timed() ? meter_.mark() : Clock::now();
-    }
+    if (!kVirtualTime && meter_.timed()) return meter_.mark();
+    return now();
   }
 };
 
