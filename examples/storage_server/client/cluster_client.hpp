@@ -7,7 +7,7 @@
 // manager's), and a server that answers staleRouting makes the client
 // fetch a fresh one (ClusterOptions::refreshRouting).
 //
-// One file of about 800 lines, on purpose: its options, outcomes and
+// One file of about 850 lines, on purpose: its options, outcomes and
 // figures are in cluster_options.hpp, and what is left is one class whose
 // parts (rounds of a batch, the routing and its refreshes, hedges, probes
 // of down servers) all read and write the same per-server state and the
