@@ -4516,6 +4516,12 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   reactor keeps state by fd number, which the next fd opened under that
 ///   number would otherwise inherit (under UringReactor's default recv mode
 ///   that can be bytes read ahead from the closed socket).
+/// - Sockets are made, configured and closed through the reactor
+///   (`openSocket`, `bindSocket`, `listenSocket`, `setSocketOption`,
+///   `socketName`, `shutdownSocket`, `resetSocket`, `closeSocket`): the
+///   system calls on a real reactor, simulated ones in a simulation; the
+///   net layer (TcpListener, TcpStream) calls nothing else, so that it runs
+///   on either. Errors are errno's values.
 /// - `now()`: the loop's clock, which its sleeps and deadlines measure
 ///   against (steady_clock's, or virtual time in a simulation): code meant
 ///   to run on any reactor reads the time there.
@@ -4529,7 +4535,7 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
                            std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
-                           socklen_t length,
+                           socklen_t length, sockaddr_storage& name, const void* option,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
                            std::stop_token stop, StallHandler handler) {
   r.run();
@@ -4551,6 +4557,14 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
+  { r.openSocket(AF_INET) } -> std::same_as<Result<int>>;
+  { r.bindSocket(fd, address, length) } -> std::same_as<Result<void>>;
+  { r.listenSocket(fd, 1) } -> std::same_as<Result<void>>;
+  { r.setSocketOption(fd, SOL_SOCKET, SO_REUSEADDR, option, length) } -> std::same_as<Result<void>>;
+  { r.socketName(fd, true, name) } -> std::same_as<Result<socklen_t>>;
+  { r.shutdownSocket(fd, SHUT_WR) } -> std::same_as<Result<void>>;
+  { r.resetSocket(fd) } -> std::same_as<Result<void>>;
+  r.closeSocket(fd);
   { cr.stats() } -> std::same_as<LoopStats>;
   r.setLoopTiming(true);
   r.setStallHandler(d, std::move(handler));
@@ -4991,85 +5005,6 @@ inline std::span<iovec> advance(std::span<iovec> parts, std::size_t n) noexcept 
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
 // end <coio/reactor/detail/iovec.hpp>
-// begin <coio/reactor/detail/reset_connection.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
-// resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
-// and UringReactor's shutdown of zero-copy sends.
-// begin <coio/reactor/detail/syscall.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
-// Conventions for system calls inside coio: a raw result is a `long`, >= 0
-// on success and -errno on failure (the io_uring CQE convention), so that
-// both reactors map results to `Result<T>` the same way.
-
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <string>
-#include <system_error>
-
-namespace coio::detail {
-
-/// Calls `f` (a system call returning -1 and setting errno on failure)
-/// until it is not interrupted by a signal; returns the result or -errno.
-template <typename F>
-long retryOnEintr(F&& f) noexcept {
-  for (;;) {
-    const long r = static_cast<long>(f());
-    if (r >= 0) return r;
-    if (errno != EINTR) return -errno;
-  }
-}
-
-/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
-/// integral types keep it.
-template <typename T>
-Result<T> toResult(long raw) {
-  if (raw < 0) return systemError(static_cast<int>(-raw));
-  if constexpr (std::is_void_v<T>) {
-    return {};
-  } else {
-    return static_cast<T>(raw);
-  }
-}
-
-/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
-/// a timespec-shaped struct (timespec, __kernel_timespec).
-template <typename Timespec>
-Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
-  Timespec ts{};
-  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
-  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
-  return ts;
-}
-
-/// For failures that leave an object unusable at construction (no epoll fd,
-/// no ring): the caller cannot get a Result out of a constructor.
-[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
-  throw std::system_error(systemError(err), what);
-}
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
-// end <coio/reactor/detail/syscall.hpp>
-
-#include <sys/socket.h>
-
-namespace coio::detail {
-
-/// Aborts the TCP connection on `fd` (connect(2) to AF_UNSPEC: the kernel's
-/// tcp_disconnect): the data still queued to send is dropped, the peer gets
-/// a reset, and the fd stays open, unconnected. 0 or -errno.
-inline long resetConnection(int fd) noexcept {
-  sockaddr unspecified{};
-  unspecified.sa_family = AF_UNSPEC;
-  return retryOnEintr([&] { return ::connect(fd, &unspecified, sizeof unspecified); });
-}
-
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
-// end <coio/reactor/detail/reset_connection.hpp>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -5129,11 +5064,13 @@ auto zeroCopySendOn(R& reactor, int fd, std::span<const iovec> parts, std::stop_
   }
 }
 
-inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
+// The address of `fd`'s end (or its peer's), as the reactor knows it.
+template <typename R>
+Result<SocketAddress> socketName(R& reactor, int fd, bool peer) {
   sockaddr_storage storage{};
-  socklen_t length = sizeof storage;
-  if (query(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return systemError(errno);
-  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&storage), length);
+  const Result<socklen_t> length = reactor.socketName(fd, peer, storage);
+  if (!length) return length.error();
+  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&storage), *length);
 }
 
 }  // namespace detail
@@ -5210,9 +5147,9 @@ class TcpStream {
 
   /// Connects to `address`.
   static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
-    FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-    if (!fd.valid()) co_return systemError(errno);
-    TcpStream stream(reactor, std::move(fd));
+    Result<int> fd = reactor.openSocket(address.family());
+    if (!fd) co_return fd.error();
+    TcpStream stream(reactor, FileDescriptor(*fd));
     Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
     if (!connected) co_return connected.error();
     co_return std::move(stream);
@@ -5311,21 +5248,18 @@ class TcpStream {
   /// that wait for a peer that stopped reading resume. The socket stays
   /// open, unconnected, until close(); operations on it fail from now on.
   Result<void> abort() noexcept {
-    if (const long r = detail::resetConnection(fd()); r < 0) return systemError(static_cast<int>(-r));
-    return {};
+    return reactor_->resetSocket(fd());
   }
 
   /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
   Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
-    if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
-    return {};
+    return reactor_->shutdownSocket(fd(), static_cast<int>(how));
   }
 
   /// TCP_NODELAY: send small writes at once instead of coalescing them.
   Result<void> setNoDelay(bool on) noexcept {
     const int value = on ? 1 : 0;
-    if (::setsockopt(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value) != 0) return systemError(errno);
-    return {};
+    return reactor_->setSocketOption(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value);
   }
 
   /// TCP_CONGESTION: the congestion control algorithm of this connection's
@@ -5333,22 +5267,18 @@ class TcpStream {
   /// lists them). Errors: ENOENT for an unknown name, EPERM for one not in
   /// tcp_allowed_congestion_control without CAP_NET_ADMIN.
   Result<void> setCongestionControl(std::string_view name) noexcept {
-    if (::setsockopt(fd(), IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) != 0) {
-      return systemError(errno);
-    }
-    return {};
+    return reactor_->setSocketOption(fd(), IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                                     static_cast<socklen_t>(name.size()));
   }
 
   /// This end's address.
-  Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  Result<SocketAddress> localAddress() const { return detail::socketName(*reactor_, fd(), false); }
   /// The peer's address.
-  Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
+  Result<SocketAddress> peerAddress() const { return detail::socketName(*reactor_, fd(), true); }
 
   /// Closes the socket now (idempotent).
   void close() noexcept {
-    if (!fd_.valid()) return;
-    reactor_->forget(fd_.get());
-    fd_.reset();
+    if (fd_.valid()) reactor_->closeSocket(fd_.release());
   }
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on
@@ -5415,7 +5345,9 @@ struct AcceptedStream {
 ///
 /// Guarantees: `accept()` is awaited on the reactor's thread and resumes
 /// there, with a connected non-blocking TcpStream or an error; one accept
-/// may be pending at a time. The socket is closed on destruction.
+/// may be pending at a time. The socket is closed on destruction. Its
+/// socket is made and closed through the reactor (Reactor: on a simulated
+/// one, a simulated listener).
 template <Reactor R>
 class TcpListener {
  public:
@@ -5426,22 +5358,25 @@ class TcpListener {
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) = delete;
   ~TcpListener() {
-    if (fd_.valid()) reactor_->forget(fd_.get());
+    if (fd_.valid()) reactor_->closeSocket(fd_.release());
   }
 
   /// Binds and listens (SO_REUSEADDR; IPv6 sockets are IPv6-only). Port 0
   /// picks a free port: see localAddress().
   static Result<TcpListener> bind(R& reactor, const SocketAddress& address, int backlog = SOMAXCONN) {
-    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-    if (!fd.valid()) return systemError(errno);
+    Result<int> fd = reactor.openSocket(address.family());
+    if (!fd) return fd.error();
+    TcpListener listener(reactor, detail::FileDescriptor(*fd));  // closes it on the errors below
     const int one = 1;
-    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) return systemError(errno);
-    if (address.family() == AF_INET6 && ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
-      return systemError(errno);
+    if (Result<void> r = reactor.setSocketOption(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); !r) return r.error();
+    if (address.family() == AF_INET6) {
+      if (Result<void> r = reactor.setSocketOption(*fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one); !r) {
+        return r.error();
+      }
     }
-    if (::bind(fd.get(), address.data(), address.size()) != 0) return systemError(errno);
-    if (::listen(fd.get(), backlog) != 0) return systemError(errno);
-    return TcpListener(reactor, std::move(fd));
+    if (Result<void> r = reactor.bindSocket(*fd, address.data(), address.size()); !r) return r.error();
+    if (Result<void> r = reactor.listenSocket(*fd, backlog); !r) return r.error();
+    return listener;
   }
 
   /// The next connection.
@@ -5450,7 +5385,7 @@ class TcpListener {
   }
 
   /// The address the listener is bound to (the port chosen when bound to port 0).
-  Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  Result<SocketAddress> localAddress() const { return detail::socketName(*reactor_, fd_.get(), false); }
   /// The listening socket's file descriptor.
   int fd() const noexcept { return fd_.get(); }
 
@@ -5487,6 +5422,63 @@ class TcpListener {
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_EVENT_FD_HPP
 // EventFd: the wake-up channel of a loop (any thread signals, the loop
 // watches it), also the disk layer's completion signal under EpollReactor.
+// begin <coio/reactor/detail/syscall.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+// Conventions for system calls inside coio: a raw result is a `long`, >= 0
+// on success and -errno on failure (the io_uring CQE convention), so that
+// both reactors map results to `Result<T>` the same way.
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <system_error>
+
+namespace coio::detail {
+
+/// Calls `f` (a system call returning -1 and setting errno on failure)
+/// until it is not interrupted by a signal; returns the result or -errno.
+template <typename F>
+long retryOnEintr(F&& f) noexcept {
+  for (;;) {
+    const long r = static_cast<long>(f());
+    if (r >= 0) return r;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+/// A raw result (>= 0, or -errno) as a Result<T>: void drops the value,
+/// integral types keep it.
+template <typename T>
+Result<T> toResult(long raw) {
+  if (raw < 0) return systemError(static_cast<int>(-raw));
+  if constexpr (std::is_void_v<T>) {
+    return {};
+  } else {
+    return static_cast<T>(raw);
+  }
+}
+
+/// A duration (or a steady_clock time since its epoch: CLOCK_MONOTONIC) as
+/// a timespec-shaped struct (timespec, __kernel_timespec).
+template <typename Timespec>
+Timespec toTimespec(std::chrono::nanoseconds ns) noexcept {
+  Timespec ts{};
+  ts.tv_sec = static_cast<decltype(ts.tv_sec)>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(ns.count() % 1'000'000'000);
+  return ts;
+}
+
+/// For failures that leave an object unusable at construction (no epoll fd,
+/// no ring): the caller cannot get a Result out of a constructor.
+[[noreturn]] inline void throwSystemError(int err, const std::string& what) {
+  throw std::system_error(systemError(err), what);
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SYSCALL_HPP
+// end <coio/reactor/detail/syscall.hpp>
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -6704,6 +6696,83 @@ class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<Ep
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_LOOP_HPP
 // ReactorLoop: the event loop both reactors are, over a backend
 // that waits for I/O (ReactorBackend).
+// begin <coio/reactor/detail/kernel_sockets.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_KERNEL_SOCKETS_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_KERNEL_SOCKETS_HPP
+// KernelSockets: the socket calls of the real reactors, the kernel's own.
+// ReactorLoop makes, configures and closes sockets through its backend's
+// calls when the backend has them (coio::sim's: simulated sockets), else
+// through these: each is the system call, inline, as the net layer made it
+// before the calls went through the reactor.
+// begin <coio/reactor/detail/reset_connection.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+// resetConnection: RFC 793's ABORT on a TCP socket, shared by KernelSockets (TcpStream::abort)
+// and UringReactor's shutdown of zero-copy sends.
+
+#include <sys/socket.h>
+
+namespace coio::detail {
+
+/// Aborts the TCP connection on `fd` (connect(2) to AF_UNSPEC: the kernel's
+/// tcp_disconnect): the data still queued to send is dropped, the peer gets
+/// a reset, and the fd stays open, unconnected. 0 or -errno.
+inline long resetConnection(int fd) noexcept {
+  sockaddr unspecified{};
+  unspecified.sa_family = AF_UNSPEC;
+  return retryOnEintr([&] { return ::connect(fd, &unspecified, sizeof unspecified); });
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_RESET_CONNECTION_HPP
+// end <coio/reactor/detail/reset_connection.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace coio::detail {
+
+struct KernelSockets {
+  static Result<void> check(int r) noexcept {
+    if (r != 0) return systemError(errno);
+    return {};
+  }
+
+  static Result<int> openSocket(int family) noexcept {
+    const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+    if (fd < 0) return systemError(errno);
+    return fd;
+  }
+  static Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) noexcept {
+    return check(::bind(fd, address, length));
+  }
+  static Result<void> listenSocket(int fd, int backlog) noexcept { return check(::listen(fd, backlog)); }
+  static Result<void> setSocketOption(int fd, int level, int name, const void* value, socklen_t length) noexcept {
+    return check(::setsockopt(fd, level, name, value, length));
+  }
+  static Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    socklen_t length = sizeof out;
+    auto* address = reinterpret_cast<sockaddr*>(&out);
+    if ((peer ? ::getpeername(fd, address, &length) : ::getsockname(fd, address, &length)) != 0) {
+      return systemError(errno);
+    }
+    return length;
+  }
+  static Result<void> shutdownSocket(int fd, int how) noexcept { return check(::shutdown(fd, how)); }
+  static Result<void> resetSocket(int fd) noexcept {
+    if (const long r = resetConnection(fd); r < 0) return systemError(static_cast<int>(-r));
+    return {};
+  }
+  // close() is not retried on EINTR: on Linux the descriptor is gone anyway.
+  static void closeSocket(int fd) noexcept { ::close(fd); }
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_KERNEL_SOCKETS_HPP
+// end <coio/reactor/detail/kernel_sockets.hpp>
 // begin <coio/reactor/detail/sleep_awaiter.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SLEEP_AWAITER_HPP
@@ -6797,6 +6866,9 @@ class ReactorLoop : public detail::LoopCore {
   // orders each ready phase; the real ones leave both to steady_clock and
   // FIFO, at no cost (compile-time branches).
   static constexpr bool kVirtualTime = requires { Backend::kVirtualTime; };
+  // A backend with sockets of its own (the simulation's) makes them; the
+  // real ones leave it to the kernel (KernelSockets: the system calls).
+  static constexpr bool kOwnSockets = requires(Backend& b) { b.openSocket(AF_INET); };
 
  public:
   /// The loop's clock (timers, stats).
@@ -6915,6 +6987,42 @@ class ReactorLoop : public detail::LoopCore {
     }
   }
 
+  // --- Sockets. The net layer (TcpListener, TcpStream) makes, configures
+  // and closes its sockets here rather than with the system calls, so that
+  // a simulated reactor (coio::sim::SimReactor) can stand in for the
+  // kernel; on EpollReactor and UringReactor each is the system call.
+  // Errors are errno's values; any thread (the kernel's are thread-safe;
+  // the simulation's are loop-thread only, as all of it is).
+
+  /// socket(2): a non-blocking, close-on-exec TCP socket of `family`
+  /// (AF_INET or AF_INET6): its fd.
+  Result<int> openSocket(int family) { return sockets().openSocket(family); }
+  /// bind(2).
+  Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) {
+    return sockets().bindSocket(fd, address, length);
+  }
+  /// listen(2).
+  Result<void> listenSocket(int fd, int backlog) { return sockets().listenSocket(fd, backlog); }
+  /// setsockopt(2) (the simulation takes every option and ignores it).
+  Result<void> setSocketOption(int fd, int level, int name, const void* value, socklen_t length) noexcept {
+    return sockets().setSocketOption(fd, level, name, value, length);
+  }
+  /// getsockname(2), or with `peer` getpeername(2), into `out`: the
+  /// address's length.
+  Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    return sockets().socketName(fd, peer, out);
+  }
+  /// shutdown(2) (`how`: SHUT_RD, SHUT_WR, SHUT_RDWR).
+  Result<void> shutdownSocket(int fd, int how) noexcept { return sockets().shutdownSocket(fd, how); }
+  /// RFC 793's ABORT: the connection is reset (the peer gets an RST), the
+  /// data queued to send dropped; the fd stays open until closeSocket.
+  Result<void> resetSocket(int fd) noexcept { return sockets().resetSocket(fd); }
+  /// forget(fd), then close(2). No operation may be pending on it.
+  void closeSocket(int fd) noexcept {
+    static_cast<Reactor&>(*this).forget(fd);
+    sockets().closeSocket(fd);
+  }
+
   /// A snapshot of the loop's counters, queue depths and times (see
   /// LoopStats for what each counts). Counting costs a plain increment
   /// where operations are submitted and completed and where the loop turns;
@@ -7015,6 +7123,15 @@ class ReactorLoop : public detail::LoopCore {
       destroyUnstartedRoots();
     }
     if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  }
+
+  // Where sockets are made: the backend, or the kernel.
+  decltype(auto) sockets() noexcept {
+    if constexpr (kOwnSockets) {
+      return (backend_);
+    } else {
+      return detail::KernelSockets{};
+    }
   }
 
   // How long the backend's poll may wait: not at all with coroutines ready, else
@@ -7645,17 +7762,25 @@ class ManualExecutor {
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
 // SimBackend: coio::sim::SimReactor's ReactorBackend. It keeps virtual
-// time, orders each ready phase by a seeded generator, and carries the
-// simulated sockets' bytes: a byte sent arrives at the peer one link
-// latency later, an event in its queue; when nothing is ready the clock
-// jumps to the next event or timer.
+// time, orders each ready phase by a seeded generator, and is the
+// simulated network: sockets with addresses, listeners, connections whose
+// segments (bytes, FIN, SYN, RST) arrive one link latency after they were
+// sent, each an event in its queue; when nothing is ready the clock jumps
+// to the next event or timer.
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <map>
 #include <optional>
 #include <queue>
 #include <stdexcept>
@@ -7696,29 +7821,101 @@ class Random {
 
 namespace coio::detail {
 
-/// A simulated socket's waiting operation (recv, send, readable, writable):
-/// `onEvent` is called when the socket's state changed so that it may
-/// complete; it returns whether it did (it then resumed its coroutine).
+/// A simulated socket's waiting operation (recv, send, accept, connect,
+/// readable, writable): `onEvent` is called when the socket's state changed
+/// so that it may complete; it returns whether it did (it then queued its
+/// coroutine to resume).
 struct SimWaiter {
   bool (*onEvent)(SimWaiter*) noexcept = nullptr;
 };
 
-/// One end of a simulated connection.
+/// An address in the simulated network: family, IP and port (IPv4's four
+/// bytes first in `ip`). The key listeners are found by.
+struct SimEndpoint {
+  sa_family_t family = AF_UNSPEC;
+  std::array<std::uint8_t, 16> ip{};
+  std::uint16_t port = 0;  // host order
+
+  auto operator<=>(const SimEndpoint&) const = default;
+  bool wildcard() const noexcept { return ip == std::array<std::uint8_t, 16>{}; }
+
+  /// `address` as an endpoint, or nullopt (not AF_INET / AF_INET6, short).
+  static std::optional<SimEndpoint> from(const sockaddr* address, socklen_t length) noexcept {
+    SimEndpoint e;
+    if (address == nullptr) return std::nullopt;
+    if (address->sa_family == AF_INET && length >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+      e.family = AF_INET;
+      std::memcpy(e.ip.data(), &in->sin_addr, 4);
+      e.port = ntohs(in->sin_port);
+      return e;
+    }
+    if (address->sa_family == AF_INET6 && length >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
+      e.family = AF_INET6;
+      std::memcpy(e.ip.data(), &in6->sin6_addr, 16);
+      e.port = ntohs(in6->sin6_port);
+      return e;
+    }
+    return std::nullopt;
+  }
+
+  /// The loopback address of `family` (where a socket that connects
+  /// without binding is, until nodes give hosts their own addresses).
+  static SimEndpoint loopback(sa_family_t family) noexcept {
+    SimEndpoint e;
+    e.family = family;
+    if (family == AF_INET) e.ip[0] = 127, e.ip[3] = 1;
+    else e.ip[15] = 1;
+    return e;
+  }
+
+  /// As a sockaddr in `out`: its length.
+  socklen_t store(sockaddr_storage& out) const noexcept {
+    out = {};
+    if (family == AF_INET6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&out);
+      in6->sin6_family = AF_INET6;
+      std::memcpy(&in6->sin6_addr, ip.data(), 16);
+      in6->sin6_port = htons(port);
+      return sizeof(sockaddr_in6);
+    }
+    auto* in = reinterpret_cast<sockaddr_in*>(&out);
+    in->sin_family = AF_INET;
+    std::memcpy(&in->sin_addr, ip.data(), 4);
+    in->sin_port = htons(port);
+    return sizeof(sockaddr_in);
+  }
+};
+
+/// One simulated socket: fresh, then listening, or connecting and then
+/// connected (or failed: the connect's error).
 struct SimSocket {
-  int peer = -1;
+  enum class State : std::uint8_t { fresh, listening, connecting, connected, failed };
+  int fd = -1;
+  State state = State::fresh;
   bool open = true;           // not closed by its owner
+  bool bound = false;         // `local` is taken
   bool finReceived = false;   // the peer's FIN arrived: reads end once `inbox` is drained
+  bool readShut = false;      // shutdown(SHUT_RD): reads end now
   bool finSent = false;       // shutdown or close: no more sends
   bool reset = false;         // RST: every operation fails with ECONNRESET
+  int error = 0;              // a failed connect's errno
+  int peer = -1;              // connected: the other end's fd
+  SimEndpoint local;
+  SimEndpoint remote;         // connecting or connected: the peer's address
+  std::deque<int> accepted;   // listening: connections made, not accepted yet
+  std::size_t backlog = 0;    // listening: at most this many in `accepted`
   std::deque<std::byte> inbox;  // arrived, not read yet
   std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
-  std::size_t capacity = 0;     // inbox + inFlight may not exceed it (the window)
-  std::chrono::steady_clock::duration latency{};  // of bytes sent to this socket
+  std::size_t acking = 0;       // bytes read whose window update is on its way to the sender
+  std::size_t capacity = 0;     // inbox + inFlight + acking may not exceed it (the window)
+  std::chrono::steady_clock::duration latency{};  // of segments sent to this socket
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
 };
 
-/// SimReactor's backend (see ReactorBackend). Loop thread only.
+/// SimReactor's backend (see ReactorBackend) and its network. Loop thread only.
 class SimBackend {
  public:
   using Clock = LoopCore::Clock;
@@ -7728,6 +7925,10 @@ class SimBackend {
   /// The first fd number of simulated sockets: far above any real fd, so
   /// that a real fd handed to an operation by mistake is refused.
   static constexpr int kFirstFd = 1 << 24;
+  /// A SYN that finds its listener's backlog full is dropped and sent
+  /// again after 1, 2, 4... s, this many times, then connect fails with
+  /// ETIMEDOUT (Linux's tcp_syn_retries).
+  static constexpr int kSynRetries = 6;
 
   SimBackend(LoopCore& core, std::uint64_t seed) : core_(core), random_(seed) { trace(seed); }
 
@@ -7759,7 +7960,7 @@ class SimBackend {
       if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
       if (!next) {
         throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
-                            " s of virtual time: no coroutine is ready, no timer is set and no byte is on its way");
+                            " s of virtual time: no coroutine is ready, no timer is set and no segment is on its way");
       }
       now_ = std::max(now_, *next);
       trace(static_cast<std::uint64_t>(now_.time_since_epoch().count()));
@@ -7782,28 +7983,150 @@ class SimBackend {
     }
   }
 
-  // --- Sockets.
+  // --- The socket calls ReactorLoop makes here instead of the kernel.
+
+  Result<int> openSocket(int family) {
+    if (family != AF_INET && family != AF_INET6) return systemError(EAFNOSUPPORT);
+    SimSocket& s = make();
+    s.local.family = static_cast<sa_family_t>(family);
+    return s.fd;
+  }
+
+  Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    const std::optional<SimEndpoint> e = SimEndpoint::from(address, length);
+    if (!e || e->family != s->local.family) return systemError(e ? EAFNOSUPPORT : EINVAL);
+    if (s->bound || s->state != SimSocket::State::fresh) return systemError(EINVAL);
+    return bind(*s, *e);
+  }
+
+  Result<void> listenSocket(int fd, int backlog) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (s->state != SimSocket::State::fresh && s->state != SimSocket::State::listening) return systemError(EINVAL);
+    if (!s->bound) {  // as Linux: an ephemeral port on every address
+      if (Result<void> r = bind(*s, SimEndpoint{s->local.family, {}, 0}); !r) return r;
+    }
+    s->state = SimSocket::State::listening;
+    s->backlog = static_cast<std::size_t>(std::clamp(backlog, 1, 4096));
+    return {};
+  }
+
+  /// Every option is taken, none has an effect: the simulation has no
+  /// Nagle, no congestion control, no socket buffers but the link's window.
+  Result<void> setSocketOption(int fd, int, int, const void*, socklen_t) noexcept {
+    if (socket(fd) == nullptr) return systemError(EBADF);
+    return {};
+  }
+
+  Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    const SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (!peer) return s->local.store(out);
+    if (s->state != SimSocket::State::connected) return systemError(ENOTCONN);
+    return s->remote.store(out);
+  }
+
+  Result<void> shutdownSocket(int fd, int how) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (s->state != SimSocket::State::connected) return systemError(ENOTCONN);
+    if (how == SHUT_RD || how == SHUT_RDWR) {
+      s->readShut = true;
+      notify(*s, true);
+    }
+    if (how == SHUT_WR || how == SHUT_RDWR) shutdown(*s);
+    return {};
+  }
+
+  /// ABORT: an RST to the peer; this end fails its operations from now on.
+  Result<void> resetSocket(int fd) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (s->state == SimSocket::State::connected && !s->reset) {
+      sendReset(*s);
+      abortEnd(*s);
+    }
+    return {};
+  }
+
+  /// The owner's close: a listener resets the connections it had not
+  /// accepted; a connection sends its FIN, or an RST if bytes it never
+  /// read were left (as Linux). Nothing may wait on it.
+  void closeSocket(int fd) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return;  // as close(2) of a bad fd: EBADF, nothing else
+    COIO_ASSERT(s->reader == nullptr && s->writer == nullptr, "closing a simulated socket an operation waits on");
+    if (s->state == SimSocket::State::listening) {
+      for (const int pending : s->accepted) {
+        SimSocket& c = at(pending);
+        sendReset(c);
+        c.open = false;
+      }
+      s->accepted.clear();
+    } else if (s->state == SimSocket::State::connected && !s->reset) {
+      if (!s->inbox.empty()) {
+        sendReset(*s);
+      } else {
+        shutdown(*s);
+      }
+    }
+    if (s->bound) bound_.erase(s->local);
+    s->open = false;
+  }
+
+  // --- Connections.
+
+  /// The link of the connections made from now on: latency each way, window.
+  void setLink(Clock::duration latency, std::size_t capacity) noexcept {
+    linkLatency_ = latency;
+    linkCapacity_ = capacity;
+  }
 
   /// A connected pair whose bytes take `latency` each way, with windows of
   /// `capacity` bytes.
   std::pair<int, int> socketPair(Clock::duration latency, std::size_t capacity) {
-    const int a = kFirstFd + static_cast<int>(sockets_.size());
-    const int b = a + 1;
-    sockets_.emplace_back();
-    sockets_.emplace_back();
-    for (int fd : {a, b}) {
-      SimSocket& s = *socket(fd);
-      s.peer = fd == a ? b : a;
-      s.capacity = capacity;
-      s.latency = latency;
+    SimSocket& a = make();
+    SimSocket& b = make();
+    for (auto [s, peer] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+      s->state = SimSocket::State::connected;
+      s->peer = peer->fd;
+      s->capacity = capacity;
+      s->latency = latency;
     }
-    return {a, b};
+    return {a.fd, b.fd};
+  }
+
+  /// Starts connecting `s` to `to`: a SYN on its way (connect's first
+  /// attempt). 0 or -errno.
+  long connect(SimSocket& s, const SimEndpoint& to) {
+    if (s.state == SimSocket::State::connected) return -EISCONN;
+    if (s.state != SimSocket::State::fresh) return s.state == SimSocket::State::connecting ? -EALREADY : -EINVAL;
+    if (to.family != s.local.family) return -EAFNOSUPPORT;
+    if (!s.bound) {
+      SimEndpoint here = SimEndpoint::loopback(to.family);
+      if (Result<void> r = bind(s, here); !r) return -r.error().value();
+    }
+    s.state = SimSocket::State::connecting;
+    s.remote = to;
+    s.capacity = linkCapacity_;
+    s.latency = linkLatency_;
+    push(Event{.at = now_ + linkLatency_, .to = -1, .kind = Segment::syn, .from = s.fd, .endpoint = to});
+    return 0;
+  }
+
+  /// The next connection `listener` made, or kWouldBlock-like -EAGAIN.
+  long acceptOne(SimSocket& listener) {
+    if (listener.accepted.empty()) return -EAGAIN;
+    const int fd = listener.accepted.front();
+    listener.accepted.pop_front();
+    trace(static_cast<std::uint64_t>(fd));
+    return fd;
   }
 
   /// Whether `s`'s peer is still open (not closed by its owner).
-  bool peerOpen(const SimSocket& s) const noexcept {
-    return at(s.peer).open;
-  }
+  bool peerOpen(const SimSocket& s) const noexcept { return at(s.peer).open; }
 
   /// The socket `fd` names, or null (not a simulated socket, or closed).
   SimSocket* socket(int fd) noexcept {
@@ -7812,67 +8135,58 @@ class SimBackend {
     return s.open ? &s : nullptr;
   }
 
-  /// Sends what fits of `data` from `fd` (at least a byte: the caller
+  /// Sends what fits of `data` from `from` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
     SimSocket& to = at(from.peer);
     n = std::min(n, room(from));
     to.inFlight += n;
-    events_.push(Event{now_ + to.latency, seq_++, from.peer, std::vector<std::byte>(data, data + n), false});
+    push(Event{.at = now_ + to.latency, .to = from.peer, .kind = Segment::data,
+               .bytes = std::vector<std::byte>(data, data + n)});
     trace(n);
     return n;
   }
 
   /// Bytes `from` may send now: its peer's window less what is already
-  /// there or on its way.
+  /// there or on its way, as far as `from` knows (a read frees room once
+  /// its window update arrived, a latency later, as TCP's ACK).
   std::size_t room(const SimSocket& from) const noexcept {
     const SimSocket& to = at(from.peer);
-    const std::size_t used = to.inbox.size() + to.inFlight;
+    const std::size_t used = to.inbox.size() + to.inFlight + to.acking;
     return used >= to.capacity ? 0 : to.capacity - used;
   }
 
   /// Reads up to `n` bytes of `s`'s inbox; a read of more than one byte
   /// may return fewer than there are (TCP's partial receives), drawn from
-  /// the seed. The window it frees may let the peer's sender go on.
+  /// the seed. The window it frees reaches the sender a latency later.
   std::size_t receive(SimSocket& s, std::byte* into, std::size_t n) {
     std::size_t take = std::min(n, s.inbox.size());
     if (take > 1 && random_.below(4) == 0) take = 1 + static_cast<std::size_t>(random_.below(take));
     std::copy_n(s.inbox.begin(), take, into);
     s.inbox.erase(s.inbox.begin(), s.inbox.begin() + static_cast<std::ptrdiff_t>(take));
     trace(take);
-    if (take != 0) notify(at(s.peer), false);
+    if (take != 0) {
+      s.acking += take;
+      push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::window, .count = take});
+    }
     return take;
   }
 
-  /// No more sends from `fd`: its peer reads to the end, then 0 (FIN),
+  /// No more sends from `s`: its peer reads to the end, then 0 (FIN),
   /// which arrives after what was sent before it.
   void shutdown(SimSocket& s) {
     if (s.finSent || s.reset) return;
     s.finSent = true;
-    events_.push(Event{now_ + at(s.peer).latency, seq_++, s.peer, {}, true});
-  }
-
-  /// Closes `fd` (its owner's close): a FIN to the peer unless it was
-  /// reset; an operation still waiting on it is a misuse.
-  void close(int fd) {
-    SimSocket* s = socket(fd);
-    COIO_ASSERT(s != nullptr, "closing a simulated socket that is not open");
-    COIO_ASSERT(s->reader == nullptr && s->writer == nullptr, "closing a simulated socket an operation waits on");
-    shutdown(*s);
-    s->open = false;
+    push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::fin});
   }
 
   /// A connection reset (a fault): both ends fail every operation with
   /// ECONNRESET from now on, the bytes on their way are lost.
   void reset(int fd) {
     SimSocket* s = socket(fd);
-    COIO_ASSERT(s != nullptr, "resetting a simulated socket that is not open");
-    for (SimSocket* end : {s, &at(s->peer)}) {
-      end->reset = true;
-      end->inbox.clear();
-      notify(*end, true);
-      notify(*end, false);
-    }
+    COIO_ASSERT(s != nullptr && s->state == SimSocket::State::connected, "resetting a simulated socket not connected");
+    abortEnd(*s);
+    abortEnd(at(s->peer));
     trace(0x5E5E7);
   }
 
@@ -7887,19 +8201,76 @@ class SimBackend {
   }
 
  private:
-  // A piece of bytes (or a FIN) arriving at socket `to` at `at`.
+  // What travels between sockets: bytes, a FIN, a window update (the room
+  // a read freed), a connection's SYN (to an address), its answer
+  // (established, or refused with an errno) and RST.
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
+
   struct Event {
     Clock::time_point at;
-    std::uint64_t seq;  // equal times: in the order sent
-    int to;
-    std::vector<std::byte> bytes;
-    bool fin;
+    std::uint64_t seq = 0;  // equal times: in the order sent
+    int to = -1;            // the socket it arrives at (a SYN: the one at `endpoint`)
+    Segment kind = Segment::data;
+    std::vector<std::byte> bytes{};
+    int from = -1;          // syn: the connecting socket; established: the accepted one
+    SimEndpoint endpoint{};  // syn: the address it is sent to
+    int attempt = 0;        // syn: sent before this many times; refused: the errno
+    std::size_t count = 0;  // window: the bytes read
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
-  // The socket of a simulated fd number (made by socketPair), open or not.
+  // The socket of a simulated fd number, open or not.
   SimSocket& at(int fd) noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
   const SimSocket& at(int fd) const noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
+
+  SimSocket& make() {
+    SimSocket& s = sockets_.emplace_back();
+    s.fd = kFirstFd + static_cast<int>(sockets_.size() - 1);
+    return s;
+  }
+
+  void push(Event e) {
+    e.seq = seq_++;
+    events_.push(std::move(e));
+  }
+
+  // Takes `e` for `s` (port 0: the next free ephemeral port).
+  Result<void> bind(SimSocket& s, SimEndpoint e) {
+    if (e.port == 0) {
+      for (int tries = 0; tries <= kLastEphemeral - kFirstEphemeral; ++tries) {
+        e.port = nextPort_;
+        nextPort_ = nextPort_ == kLastEphemeral ? kFirstEphemeral : static_cast<std::uint16_t>(nextPort_ + 1);
+        if (!bound_.contains(e)) break;
+      }
+    }
+    if (!bound_.emplace(e, s.fd).second) return systemError(EADDRINUSE);
+    s.local = e;
+    s.bound = true;
+    return {};
+  }
+
+  // The listener a SYN to `e` reaches: bound to it, or to its port on
+  // every address.
+  SimSocket* listenerAt(const SimEndpoint& e) noexcept {
+    for (const SimEndpoint& key : {e, SimEndpoint{e.family, {}, e.port}}) {
+      if (auto it = bound_.find(key); it != bound_.end()) {
+        SimSocket& s = at(it->second);
+        if (s.open && s.state == SimSocket::State::listening) return &s;
+      }
+    }
+    return nullptr;
+  }
+
+  // An RST from `s` to its peer, one latency on.
+  void sendReset(SimSocket& s) { push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::rst}); }
+
+  // This end is reset: operations fail, what arrived unread is lost.
+  void abortEnd(SimSocket& s) noexcept {
+    s.reset = true;
+    s.inbox.clear();
+    notify(s, true);
+    notify(s, false);
+  }
 
   static double seconds(Clock::time_point t) noexcept {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
@@ -7910,23 +8281,104 @@ class SimBackend {
     while (!events_.empty() && events_.top().at <= now_) {
       Event e = events_.top();
       events_.pop();
+      core_.meter().dispatched(1);
+      if (e.kind == Segment::syn) {
+        arriveSyn(e);
+        continue;
+      }
+      if (e.kind == Segment::window) {  // to the sender, of its peer's room
+        SimSocket& sender = at(e.to);
+        at(sender.peer).acking -= e.count;
+        trace(e.count * 2);
+        if (sender.open) notify(sender, false);
+        continue;
+      }
       SimSocket& s = at(e.to);
       s.inFlight -= e.bytes.size();
-      if (s.reset) continue;  // lost with the connection
-      s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());
-      s.finReceived = s.finReceived || e.fin;
-      trace(e.bytes.size() * 2 + (e.fin ? 1 : 0));
-      core_.meter().dispatched(1);
-      notify(s, true);
+      if (e.kind != Segment::data && e.kind != Segment::fin) trace(0x5E6000 + static_cast<std::uint64_t>(e.kind));
+      if (!s.open) {
+        // A closed socket answers bytes and a connection's answer with RST.
+        if ((e.kind == Segment::data && !s.reset) || e.kind == Segment::established) {
+          push(Event{.at = now_ + s.latency, .to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
+          s.reset = true;
+        }
+        continue;
+      }
+      switch (e.kind) {
+        case Segment::data:
+        case Segment::fin:
+          if (s.reset) continue;  // lost with the connection
+          s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());
+          s.finReceived = s.finReceived || e.kind == Segment::fin;
+          trace(e.bytes.size() * 2 + (e.kind == Segment::fin ? 1 : 0));
+          notify(s, true);
+          break;
+        case Segment::established:
+          if (s.state != SimSocket::State::connecting) continue;
+          s.state = SimSocket::State::connected;
+          s.peer = e.from;
+          notify(s, false);
+          break;
+        case Segment::refused:
+          if (s.state != SimSocket::State::connecting) continue;
+          s.state = SimSocket::State::failed;
+          s.error = e.attempt;
+          notify(s, false);
+          break;
+        case Segment::rst:
+          if (s.state == SimSocket::State::connected && !s.reset) abortEnd(s);
+          break;
+        case Segment::syn:
+        case Segment::window:
+          break;
+      }
     }
   }
+
+  // A SYN reached its address: a listener with room makes the connection
+  // (the accepted socket waits in its queue; the answer goes back); none:
+  // refused; a full backlog drops it, and the client sends it again later.
+  void arriveSyn(Event& e) {
+    SimSocket& client = at(e.from);
+    if (!client.open || client.state != SimSocket::State::connecting) return;
+    SimSocket* listener = listenerAt(e.endpoint);
+    trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
+    if (listener == nullptr || e.attempt > kSynRetries) {
+      push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::refused,
+                 .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT});
+      return;
+    }
+    if (listener->accepted.size() >= listener->backlog) {
+      e.at = now_ + std::chrono::seconds(1 << e.attempt);
+      ++e.attempt;
+      push(std::move(e));
+      return;
+    }
+    SimSocket& server = make();  // a deque: `client` and `listener` stay where they are
+    server.state = SimSocket::State::connected;
+    server.peer = client.fd;
+    server.local = e.endpoint;
+    server.remote = client.local;
+    server.capacity = client.capacity;
+    server.latency = client.latency;
+    listener->accepted.push_back(server.fd);
+    notify(*listener, true);
+    push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::established, .from = server.fd});
+  }
+
+  static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
+  static constexpr std::uint16_t kLastEphemeral = 60999;
 
   LoopCore& core_;
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
   std::uint64_t seq_ = 0;
+  Clock::duration linkLatency_ = std::chrono::microseconds(50);
+  std::size_t linkCapacity_ = 64 * 1024;
+  std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
+  std::map<SimEndpoint, int> bound_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
 };
 
@@ -7941,6 +8393,7 @@ class SimBackend {
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <utility>
@@ -7960,16 +8413,14 @@ struct BackendOf<sim::SimReactor> {
 // What a simulated socket operation tries: `run` returns the result (>= 0),
 // -errno, or kWouldBlock; `read` says which side of the socket it waits on.
 inline constexpr long kWouldBlock = -(1L << 40);
-// The fd accept() and connect() are given: they yield EOPNOTSUPP (no
-// simulated listeners or addresses yet), not EBADF, which would hide why.
-inline constexpr int kSimUnsupportedFd = -1;
 
 struct SimRecvAttempt {
   static constexpr bool read = true;
   static constexpr OpKind kind = OpKind::recv;
   std::span<std::byte> buffer;
   long run(SimBackend& b, SimSocket& s) const {
-    if (buffer.empty()) return 0;
+    if (s.state != SimSocket::State::connected) return -ENOTCONN;
+    if (buffer.empty() || s.readShut) return 0;
     if (!s.inbox.empty()) return static_cast<long>(b.receive(s, buffer.data(), buffer.size()));
     return s.finReceived ? 0 : kWouldBlock;
   }
@@ -7982,6 +8433,7 @@ struct SimSendAttempt {
   std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
   long run(SimBackend& b, SimSocket& s) const {
     const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
+    if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
     if (out.empty()) return 0;
     if (b.room(s) == 0) return kWouldBlock;
@@ -7989,12 +8441,51 @@ struct SimSendAttempt {
   }
 };
 
+// readable / writable, as poll(2) sees a socket: a listener is readable
+// with a connection to accept, a connecting socket writable once the
+// connect ended.
 struct SimReadinessAttempt {
   bool read;
-  OpKind kind = OpKind::poll;
+  static constexpr OpKind kind = OpKind::poll;
   long run(SimBackend& b, SimSocket& s) const {
-    if (read) return !s.inbox.empty() || s.finReceived ? 0 : kWouldBlock;
-    return b.room(s) > 0 || s.finSent || !b.peerOpen(s) ? 0 : kWouldBlock;
+    switch (s.state) {
+      case SimSocket::State::listening: return read && !s.accepted.empty() ? 0 : kWouldBlock;
+      case SimSocket::State::connecting: return kWouldBlock;
+      case SimSocket::State::connected:
+        if (read) return !s.inbox.empty() || s.finReceived || s.readShut ? 0 : kWouldBlock;
+        return b.room(s) > 0 || s.finSent || !b.peerOpen(s) ? 0 : kWouldBlock;
+      default: return 0;  // fresh or failed: nothing to wait for (the next call fails)
+    }
+  }
+};
+
+struct SimAcceptAttempt {
+  static constexpr bool read = true;
+  static constexpr OpKind kind = OpKind::accept;
+  long run(SimBackend& b, SimSocket& s) const {
+    if (s.state != SimSocket::State::listening) return -EINVAL;
+    const long fd = b.acceptOne(s);
+    return fd == -EAGAIN ? kWouldBlock : fd;
+  }
+};
+
+// The first run sends the SYN; later runs see how it went.
+struct SimConnectAttempt {
+  static constexpr bool read = false;
+  static constexpr OpKind kind = OpKind::connect;
+  std::optional<SimEndpoint> to;
+  bool sent = false;
+  long run(SimBackend& b, SimSocket& s) {
+    if (!sent) {
+      if (!to) return -EINVAL;
+      if (const long r = b.connect(s, *to); r < 0) return r;
+      sent = true;
+    }
+    switch (s.state) {
+      case SimSocket::State::connected: return 0;
+      case SimSocket::State::failed: return -s.error;
+      default: return kWouldBlock;
+    }
   }
 };
 
@@ -8019,7 +8510,6 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
   OpKind kind() const noexcept { return attempt_.kind; }
 
   long attempt() {
-    if (fd_ == kSimUnsupportedFd) return -EOPNOTSUPP;
     SimSocket* s = backend_.socket(fd_);
     if (s == nullptr) return -EBADF;
     if (s->reset) return -ECONNRESET;
@@ -8083,9 +8573,9 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
 
 namespace coio::sim {
 
-/// A simulated connection's two directions (SimReactor::socketPair): how
-/// long a byte takes to arrive, and how many bytes may be unread or on
-/// their way to one end (the window).
+/// A simulated connection's two directions (SimReactor::socketPair,
+/// setLink): how long a segment takes to arrive, and how many bytes may be
+/// unread or on their way to one end (the window).
 struct Link {
   std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
   std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
@@ -8113,39 +8603,47 @@ struct Link {
 /// - A deadlock is an error, not a hang: when nothing is ready, no timer is
 ///   set and no byte is on its way, run() / runUntil() throws
 ///   sim::Deadlock, saying at what virtual time.
-/// - Sockets: socketPair() makes a connected pair of simulated sockets
-///   (fd numbers from SimBackend::kFirstFd up, never real fds), with a
-///   latency each way and a window (a send takes what fits and waits for
-///   room: backpressure). Bytes arrive in order, one latency after they
-///   were sent; a receive of more than one byte may return fewer than have
-///   arrived (drawn from the seed, as TCP's partial receives). recv, send,
-///   sendv, readable and writable work on them with TCP's results: 0 at
-///   the end of the stream after shutdown() or close() of the peer, EPIPE
-///   sending after shutdown() or to a closed peer, ECONNRESET after
-///   reset(); an operation on any other fd yields EBADF. Each resumes in
-///   the ready phase after its socket let it complete.
-/// - Not simulated yet: accept and connect yield EOPNOTSUPP (there are no
-///   simulated listeners or addresses), and TcpListener / TcpStream, which
-///   make real sockets, cannot run on it.
+/// - The network: sockets are made, bound, listened on, connected,
+///   accepted and closed through the reactor (the Reactor concept's socket
+///   calls), so TcpListener and TcpStream run on it unchanged. fd numbers
+///   start at SimBackend::kFirstFd, never real fds (an operation on any
+///   other fd yields EBADF). A connection's segments (bytes, FIN, SYN, RST)
+///   arrive one link latency after they were sent, in order; its window
+///   bounds the bytes unread or on their way to an end (a send takes what
+///   fits and waits for room: backpressure); a receive of more than one
+///   byte may return fewer than have arrived (drawn from the seed, as TCP's
+///   partial receives). Addresses are IPv4 or IPv6 with ports; any address
+///   may be bound; a socket that connects without binding is at the
+///   loopback address with an ephemeral port (32768 up). connect() to an
+///   address nobody listens on fails with ECONNREFUSED a round trip later;
+///   a listener's full backlog drops the SYN, which is sent again after 1,
+///   2, 4... s, and after six retries ETIMEDOUT. Results as TCP's: 0 at the
+///   end of the stream after the peer's shutdown or close, EPIPE sending
+///   after shutdown or to a closed peer, ECONNRESET after an RST (the
+///   peer's abort, or its close with bytes it never read, or a fault:
+///   reset()), ENOTCONN on a socket not connected. Socket options are taken
+///   and ignored. socketPair() makes a connected pair directly.
+/// - Each operation resumes in the ready phase after its socket let it
+///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
 ///   handler) measures wall time, not virtual time.
 /// - One thread: spawn() and schedule() from the loop thread (or before
 ///   the loop runs); the simulation has no other thread to hand over from.
 class SimReactor : public ReactorLoop<SimReactor> {
  public:
-  /// What a simulated socket operation returns: `co_await` yields
-  /// Result<std::size_t> (recv, send, sendv: bytes moved) or Result<void>
-  /// (readable, writable; accept and connect's Result<int> and
-  /// Result<void> are EOPNOTSUPP).
+  /// What a simulated socket operation returns: `co_await` it once, on the
+  /// loop thread, where it resumes; it yields Result<std::size_t> (recv,
+  /// send, sendv: bytes moved), Result<int> (accept: the new socket) or
+  /// Result<void> (connect, readable, writable).
   using RecvAwaitable = detail::SimOperation<detail::SimRecvAttempt, std::size_t>;
   /// What send() and sendv() return.
   using SendAwaitable = detail::SimOperation<detail::SimSendAttempt, std::size_t>;
   /// What readable() and writable() return.
   using ReadinessAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
-  /// What accept() returns: yields EOPNOTSUPP (see the class comment).
-  using AcceptAwaitable = detail::SimOperation<detail::SimReadinessAttempt, int>;
-  /// What connect() returns: yields EOPNOTSUPP (see the class comment).
-  using ConnectAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
+  /// What accept() returns.
+  using AcceptAwaitable = detail::SimOperation<detail::SimAcceptAttempt, int>;
+  /// What connect() returns.
+  using ConnectAwaitable = detail::SimOperation<detail::SimConnectAttempt, void>;
 
   /// A simulation whose every draw comes from `seed`.
   explicit SimReactor(std::uint64_t seed) : ReactorLoop(seed), seed_(seed) {}
@@ -8159,17 +8657,10 @@ class SimReactor : public ReactorLoop<SimReactor> {
 
   /// A connected pair of simulated sockets (see the class comment).
   std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
-  /// No more sends from `fd`: the peer reads what was sent, then 0.
-  void shutdown(int fd) {
-    detail::SimSocket* s = backend_.socket(fd);
-    COIO_ASSERT(s != nullptr, "shutdown of a simulated socket that is not open");
-    backend_.shutdown(*s);
-  }
-  /// Closes `fd` (no operation may wait on it): a FIN to the peer; sends
-  /// to it fail with EPIPE from now on.
-  void close(int fd) { backend_.close(fd); }
-  /// A fault: the connection of `fd` is reset; both ends fail every
-  /// operation with ECONNRESET, bytes on their way are lost.
+  /// The link of the connections connect() makes from now on (both ways).
+  void setLink(Link link) noexcept { backend_.setLink(link.latency, link.window); }
+  /// A fault: the connection of `fd` is reset at once; both ends fail
+  /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
 
   /// Completes once `fd` has bytes to read or its peer's FIN arrived.
@@ -8180,13 +8671,11 @@ class SimReactor : public ReactorLoop<SimReactor> {
   ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept {
     return {backend_, fd, {false}, std::move(stop)};
   }
-  /// Not simulated yet: yields EOPNOTSUPP.
-  AcceptAwaitable accept(int, std::stop_token stop = {}) noexcept {
-    return {backend_, detail::kSimUnsupportedFd, {true, OpKind::accept}, std::move(stop)};
-  }
-  /// Not simulated yet: yields EOPNOTSUPP.
-  ConnectAwaitable connect(int, const sockaddr*, socklen_t, std::stop_token stop = {}) noexcept {
-    return {backend_, detail::kSimUnsupportedFd, {false, OpKind::connect}, std::move(stop)};
+  /// The next connection made to the listening socket `fd`: its fd.
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept { return {backend_, fd, {}, std::move(stop)}; }
+  /// Connects `fd` to `address` (a round trip: SYN, then its answer).
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {detail::SimEndpoint::from(address, length)}, std::move(stop)};
   }
   /// Reads what has arrived, up to `buffer`'s size (maybe less: see the
   /// class comment); waits if nothing has; 0 at the end of the stream.

@@ -30,7 +30,9 @@ struct AcceptedStream {
 ///
 /// Guarantees: `accept()` is awaited on the reactor's thread and resumes
 /// there, with a connected non-blocking TcpStream or an error; one accept
-/// may be pending at a time. The socket is closed on destruction.
+/// may be pending at a time. The socket is closed on destruction. Its
+/// socket is made and closed through the reactor (Reactor: on a simulated
+/// one, a simulated listener).
 template <Reactor R>
 class TcpListener {
  public:
@@ -41,22 +43,25 @@ class TcpListener {
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) = delete;
   ~TcpListener() {
-    if (fd_.valid()) reactor_->forget(fd_.get());
+    if (fd_.valid()) reactor_->closeSocket(fd_.release());
   }
 
   /// Binds and listens (SO_REUSEADDR; IPv6 sockets are IPv6-only). Port 0
   /// picks a free port: see localAddress().
   static Result<TcpListener> bind(R& reactor, const SocketAddress& address, int backlog = SOMAXCONN) {
-    detail::FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-    if (!fd.valid()) return systemError(errno);
+    Result<int> fd = reactor.openSocket(address.family());
+    if (!fd) return fd.error();
+    TcpListener listener(reactor, detail::FileDescriptor(*fd));  // closes it on the errors below
     const int one = 1;
-    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) return systemError(errno);
-    if (address.family() == AF_INET6 && ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
-      return systemError(errno);
+    if (Result<void> r = reactor.setSocketOption(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); !r) return r.error();
+    if (address.family() == AF_INET6) {
+      if (Result<void> r = reactor.setSocketOption(*fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one); !r) {
+        return r.error();
+      }
     }
-    if (::bind(fd.get(), address.data(), address.size()) != 0) return systemError(errno);
-    if (::listen(fd.get(), backlog) != 0) return systemError(errno);
-    return TcpListener(reactor, std::move(fd));
+    if (Result<void> r = reactor.bindSocket(*fd, address.data(), address.size()); !r) return r.error();
+    if (Result<void> r = reactor.listenSocket(*fd, backlog); !r) return r.error();
+    return listener;
   }
 
   /// The next connection.
@@ -65,7 +70,7 @@ class TcpListener {
   }
 
   /// The address the listener is bound to (the port chosen when bound to port 0).
-  Result<SocketAddress> localAddress() const { return detail::socketName(fd_.get(), &::getsockname); }
+  Result<SocketAddress> localAddress() const { return detail::socketName(*reactor_, fd_.get(), false); }
   /// The listening socket's file descriptor.
   int fd() const noexcept { return fd_.get(); }
 

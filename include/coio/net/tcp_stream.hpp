@@ -5,7 +5,6 @@
 #include <coio/net/socket_address.hpp>
 #include <coio/reactor/detail/fd.hpp>
 #include <coio/reactor/detail/iovec.hpp>
-#include <coio/reactor/detail/reset_connection.hpp>
 #include <coio/reactor/reactor.hpp>
 
 #include <netinet/in.h>
@@ -66,11 +65,13 @@ auto zeroCopySendOn(R& reactor, int fd, std::span<const iovec> parts, std::stop_
   }
 }
 
-inline Result<SocketAddress> socketName(int fd, int (*query)(int, sockaddr*, socklen_t*) noexcept) {
+// The address of `fd`'s end (or its peer's), as the reactor knows it.
+template <typename R>
+Result<SocketAddress> socketName(R& reactor, int fd, bool peer) {
   sockaddr_storage storage{};
-  socklen_t length = sizeof storage;
-  if (query(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return systemError(errno);
-  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&storage), length);
+  const Result<socklen_t> length = reactor.socketName(fd, peer, storage);
+  if (!length) return length.error();
+  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&storage), *length);
 }
 
 }  // namespace detail
@@ -147,9 +148,9 @@ class TcpStream {
 
   /// Connects to `address`.
   static Task<Result<TcpStream>> connect(R& reactor, SocketAddress address, std::stop_token stop = {}) {
-    FileDescriptor fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-    if (!fd.valid()) co_return systemError(errno);
-    TcpStream stream(reactor, std::move(fd));
+    Result<int> fd = reactor.openSocket(address.family());
+    if (!fd) co_return fd.error();
+    TcpStream stream(reactor, FileDescriptor(*fd));
     Result<void> connected = co_await reactor.connect(stream.fd(), address.data(), address.size(), std::move(stop));
     if (!connected) co_return connected.error();
     co_return std::move(stream);
@@ -248,21 +249,18 @@ class TcpStream {
   /// that wait for a peer that stopped reading resume. The socket stays
   /// open, unconnected, until close(); operations on it fail from now on.
   Result<void> abort() noexcept {
-    if (const long r = detail::resetConnection(fd()); r < 0) return systemError(static_cast<int>(-r));
-    return {};
+    return reactor_->resetSocket(fd());
   }
 
   /// shutdown(2): by default ends the writing side, so the peer reads end of stream.
   Result<void> shutdown(ShutdownHow how = ShutdownHow::write) noexcept {
-    if (::shutdown(fd(), static_cast<int>(how)) != 0) return systemError(errno);
-    return {};
+    return reactor_->shutdownSocket(fd(), static_cast<int>(how));
   }
 
   /// TCP_NODELAY: send small writes at once instead of coalescing them.
   Result<void> setNoDelay(bool on) noexcept {
     const int value = on ? 1 : 0;
-    if (::setsockopt(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value) != 0) return systemError(errno);
-    return {};
+    return reactor_->setSocketOption(fd(), IPPROTO_TCP, TCP_NODELAY, &value, sizeof value);
   }
 
   /// TCP_CONGESTION: the congestion control algorithm of this connection's
@@ -270,22 +268,18 @@ class TcpStream {
   /// lists them). Errors: ENOENT for an unknown name, EPERM for one not in
   /// tcp_allowed_congestion_control without CAP_NET_ADMIN.
   Result<void> setCongestionControl(std::string_view name) noexcept {
-    if (::setsockopt(fd(), IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) != 0) {
-      return systemError(errno);
-    }
-    return {};
+    return reactor_->setSocketOption(fd(), IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                                     static_cast<socklen_t>(name.size()));
   }
 
   /// This end's address.
-  Result<SocketAddress> localAddress() const { return detail::socketName(fd(), &::getsockname); }
+  Result<SocketAddress> localAddress() const { return detail::socketName(*reactor_, fd(), false); }
   /// The peer's address.
-  Result<SocketAddress> peerAddress() const { return detail::socketName(fd(), &::getpeername); }
+  Result<SocketAddress> peerAddress() const { return detail::socketName(*reactor_, fd(), true); }
 
   /// Closes the socket now (idempotent).
   void close() noexcept {
-    if (!fd_.valid()) return;
-    reactor_->forget(fd_.get());
-    fd_.reset();
+    if (fd_.valid()) reactor_->closeSocket(fd_.release());
   }
 
   /// Gives the socket up, forgotten by this reactor, e.g. to serve it on

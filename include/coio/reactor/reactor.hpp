@@ -59,6 +59,12 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 ///   reactor keeps state by fd number, which the next fd opened under that
 ///   number would otherwise inherit (under UringReactor's default recv mode
 ///   that can be bytes read ahead from the closed socket).
+/// - Sockets are made, configured and closed through the reactor
+///   (`openSocket`, `bindSocket`, `listenSocket`, `setSocketOption`,
+///   `socketName`, `shutdownSocket`, `resetSocket`, `closeSocket`): the
+///   system calls on a real reactor, simulated ones in a simulation; the
+///   net layer (TcpListener, TcpStream) calls nothing else, so that it runs
+///   on either. Errors are errno's values.
 /// - `now()`: the loop's clock, which its sleeps and deadlines measure
 ///   against (steady_clock's, or virtual time in a simulation): code meant
 ///   to run on any reactor reads the time there.
@@ -72,7 +78,7 @@ concept AwaitableOf = Awaitable<A> && std::same_as<AwaitResult<A>, T>;
 template <typename R>
 concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span<std::byte> in,
                            std::span<const std::byte> out, std::span<const iovec> parts, const sockaddr* address,
-                           socklen_t length,
+                           socklen_t length, sockaddr_storage& name, const void* option,
                            std::chrono::steady_clock::duration d, std::chrono::steady_clock::time_point t,
                            std::stop_token stop, StallHandler handler) {
   r.run();
@@ -94,6 +100,14 @@ concept Reactor = requires(R& r, const R& cr, Task<void> task, int fd, std::span
   { r.send(fd, out, stop) } -> AwaitableOf<Result<std::size_t>>;
   { r.sendv(fd, parts, stop) } -> AwaitableOf<Result<std::size_t>>;
   r.forget(fd);
+  { r.openSocket(AF_INET) } -> std::same_as<Result<int>>;
+  { r.bindSocket(fd, address, length) } -> std::same_as<Result<void>>;
+  { r.listenSocket(fd, 1) } -> std::same_as<Result<void>>;
+  { r.setSocketOption(fd, SOL_SOCKET, SO_REUSEADDR, option, length) } -> std::same_as<Result<void>>;
+  { r.socketName(fd, true, name) } -> std::same_as<Result<socklen_t>>;
+  { r.shutdownSocket(fd, SHUT_WR) } -> std::same_as<Result<void>>;
+  { r.resetSocket(fd) } -> std::same_as<Result<void>>;
+  r.closeSocket(fd);
   { cr.stats() } -> std::same_as<LoopStats>;
   r.setLoopTiming(true);
   r.setStallHandler(d, std::move(handler));

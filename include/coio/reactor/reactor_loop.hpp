@@ -4,6 +4,7 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
+#include <coio/reactor/detail/kernel_sockets.hpp>
 #include <coio/reactor/detail/loop_core.hpp>
 #include <coio/reactor/detail/root_task.hpp>
 #include <coio/reactor/detail/sleep_awaiter.hpp>
@@ -48,6 +49,9 @@ class ReactorLoop : public detail::LoopCore {
   // orders each ready phase; the real ones leave both to steady_clock and
   // FIFO, at no cost (compile-time branches).
   static constexpr bool kVirtualTime = requires { Backend::kVirtualTime; };
+  // A backend with sockets of its own (the simulation's) makes them; the
+  // real ones leave it to the kernel (KernelSockets: the system calls).
+  static constexpr bool kOwnSockets = requires(Backend& b) { b.openSocket(AF_INET); };
 
  public:
   /// The loop's clock (timers, stats).
@@ -166,6 +170,42 @@ class ReactorLoop : public detail::LoopCore {
     }
   }
 
+  // --- Sockets. The net layer (TcpListener, TcpStream) makes, configures
+  // and closes its sockets here rather than with the system calls, so that
+  // a simulated reactor (coio::sim::SimReactor) can stand in for the
+  // kernel; on EpollReactor and UringReactor each is the system call.
+  // Errors are errno's values; any thread (the kernel's are thread-safe;
+  // the simulation's are loop-thread only, as all of it is).
+
+  /// socket(2): a non-blocking, close-on-exec TCP socket of `family`
+  /// (AF_INET or AF_INET6): its fd.
+  Result<int> openSocket(int family) { return sockets().openSocket(family); }
+  /// bind(2).
+  Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) {
+    return sockets().bindSocket(fd, address, length);
+  }
+  /// listen(2).
+  Result<void> listenSocket(int fd, int backlog) { return sockets().listenSocket(fd, backlog); }
+  /// setsockopt(2) (the simulation takes every option and ignores it).
+  Result<void> setSocketOption(int fd, int level, int name, const void* value, socklen_t length) noexcept {
+    return sockets().setSocketOption(fd, level, name, value, length);
+  }
+  /// getsockname(2), or with `peer` getpeername(2), into `out`: the
+  /// address's length.
+  Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    return sockets().socketName(fd, peer, out);
+  }
+  /// shutdown(2) (`how`: SHUT_RD, SHUT_WR, SHUT_RDWR).
+  Result<void> shutdownSocket(int fd, int how) noexcept { return sockets().shutdownSocket(fd, how); }
+  /// RFC 793's ABORT: the connection is reset (the peer gets an RST), the
+  /// data queued to send dropped; the fd stays open until closeSocket.
+  Result<void> resetSocket(int fd) noexcept { return sockets().resetSocket(fd); }
+  /// forget(fd), then close(2). No operation may be pending on it.
+  void closeSocket(int fd) noexcept {
+    static_cast<Reactor&>(*this).forget(fd);
+    sockets().closeSocket(fd);
+  }
+
   /// A snapshot of the loop's counters, queue depths and times (see
   /// LoopStats for what each counts). Counting costs a plain increment
   /// where operations are submitted and completed and where the loop turns;
@@ -266,6 +306,15 @@ class ReactorLoop : public detail::LoopCore {
       destroyUnstartedRoots();
     }
     if (std::exception_ptr failure = takeFailure()) std::rethrow_exception(failure);
+  }
+
+  // Where sockets are made: the backend, or the kernel.
+  decltype(auto) sockets() noexcept {
+    if constexpr (kOwnSockets) {
+      return (backend_);
+    } else {
+      return detail::KernelSockets{};
+    }
   }
 
   // How long the backend's poll may wait: not at all with coroutines ready, else

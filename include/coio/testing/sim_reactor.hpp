@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <utility>
@@ -35,16 +36,14 @@ struct BackendOf<sim::SimReactor> {
 // What a simulated socket operation tries: `run` returns the result (>= 0),
 // -errno, or kWouldBlock; `read` says which side of the socket it waits on.
 inline constexpr long kWouldBlock = -(1L << 40);
-// The fd accept() and connect() are given: they yield EOPNOTSUPP (no
-// simulated listeners or addresses yet), not EBADF, which would hide why.
-inline constexpr int kSimUnsupportedFd = -1;
 
 struct SimRecvAttempt {
   static constexpr bool read = true;
   static constexpr OpKind kind = OpKind::recv;
   std::span<std::byte> buffer;
   long run(SimBackend& b, SimSocket& s) const {
-    if (buffer.empty()) return 0;
+    if (s.state != SimSocket::State::connected) return -ENOTCONN;
+    if (buffer.empty() || s.readShut) return 0;
     if (!s.inbox.empty()) return static_cast<long>(b.receive(s, buffer.data(), buffer.size()));
     return s.finReceived ? 0 : kWouldBlock;
   }
@@ -57,6 +56,7 @@ struct SimSendAttempt {
   std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
   long run(SimBackend& b, SimSocket& s) const {
     const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
+    if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
     if (out.empty()) return 0;
     if (b.room(s) == 0) return kWouldBlock;
@@ -64,12 +64,51 @@ struct SimSendAttempt {
   }
 };
 
+// readable / writable, as poll(2) sees a socket: a listener is readable
+// with a connection to accept, a connecting socket writable once the
+// connect ended.
 struct SimReadinessAttempt {
   bool read;
-  OpKind kind = OpKind::poll;
+  static constexpr OpKind kind = OpKind::poll;
   long run(SimBackend& b, SimSocket& s) const {
-    if (read) return !s.inbox.empty() || s.finReceived ? 0 : kWouldBlock;
-    return b.room(s) > 0 || s.finSent || !b.peerOpen(s) ? 0 : kWouldBlock;
+    switch (s.state) {
+      case SimSocket::State::listening: return read && !s.accepted.empty() ? 0 : kWouldBlock;
+      case SimSocket::State::connecting: return kWouldBlock;
+      case SimSocket::State::connected:
+        if (read) return !s.inbox.empty() || s.finReceived || s.readShut ? 0 : kWouldBlock;
+        return b.room(s) > 0 || s.finSent || !b.peerOpen(s) ? 0 : kWouldBlock;
+      default: return 0;  // fresh or failed: nothing to wait for (the next call fails)
+    }
+  }
+};
+
+struct SimAcceptAttempt {
+  static constexpr bool read = true;
+  static constexpr OpKind kind = OpKind::accept;
+  long run(SimBackend& b, SimSocket& s) const {
+    if (s.state != SimSocket::State::listening) return -EINVAL;
+    const long fd = b.acceptOne(s);
+    return fd == -EAGAIN ? kWouldBlock : fd;
+  }
+};
+
+// The first run sends the SYN; later runs see how it went.
+struct SimConnectAttempt {
+  static constexpr bool read = false;
+  static constexpr OpKind kind = OpKind::connect;
+  std::optional<SimEndpoint> to;
+  bool sent = false;
+  long run(SimBackend& b, SimSocket& s) {
+    if (!sent) {
+      if (!to) return -EINVAL;
+      if (const long r = b.connect(s, *to); r < 0) return r;
+      sent = true;
+    }
+    switch (s.state) {
+      case SimSocket::State::connected: return 0;
+      case SimSocket::State::failed: return -s.error;
+      default: return kWouldBlock;
+    }
   }
 };
 
@@ -94,7 +133,6 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
   OpKind kind() const noexcept { return attempt_.kind; }
 
   long attempt() {
-    if (fd_ == kSimUnsupportedFd) return -EOPNOTSUPP;
     SimSocket* s = backend_.socket(fd_);
     if (s == nullptr) return -EBADF;
     if (s->reset) return -ECONNRESET;
@@ -158,9 +196,9 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
 
 namespace coio::sim {
 
-/// A simulated connection's two directions (SimReactor::socketPair): how
-/// long a byte takes to arrive, and how many bytes may be unread or on
-/// their way to one end (the window).
+/// A simulated connection's two directions (SimReactor::socketPair,
+/// setLink): how long a segment takes to arrive, and how many bytes may be
+/// unread or on their way to one end (the window).
 struct Link {
   std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
   std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
@@ -188,39 +226,47 @@ struct Link {
 /// - A deadlock is an error, not a hang: when nothing is ready, no timer is
 ///   set and no byte is on its way, run() / runUntil() throws
 ///   sim::Deadlock, saying at what virtual time.
-/// - Sockets: socketPair() makes a connected pair of simulated sockets
-///   (fd numbers from SimBackend::kFirstFd up, never real fds), with a
-///   latency each way and a window (a send takes what fits and waits for
-///   room: backpressure). Bytes arrive in order, one latency after they
-///   were sent; a receive of more than one byte may return fewer than have
-///   arrived (drawn from the seed, as TCP's partial receives). recv, send,
-///   sendv, readable and writable work on them with TCP's results: 0 at
-///   the end of the stream after shutdown() or close() of the peer, EPIPE
-///   sending after shutdown() or to a closed peer, ECONNRESET after
-///   reset(); an operation on any other fd yields EBADF. Each resumes in
-///   the ready phase after its socket let it complete.
-/// - Not simulated yet: accept and connect yield EOPNOTSUPP (there are no
-///   simulated listeners or addresses), and TcpListener / TcpStream, which
-///   make real sockets, cannot run on it.
+/// - The network: sockets are made, bound, listened on, connected,
+///   accepted and closed through the reactor (the Reactor concept's socket
+///   calls), so TcpListener and TcpStream run on it unchanged. fd numbers
+///   start at SimBackend::kFirstFd, never real fds (an operation on any
+///   other fd yields EBADF). A connection's segments (bytes, FIN, SYN, RST)
+///   arrive one link latency after they were sent, in order; its window
+///   bounds the bytes unread or on their way to an end (a send takes what
+///   fits and waits for room: backpressure); a receive of more than one
+///   byte may return fewer than have arrived (drawn from the seed, as TCP's
+///   partial receives). Addresses are IPv4 or IPv6 with ports; any address
+///   may be bound; a socket that connects without binding is at the
+///   loopback address with an ephemeral port (32768 up). connect() to an
+///   address nobody listens on fails with ECONNREFUSED a round trip later;
+///   a listener's full backlog drops the SYN, which is sent again after 1,
+///   2, 4... s, and after six retries ETIMEDOUT. Results as TCP's: 0 at the
+///   end of the stream after the peer's shutdown or close, EPIPE sending
+///   after shutdown or to a closed peer, ECONNRESET after an RST (the
+///   peer's abort, or its close with bytes it never read, or a fault:
+///   reset()), ENOTCONN on a socket not connected. Socket options are taken
+///   and ignored. socketPair() makes a connected pair directly.
+/// - Each operation resumes in the ready phase after its socket let it
+///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
 ///   handler) measures wall time, not virtual time.
 /// - One thread: spawn() and schedule() from the loop thread (or before
 ///   the loop runs); the simulation has no other thread to hand over from.
 class SimReactor : public ReactorLoop<SimReactor> {
  public:
-  /// What a simulated socket operation returns: `co_await` yields
-  /// Result<std::size_t> (recv, send, sendv: bytes moved) or Result<void>
-  /// (readable, writable; accept and connect's Result<int> and
-  /// Result<void> are EOPNOTSUPP).
+  /// What a simulated socket operation returns: `co_await` it once, on the
+  /// loop thread, where it resumes; it yields Result<std::size_t> (recv,
+  /// send, sendv: bytes moved), Result<int> (accept: the new socket) or
+  /// Result<void> (connect, readable, writable).
   using RecvAwaitable = detail::SimOperation<detail::SimRecvAttempt, std::size_t>;
   /// What send() and sendv() return.
   using SendAwaitable = detail::SimOperation<detail::SimSendAttempt, std::size_t>;
   /// What readable() and writable() return.
   using ReadinessAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
-  /// What accept() returns: yields EOPNOTSUPP (see the class comment).
-  using AcceptAwaitable = detail::SimOperation<detail::SimReadinessAttempt, int>;
-  /// What connect() returns: yields EOPNOTSUPP (see the class comment).
-  using ConnectAwaitable = detail::SimOperation<detail::SimReadinessAttempt, void>;
+  /// What accept() returns.
+  using AcceptAwaitable = detail::SimOperation<detail::SimAcceptAttempt, int>;
+  /// What connect() returns.
+  using ConnectAwaitable = detail::SimOperation<detail::SimConnectAttempt, void>;
 
   /// A simulation whose every draw comes from `seed`.
   explicit SimReactor(std::uint64_t seed) : ReactorLoop(seed), seed_(seed) {}
@@ -234,17 +280,10 @@ class SimReactor : public ReactorLoop<SimReactor> {
 
   /// A connected pair of simulated sockets (see the class comment).
   std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
-  /// No more sends from `fd`: the peer reads what was sent, then 0.
-  void shutdown(int fd) {
-    detail::SimSocket* s = backend_.socket(fd);
-    COIO_ASSERT(s != nullptr, "shutdown of a simulated socket that is not open");
-    backend_.shutdown(*s);
-  }
-  /// Closes `fd` (no operation may wait on it): a FIN to the peer; sends
-  /// to it fail with EPIPE from now on.
-  void close(int fd) { backend_.close(fd); }
-  /// A fault: the connection of `fd` is reset; both ends fail every
-  /// operation with ECONNRESET, bytes on their way are lost.
+  /// The link of the connections connect() makes from now on (both ways).
+  void setLink(Link link) noexcept { backend_.setLink(link.latency, link.window); }
+  /// A fault: the connection of `fd` is reset at once; both ends fail
+  /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
 
   /// Completes once `fd` has bytes to read or its peer's FIN arrived.
@@ -255,13 +294,11 @@ class SimReactor : public ReactorLoop<SimReactor> {
   ReadinessAwaitable writable(int fd, std::stop_token stop = {}) noexcept {
     return {backend_, fd, {false}, std::move(stop)};
   }
-  /// Not simulated yet: yields EOPNOTSUPP.
-  AcceptAwaitable accept(int, std::stop_token stop = {}) noexcept {
-    return {backend_, detail::kSimUnsupportedFd, {true, OpKind::accept}, std::move(stop)};
-  }
-  /// Not simulated yet: yields EOPNOTSUPP.
-  ConnectAwaitable connect(int, const sockaddr*, socklen_t, std::stop_token stop = {}) noexcept {
-    return {backend_, detail::kSimUnsupportedFd, {false, OpKind::connect}, std::move(stop)};
+  /// The next connection made to the listening socket `fd`: its fd.
+  AcceptAwaitable accept(int fd, std::stop_token stop = {}) noexcept { return {backend_, fd, {}, std::move(stop)}; }
+  /// Connects `fd` to `address` (a round trip: SYN, then its answer).
+  ConnectAwaitable connect(int fd, const sockaddr* address, socklen_t length, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {detail::SimEndpoint::from(address, length)}, std::move(stop)};
   }
   /// Reads what has arrived, up to `buffer`'s size (maybe less: see the
   /// class comment); waits if nothing has; 0 at the end of the stream.

@@ -1,5 +1,5 @@
 #pragma once
-// resetConnection: RFC 793's ABORT on a TCP socket, shared by TcpStream::abort
+// resetConnection: RFC 793's ABORT on a TCP socket, shared by KernelSockets (TcpStream::abort)
 // and UringReactor's shutdown of zero-copy sends.
 #include <coio/reactor/detail/syscall.hpp>
 

@@ -1,18 +1,27 @@
 #pragma once
 // SimBackend: coio::sim::SimReactor's ReactorBackend. It keeps virtual
-// time, orders each ready phase by a seeded generator, and carries the
-// simulated sockets' bytes: a byte sent arrives at the peer one link
-// latency later, an event in its queue; when nothing is ready the clock
-// jumps to the next event or timer.
+// time, orders each ready phase by a seeded generator, and is the
+// simulated network: sockets with addresses, listeners, connections whose
+// segments (bytes, FIN, SYN, RST) arrive one link latency after they were
+// sent, each an event in its queue; when nothing is ready the clock jumps
+// to the next event or timer.
 #include <coio/core/detail/assert.hpp>
+#include <coio/core/result.hpp>
 #include <coio/reactor/detail/loop_core.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <map>
 #include <optional>
 #include <queue>
 #include <stdexcept>
@@ -53,29 +62,101 @@ class Random {
 
 namespace coio::detail {
 
-/// A simulated socket's waiting operation (recv, send, readable, writable):
-/// `onEvent` is called when the socket's state changed so that it may
-/// complete; it returns whether it did (it then resumed its coroutine).
+/// A simulated socket's waiting operation (recv, send, accept, connect,
+/// readable, writable): `onEvent` is called when the socket's state changed
+/// so that it may complete; it returns whether it did (it then queued its
+/// coroutine to resume).
 struct SimWaiter {
   bool (*onEvent)(SimWaiter*) noexcept = nullptr;
 };
 
-/// One end of a simulated connection.
+/// An address in the simulated network: family, IP and port (IPv4's four
+/// bytes first in `ip`). The key listeners are found by.
+struct SimEndpoint {
+  sa_family_t family = AF_UNSPEC;
+  std::array<std::uint8_t, 16> ip{};
+  std::uint16_t port = 0;  // host order
+
+  auto operator<=>(const SimEndpoint&) const = default;
+  bool wildcard() const noexcept { return ip == std::array<std::uint8_t, 16>{}; }
+
+  /// `address` as an endpoint, or nullopt (not AF_INET / AF_INET6, short).
+  static std::optional<SimEndpoint> from(const sockaddr* address, socklen_t length) noexcept {
+    SimEndpoint e;
+    if (address == nullptr) return std::nullopt;
+    if (address->sa_family == AF_INET && length >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+      e.family = AF_INET;
+      std::memcpy(e.ip.data(), &in->sin_addr, 4);
+      e.port = ntohs(in->sin_port);
+      return e;
+    }
+    if (address->sa_family == AF_INET6 && length >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
+      e.family = AF_INET6;
+      std::memcpy(e.ip.data(), &in6->sin6_addr, 16);
+      e.port = ntohs(in6->sin6_port);
+      return e;
+    }
+    return std::nullopt;
+  }
+
+  /// The loopback address of `family` (where a socket that connects
+  /// without binding is, until nodes give hosts their own addresses).
+  static SimEndpoint loopback(sa_family_t family) noexcept {
+    SimEndpoint e;
+    e.family = family;
+    if (family == AF_INET) e.ip[0] = 127, e.ip[3] = 1;
+    else e.ip[15] = 1;
+    return e;
+  }
+
+  /// As a sockaddr in `out`: its length.
+  socklen_t store(sockaddr_storage& out) const noexcept {
+    out = {};
+    if (family == AF_INET6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&out);
+      in6->sin6_family = AF_INET6;
+      std::memcpy(&in6->sin6_addr, ip.data(), 16);
+      in6->sin6_port = htons(port);
+      return sizeof(sockaddr_in6);
+    }
+    auto* in = reinterpret_cast<sockaddr_in*>(&out);
+    in->sin_family = AF_INET;
+    std::memcpy(&in->sin_addr, ip.data(), 4);
+    in->sin_port = htons(port);
+    return sizeof(sockaddr_in);
+  }
+};
+
+/// One simulated socket: fresh, then listening, or connecting and then
+/// connected (or failed: the connect's error).
 struct SimSocket {
-  int peer = -1;
+  enum class State : std::uint8_t { fresh, listening, connecting, connected, failed };
+  int fd = -1;
+  State state = State::fresh;
   bool open = true;           // not closed by its owner
+  bool bound = false;         // `local` is taken
   bool finReceived = false;   // the peer's FIN arrived: reads end once `inbox` is drained
+  bool readShut = false;      // shutdown(SHUT_RD): reads end now
   bool finSent = false;       // shutdown or close: no more sends
   bool reset = false;         // RST: every operation fails with ECONNRESET
+  int error = 0;              // a failed connect's errno
+  int peer = -1;              // connected: the other end's fd
+  SimEndpoint local;
+  SimEndpoint remote;         // connecting or connected: the peer's address
+  std::deque<int> accepted;   // listening: connections made, not accepted yet
+  std::size_t backlog = 0;    // listening: at most this many in `accepted`
   std::deque<std::byte> inbox;  // arrived, not read yet
   std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
-  std::size_t capacity = 0;     // inbox + inFlight may not exceed it (the window)
-  std::chrono::steady_clock::duration latency{};  // of bytes sent to this socket
+  std::size_t acking = 0;       // bytes read whose window update is on its way to the sender
+  std::size_t capacity = 0;     // inbox + inFlight + acking may not exceed it (the window)
+  std::chrono::steady_clock::duration latency{};  // of segments sent to this socket
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
 };
 
-/// SimReactor's backend (see ReactorBackend). Loop thread only.
+/// SimReactor's backend (see ReactorBackend) and its network. Loop thread only.
 class SimBackend {
  public:
   using Clock = LoopCore::Clock;
@@ -85,6 +166,10 @@ class SimBackend {
   /// The first fd number of simulated sockets: far above any real fd, so
   /// that a real fd handed to an operation by mistake is refused.
   static constexpr int kFirstFd = 1 << 24;
+  /// A SYN that finds its listener's backlog full is dropped and sent
+  /// again after 1, 2, 4... s, this many times, then connect fails with
+  /// ETIMEDOUT (Linux's tcp_syn_retries).
+  static constexpr int kSynRetries = 6;
 
   SimBackend(LoopCore& core, std::uint64_t seed) : core_(core), random_(seed) { trace(seed); }
 
@@ -116,7 +201,7 @@ class SimBackend {
       if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
       if (!next) {
         throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
-                            " s of virtual time: no coroutine is ready, no timer is set and no byte is on its way");
+                            " s of virtual time: no coroutine is ready, no timer is set and no segment is on its way");
       }
       now_ = std::max(now_, *next);
       trace(static_cast<std::uint64_t>(now_.time_since_epoch().count()));
@@ -139,28 +224,150 @@ class SimBackend {
     }
   }
 
-  // --- Sockets.
+  // --- The socket calls ReactorLoop makes here instead of the kernel.
+
+  Result<int> openSocket(int family) {
+    if (family != AF_INET && family != AF_INET6) return systemError(EAFNOSUPPORT);
+    SimSocket& s = make();
+    s.local.family = static_cast<sa_family_t>(family);
+    return s.fd;
+  }
+
+  Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    const std::optional<SimEndpoint> e = SimEndpoint::from(address, length);
+    if (!e || e->family != s->local.family) return systemError(e ? EAFNOSUPPORT : EINVAL);
+    if (s->bound || s->state != SimSocket::State::fresh) return systemError(EINVAL);
+    return bind(*s, *e);
+  }
+
+  Result<void> listenSocket(int fd, int backlog) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (s->state != SimSocket::State::fresh && s->state != SimSocket::State::listening) return systemError(EINVAL);
+    if (!s->bound) {  // as Linux: an ephemeral port on every address
+      if (Result<void> r = bind(*s, SimEndpoint{s->local.family, {}, 0}); !r) return r;
+    }
+    s->state = SimSocket::State::listening;
+    s->backlog = static_cast<std::size_t>(std::clamp(backlog, 1, 4096));
+    return {};
+  }
+
+  /// Every option is taken, none has an effect: the simulation has no
+  /// Nagle, no congestion control, no socket buffers but the link's window.
+  Result<void> setSocketOption(int fd, int, int, const void*, socklen_t) noexcept {
+    if (socket(fd) == nullptr) return systemError(EBADF);
+    return {};
+  }
+
+  Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    const SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (!peer) return s->local.store(out);
+    if (s->state != SimSocket::State::connected) return systemError(ENOTCONN);
+    return s->remote.store(out);
+  }
+
+  Result<void> shutdownSocket(int fd, int how) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (s->state != SimSocket::State::connected) return systemError(ENOTCONN);
+    if (how == SHUT_RD || how == SHUT_RDWR) {
+      s->readShut = true;
+      notify(*s, true);
+    }
+    if (how == SHUT_WR || how == SHUT_RDWR) shutdown(*s);
+    return {};
+  }
+
+  /// ABORT: an RST to the peer; this end fails its operations from now on.
+  Result<void> resetSocket(int fd) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return systemError(EBADF);
+    if (s->state == SimSocket::State::connected && !s->reset) {
+      sendReset(*s);
+      abortEnd(*s);
+    }
+    return {};
+  }
+
+  /// The owner's close: a listener resets the connections it had not
+  /// accepted; a connection sends its FIN, or an RST if bytes it never
+  /// read were left (as Linux). Nothing may wait on it.
+  void closeSocket(int fd) {
+    SimSocket* s = socket(fd);
+    if (s == nullptr) return;  // as close(2) of a bad fd: EBADF, nothing else
+    COIO_ASSERT(s->reader == nullptr && s->writer == nullptr, "closing a simulated socket an operation waits on");
+    if (s->state == SimSocket::State::listening) {
+      for (const int pending : s->accepted) {
+        SimSocket& c = at(pending);
+        sendReset(c);
+        c.open = false;
+      }
+      s->accepted.clear();
+    } else if (s->state == SimSocket::State::connected && !s->reset) {
+      if (!s->inbox.empty()) {
+        sendReset(*s);
+      } else {
+        shutdown(*s);
+      }
+    }
+    if (s->bound) bound_.erase(s->local);
+    s->open = false;
+  }
+
+  // --- Connections.
+
+  /// The link of the connections made from now on: latency each way, window.
+  void setLink(Clock::duration latency, std::size_t capacity) noexcept {
+    linkLatency_ = latency;
+    linkCapacity_ = capacity;
+  }
 
   /// A connected pair whose bytes take `latency` each way, with windows of
   /// `capacity` bytes.
   std::pair<int, int> socketPair(Clock::duration latency, std::size_t capacity) {
-    const int a = kFirstFd + static_cast<int>(sockets_.size());
-    const int b = a + 1;
-    sockets_.emplace_back();
-    sockets_.emplace_back();
-    for (int fd : {a, b}) {
-      SimSocket& s = *socket(fd);
-      s.peer = fd == a ? b : a;
-      s.capacity = capacity;
-      s.latency = latency;
+    SimSocket& a = make();
+    SimSocket& b = make();
+    for (auto [s, peer] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+      s->state = SimSocket::State::connected;
+      s->peer = peer->fd;
+      s->capacity = capacity;
+      s->latency = latency;
     }
-    return {a, b};
+    return {a.fd, b.fd};
+  }
+
+  /// Starts connecting `s` to `to`: a SYN on its way (connect's first
+  /// attempt). 0 or -errno.
+  long connect(SimSocket& s, const SimEndpoint& to) {
+    if (s.state == SimSocket::State::connected) return -EISCONN;
+    if (s.state != SimSocket::State::fresh) return s.state == SimSocket::State::connecting ? -EALREADY : -EINVAL;
+    if (to.family != s.local.family) return -EAFNOSUPPORT;
+    if (!s.bound) {
+      SimEndpoint here = SimEndpoint::loopback(to.family);
+      if (Result<void> r = bind(s, here); !r) return -r.error().value();
+    }
+    s.state = SimSocket::State::connecting;
+    s.remote = to;
+    s.capacity = linkCapacity_;
+    s.latency = linkLatency_;
+    push(Event{.at = now_ + linkLatency_, .to = -1, .kind = Segment::syn, .from = s.fd, .endpoint = to});
+    return 0;
+  }
+
+  /// The next connection `listener` made, or kWouldBlock-like -EAGAIN.
+  long acceptOne(SimSocket& listener) {
+    if (listener.accepted.empty()) return -EAGAIN;
+    const int fd = listener.accepted.front();
+    listener.accepted.pop_front();
+    trace(static_cast<std::uint64_t>(fd));
+    return fd;
   }
 
   /// Whether `s`'s peer is still open (not closed by its owner).
-  bool peerOpen(const SimSocket& s) const noexcept {
-    return at(s.peer).open;
-  }
+  bool peerOpen(const SimSocket& s) const noexcept { return at(s.peer).open; }
 
   /// The socket `fd` names, or null (not a simulated socket, or closed).
   SimSocket* socket(int fd) noexcept {
@@ -169,67 +376,58 @@ class SimBackend {
     return s.open ? &s : nullptr;
   }
 
-  /// Sends what fits of `data` from `fd` (at least a byte: the caller
+  /// Sends what fits of `data` from `from` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
     SimSocket& to = at(from.peer);
     n = std::min(n, room(from));
     to.inFlight += n;
-    events_.push(Event{now_ + to.latency, seq_++, from.peer, std::vector<std::byte>(data, data + n), false});
+    push(Event{.at = now_ + to.latency, .to = from.peer, .kind = Segment::data,
+               .bytes = std::vector<std::byte>(data, data + n)});
     trace(n);
     return n;
   }
 
   /// Bytes `from` may send now: its peer's window less what is already
-  /// there or on its way.
+  /// there or on its way, as far as `from` knows (a read frees room once
+  /// its window update arrived, a latency later, as TCP's ACK).
   std::size_t room(const SimSocket& from) const noexcept {
     const SimSocket& to = at(from.peer);
-    const std::size_t used = to.inbox.size() + to.inFlight;
+    const std::size_t used = to.inbox.size() + to.inFlight + to.acking;
     return used >= to.capacity ? 0 : to.capacity - used;
   }
 
   /// Reads up to `n` bytes of `s`'s inbox; a read of more than one byte
   /// may return fewer than there are (TCP's partial receives), drawn from
-  /// the seed. The window it frees may let the peer's sender go on.
+  /// the seed. The window it frees reaches the sender a latency later.
   std::size_t receive(SimSocket& s, std::byte* into, std::size_t n) {
     std::size_t take = std::min(n, s.inbox.size());
     if (take > 1 && random_.below(4) == 0) take = 1 + static_cast<std::size_t>(random_.below(take));
     std::copy_n(s.inbox.begin(), take, into);
     s.inbox.erase(s.inbox.begin(), s.inbox.begin() + static_cast<std::ptrdiff_t>(take));
     trace(take);
-    if (take != 0) notify(at(s.peer), false);
+    if (take != 0) {
+      s.acking += take;
+      push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::window, .count = take});
+    }
     return take;
   }
 
-  /// No more sends from `fd`: its peer reads to the end, then 0 (FIN),
+  /// No more sends from `s`: its peer reads to the end, then 0 (FIN),
   /// which arrives after what was sent before it.
   void shutdown(SimSocket& s) {
     if (s.finSent || s.reset) return;
     s.finSent = true;
-    events_.push(Event{now_ + at(s.peer).latency, seq_++, s.peer, {}, true});
-  }
-
-  /// Closes `fd` (its owner's close): a FIN to the peer unless it was
-  /// reset; an operation still waiting on it is a misuse.
-  void close(int fd) {
-    SimSocket* s = socket(fd);
-    COIO_ASSERT(s != nullptr, "closing a simulated socket that is not open");
-    COIO_ASSERT(s->reader == nullptr && s->writer == nullptr, "closing a simulated socket an operation waits on");
-    shutdown(*s);
-    s->open = false;
+    push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::fin});
   }
 
   /// A connection reset (a fault): both ends fail every operation with
   /// ECONNRESET from now on, the bytes on their way are lost.
   void reset(int fd) {
     SimSocket* s = socket(fd);
-    COIO_ASSERT(s != nullptr, "resetting a simulated socket that is not open");
-    for (SimSocket* end : {s, &at(s->peer)}) {
-      end->reset = true;
-      end->inbox.clear();
-      notify(*end, true);
-      notify(*end, false);
-    }
+    COIO_ASSERT(s != nullptr && s->state == SimSocket::State::connected, "resetting a simulated socket not connected");
+    abortEnd(*s);
+    abortEnd(at(s->peer));
     trace(0x5E5E7);
   }
 
@@ -244,19 +442,76 @@ class SimBackend {
   }
 
  private:
-  // A piece of bytes (or a FIN) arriving at socket `to` at `at`.
+  // What travels between sockets: bytes, a FIN, a window update (the room
+  // a read freed), a connection's SYN (to an address), its answer
+  // (established, or refused with an errno) and RST.
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
+
   struct Event {
     Clock::time_point at;
-    std::uint64_t seq;  // equal times: in the order sent
-    int to;
-    std::vector<std::byte> bytes;
-    bool fin;
+    std::uint64_t seq = 0;  // equal times: in the order sent
+    int to = -1;            // the socket it arrives at (a SYN: the one at `endpoint`)
+    Segment kind = Segment::data;
+    std::vector<std::byte> bytes{};
+    int from = -1;          // syn: the connecting socket; established: the accepted one
+    SimEndpoint endpoint{};  // syn: the address it is sent to
+    int attempt = 0;        // syn: sent before this many times; refused: the errno
+    std::size_t count = 0;  // window: the bytes read
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
-  // The socket of a simulated fd number (made by socketPair), open or not.
+  // The socket of a simulated fd number, open or not.
   SimSocket& at(int fd) noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
   const SimSocket& at(int fd) const noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
+
+  SimSocket& make() {
+    SimSocket& s = sockets_.emplace_back();
+    s.fd = kFirstFd + static_cast<int>(sockets_.size() - 1);
+    return s;
+  }
+
+  void push(Event e) {
+    e.seq = seq_++;
+    events_.push(std::move(e));
+  }
+
+  // Takes `e` for `s` (port 0: the next free ephemeral port).
+  Result<void> bind(SimSocket& s, SimEndpoint e) {
+    if (e.port == 0) {
+      for (int tries = 0; tries <= kLastEphemeral - kFirstEphemeral; ++tries) {
+        e.port = nextPort_;
+        nextPort_ = nextPort_ == kLastEphemeral ? kFirstEphemeral : static_cast<std::uint16_t>(nextPort_ + 1);
+        if (!bound_.contains(e)) break;
+      }
+    }
+    if (!bound_.emplace(e, s.fd).second) return systemError(EADDRINUSE);
+    s.local = e;
+    s.bound = true;
+    return {};
+  }
+
+  // The listener a SYN to `e` reaches: bound to it, or to its port on
+  // every address.
+  SimSocket* listenerAt(const SimEndpoint& e) noexcept {
+    for (const SimEndpoint& key : {e, SimEndpoint{e.family, {}, e.port}}) {
+      if (auto it = bound_.find(key); it != bound_.end()) {
+        SimSocket& s = at(it->second);
+        if (s.open && s.state == SimSocket::State::listening) return &s;
+      }
+    }
+    return nullptr;
+  }
+
+  // An RST from `s` to its peer, one latency on.
+  void sendReset(SimSocket& s) { push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::rst}); }
+
+  // This end is reset: operations fail, what arrived unread is lost.
+  void abortEnd(SimSocket& s) noexcept {
+    s.reset = true;
+    s.inbox.clear();
+    notify(s, true);
+    notify(s, false);
+  }
 
   static double seconds(Clock::time_point t) noexcept {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
@@ -267,23 +522,104 @@ class SimBackend {
     while (!events_.empty() && events_.top().at <= now_) {
       Event e = events_.top();
       events_.pop();
+      core_.meter().dispatched(1);
+      if (e.kind == Segment::syn) {
+        arriveSyn(e);
+        continue;
+      }
+      if (e.kind == Segment::window) {  // to the sender, of its peer's room
+        SimSocket& sender = at(e.to);
+        at(sender.peer).acking -= e.count;
+        trace(e.count * 2);
+        if (sender.open) notify(sender, false);
+        continue;
+      }
       SimSocket& s = at(e.to);
       s.inFlight -= e.bytes.size();
-      if (s.reset) continue;  // lost with the connection
-      s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());
-      s.finReceived = s.finReceived || e.fin;
-      trace(e.bytes.size() * 2 + (e.fin ? 1 : 0));
-      core_.meter().dispatched(1);
-      notify(s, true);
+      if (e.kind != Segment::data && e.kind != Segment::fin) trace(0x5E6000 + static_cast<std::uint64_t>(e.kind));
+      if (!s.open) {
+        // A closed socket answers bytes and a connection's answer with RST.
+        if ((e.kind == Segment::data && !s.reset) || e.kind == Segment::established) {
+          push(Event{.at = now_ + s.latency, .to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
+          s.reset = true;
+        }
+        continue;
+      }
+      switch (e.kind) {
+        case Segment::data:
+        case Segment::fin:
+          if (s.reset) continue;  // lost with the connection
+          s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());
+          s.finReceived = s.finReceived || e.kind == Segment::fin;
+          trace(e.bytes.size() * 2 + (e.kind == Segment::fin ? 1 : 0));
+          notify(s, true);
+          break;
+        case Segment::established:
+          if (s.state != SimSocket::State::connecting) continue;
+          s.state = SimSocket::State::connected;
+          s.peer = e.from;
+          notify(s, false);
+          break;
+        case Segment::refused:
+          if (s.state != SimSocket::State::connecting) continue;
+          s.state = SimSocket::State::failed;
+          s.error = e.attempt;
+          notify(s, false);
+          break;
+        case Segment::rst:
+          if (s.state == SimSocket::State::connected && !s.reset) abortEnd(s);
+          break;
+        case Segment::syn:
+        case Segment::window:
+          break;
+      }
     }
   }
+
+  // A SYN reached its address: a listener with room makes the connection
+  // (the accepted socket waits in its queue; the answer goes back); none:
+  // refused; a full backlog drops it, and the client sends it again later.
+  void arriveSyn(Event& e) {
+    SimSocket& client = at(e.from);
+    if (!client.open || client.state != SimSocket::State::connecting) return;
+    SimSocket* listener = listenerAt(e.endpoint);
+    trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
+    if (listener == nullptr || e.attempt > kSynRetries) {
+      push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::refused,
+                 .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT});
+      return;
+    }
+    if (listener->accepted.size() >= listener->backlog) {
+      e.at = now_ + std::chrono::seconds(1 << e.attempt);
+      ++e.attempt;
+      push(std::move(e));
+      return;
+    }
+    SimSocket& server = make();  // a deque: `client` and `listener` stay where they are
+    server.state = SimSocket::State::connected;
+    server.peer = client.fd;
+    server.local = e.endpoint;
+    server.remote = client.local;
+    server.capacity = client.capacity;
+    server.latency = client.latency;
+    listener->accepted.push_back(server.fd);
+    notify(*listener, true);
+    push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::established, .from = server.fd});
+  }
+
+  static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
+  static constexpr std::uint16_t kLastEphemeral = 60999;
 
   LoopCore& core_;
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
   std::uint64_t seq_ = 0;
+  Clock::duration linkLatency_ = std::chrono::microseconds(50);
+  std::size_t linkCapacity_ = 64 * 1024;
+  std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
+  std::map<SimEndpoint, int> bound_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
 };
 

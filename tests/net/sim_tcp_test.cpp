@@ -1,0 +1,227 @@
+// TcpListener and TcpStream, unchanged, on coio::sim::SimReactor's network:
+// connections, addresses, refusals, the backlog, resets and closes, in
+// virtual time, the same for the same seed.
+#include <coio/core/collect_all.hpp>
+#include <coio/core/task.hpp>
+#include <coio/net/socket_address.hpp>
+#include <coio/net/tcp_listener.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/with_timeout.hpp>
+#include <coio/testing/sim_reactor.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+using namespace std::chrono_literals;
+using coio::sim::SimReactor;
+using Listener = coio::TcpListener<SimReactor>;
+using Stream = coio::TcpStream<SimReactor>;
+
+namespace {
+
+coio::SocketAddress address(const char* text) {
+  coio::Result<coio::SocketAddress> a = coio::SocketAddress::parse(text);
+  REQUIRE(a);
+  return *a;
+}
+
+std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>((i * 131 + seed) >> 3);
+  return out;
+}
+
+coio::Task<coio::Result<Stream>> acceptOne(Listener& listener) { co_return co_await listener.accept(); }
+
+// Serves one connection: echoes what it reads until the end of the stream.
+coio::Task<void> echoOnce(Listener& listener) {
+  coio::Result<Stream> accepted = co_await listener.accept();
+  REQUIRE(accepted);
+  std::vector<std::byte> buffer(3000);
+  for (;;) {
+    const coio::Result<std::size_t> n = co_await accepted->read(buffer);
+    if (!n) {
+      REQUIRE(n.error() == coio::Errc::eof);
+      break;
+    }
+    const coio::Result<void> w = co_await accepted->writeAll(std::span<const std::byte>(buffer.data(), *n));
+    REQUIRE(w);
+  }
+}
+
+// A client sends `bytes` bytes through an echo server at 10.0.0.1:7000 and
+// reads them back; the virtual time it took and the run's trace hash.
+std::pair<std::chrono::steady_clock::duration, std::uint64_t> echoRun(std::uint64_t seed, std::size_t bytes) {
+  SimReactor reactor(seed);
+  reactor.setLink({.latency = 1ms, .window = 16 * 1024});
+  coio::Result<Listener> listener = Listener::bind(reactor, address("10.0.0.1:7000"));
+  REQUIRE(listener);
+  reactor.spawn(echoOnce(*listener));
+  const auto took = reactor.runUntil([](SimReactor& r, std::size_t n, std::uint64_t s) -> coio::Task<std::chrono::steady_clock::duration> {
+    const auto start = r.now();
+    coio::Result<Stream> stream = co_await Stream::connect(r, address("10.0.0.1:7000"));
+    REQUIRE(stream);
+    const std::vector<std::byte> out = pattern(n, s);
+    std::vector<std::byte> in(n);
+    auto send = [](Stream& st, const std::vector<std::byte>& o) -> coio::Task<void> {
+      const coio::Result<void> w = co_await st.writeAll(std::span<const std::byte>(o));
+      REQUIRE(w);
+      REQUIRE(st.shutdown());
+    };
+    auto receive = [](Stream& st, std::vector<std::byte>& i) -> coio::Task<void> {
+      const coio::Result<void> r = co_await st.readExact(i);
+      REQUIRE(r);
+    };
+    co_await coio::collectAll(send(*stream, out), receive(*stream, in));
+    CHECK(in == out);
+    co_return r.now() - start;
+  }(reactor, bytes, seed));
+  return {took, reactor.traceHash()};
+}
+
+}  // namespace
+
+TEST_CASE("SimReactor network: TcpListener and TcpStream carry a stream through an echo server, in virtual time",
+          "[sim]") {
+  const auto [took, hash] = echoRun(1, 200'000);
+  // 200 KB through a 16 KiB window at 1 ms each way: at least a round trip
+  // per window's worth, and no wall-clock time in it.
+  CHECK(took >= 2ms * (200'000 / (16 * 1024)));
+  CHECK(took < 2s);
+  // The same seed, the same run.
+  CHECK(echoRun(1, 200'000) == std::pair{took, hash});
+}
+
+TEST_CASE("SimReactor network: addresses as the kernel gives them (bind, port 0, the peer's, EADDRINUSE)", "[sim]") {
+  SimReactor reactor(3);
+  coio::Result<Listener> listener = Listener::bind(reactor, address("0.0.0.0:0"));
+  REQUIRE(listener);
+  const coio::Result<coio::SocketAddress> bound = listener->localAddress();
+  REQUIRE(bound);
+  CHECK(bound->port() >= 32768);
+  // The same address again: taken.
+  const coio::Result<Listener> twice = Listener::bind(reactor, *bound);
+  CHECK(twice.error() == std::errc::address_in_use);
+  reactor.runUntil([](SimReactor& r, Listener& l, std::uint16_t port) -> coio::Task<void> {
+    const coio::SocketAddress to = address(("192.168.7.9:" + std::to_string(port)).c_str());
+    auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(l));
+    REQUIRE(client);
+    REQUIRE(server);
+    // The client sees the address it dialled; the server the client's.
+    CHECK(client->peerAddress()->toString() == to.toString());
+    CHECK(server->localAddress()->toString() == to.toString());
+    CHECK(server->peerAddress()->toString() == client->localAddress()->toString());
+    CHECK(client->localAddress()->toString().starts_with("127.0.0.1:"));
+    CHECK(client->setNoDelay(true));  // options are taken (and ignored)
+  }(reactor, *listener, bound->port()));
+}
+
+TEST_CASE("SimReactor network: connect to an address nobody listens on is refused one round trip later", "[sim]") {
+  SimReactor reactor(4);
+  reactor.setLink({.latency = 5ms});
+  reactor.runUntil([](SimReactor& r) -> coio::Task<void> {
+    const auto start = r.now();
+    coio::Result<Stream> stream = co_await Stream::connect(r, address("10.0.0.2:80"));
+    CHECK(stream.error() == std::errc::connection_refused);
+    CHECK(r.now() - start == 10ms);
+    CHECK(r.stats().inFlight == 0);
+  }(reactor));
+}
+
+TEST_CASE("SimReactor network: a full backlog drops SYNs, which come again after 1, 2, 4 s; then ETIMEDOUT", "[sim]") {
+  SimReactor reactor(5);
+  reactor.setLink({.latency = 1ms});
+  coio::Result<Listener> listener = Listener::bind(reactor, address("10.0.0.1:9000"), 1);
+  REQUIRE(listener);
+  reactor.runUntil([](SimReactor& r, Listener& l) -> coio::Task<void> {
+    const coio::SocketAddress to = address("10.0.0.1:9000");
+    coio::Result<Stream> first = co_await Stream::connect(r, to);  // queued: the backlog is full now
+    REQUIRE(first);
+    const auto start = r.now();
+    // Accepted 2.5 s on: the SYN sent at 0 s and again at 1 s and 3 s gets in the third time.
+    auto acceptLater = [](SimReactor& re, Listener& li) -> coio::Task<coio::Result<Stream>> {
+      co_await re.sleepFor(2500ms);
+      co_return co_await li.accept();
+    };
+    auto [second, accepted] = co_await coio::collectAll(Stream::connect(r, to), acceptLater(r, l));
+    REQUIRE(second);
+    REQUIRE(accepted);
+    CHECK(r.now() - start == 3s + 2ms);
+    // Nobody accepts again: the third connection times out after six retries (1 + 2 + ... + 64 s).
+    const auto third = r.now();
+    coio::Result<Stream> late = co_await Stream::connect(r, to);
+    CHECK(late.error() == std::errc::timed_out);
+    CHECK(r.now() - third == 127s + 2ms);
+  }(reactor, *listener));
+}
+
+TEST_CASE("SimReactor network: resets: abort(), a close with unread bytes, a listener closed on its queue", "[sim]") {
+  SimReactor reactor(6);
+  reactor.setLink({.latency = 1ms});
+  std::optional<Listener> listener;
+  coio::Result<Listener> bound = Listener::bind(reactor, address("10.0.0.1:9001"));
+  REQUIRE(bound);
+  listener.emplace(std::move(*bound));
+  reactor.runUntil([](SimReactor& r, std::optional<Listener>& l) -> coio::Task<void> {
+    const coio::SocketAddress to = address("10.0.0.1:9001");
+    std::byte buffer[64];
+    {  // abort(): the peer's pending read fails with ECONNRESET.
+      auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(*l));
+      REQUIRE(client);
+      REQUIRE(server);
+      CHECK(client->abort());
+      const coio::Result<std::size_t> n = co_await server->read(buffer);
+      CHECK(n.error() == std::errc::connection_reset);
+      const coio::Result<std::size_t> mine = co_await client->write(std::as_bytes(std::span(buffer)));
+      CHECK(!mine);
+    }
+    {  // closed with bytes it never read: an RST, not a FIN.
+      auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(*l));
+      REQUIRE(client);
+      REQUIRE(server);
+      const coio::Result<void> sent = co_await client->writeAll(std::as_bytes(std::span(buffer)));
+      REQUIRE(sent);
+      co_await r.sleepFor(5ms);  // arrived, unread
+      server->close();
+      const coio::Result<std::size_t> n = co_await client->read(buffer);
+      CHECK(n.error() == std::errc::connection_reset);
+    }
+    {  // a connection the listener made but nobody accepted is reset when it closes.
+      coio::Result<Stream> client = co_await Stream::connect(r, to);
+      REQUIRE(client);
+      l.reset();
+      const coio::Result<std::size_t> n = co_await client->read(buffer);
+      CHECK(n.error() == std::errc::connection_reset);
+      coio::Result<Stream> again = co_await Stream::connect(r, to);
+      CHECK(again.error() == std::errc::connection_refused);
+    }
+  }(reactor, listener));
+}
+
+TEST_CASE("SimReactor network: a connect stopped before its SYN arrived leaves nothing in flight, nothing to accept",
+          "[sim]") {
+  SimReactor reactor(7);
+  reactor.setLink({.latency = 10ms});
+  coio::Result<Listener> listener = Listener::bind(reactor, address("10.0.0.1:9002"));
+  REQUIRE(listener);
+  reactor.runUntil([](SimReactor& r, Listener& l) -> coio::Task<void> {
+    const coio::SocketAddress to = address("10.0.0.1:9002");
+    coio::Result<Stream> stream = co_await coio::withTimeout(r, Stream::connect(r, to), 5ms);
+    CHECK(stream.error() == std::errc::timed_out);
+    CHECK(r.stats().inFlight == 0);
+    coio::Result<Stream> accepted =
+        co_await coio::withTimeout(r, [&](std::stop_token stop) { return l.accept(stop); }, 100ms);
+    CHECK(accepted.error() == std::errc::timed_out);
+    // The listener still serves the next one.
+    auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(l));
+    CHECK(client);
+    CHECK(server);
+  }(reactor, *listener));
+}
