@@ -7817,6 +7817,16 @@ class Random {
   std::uint64_t state_;
 };
 
+/// A link between two hosts of the simulated network (SimReactor::setLink),
+/// both ways: how long a segment takes to arrive, how many bytes may be
+/// unread or on their way to a connection's end (the window, fixed when
+/// the connection is made), and how fast bytes go out.
+struct Link {
+  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
+  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
+  std::uint64_t bandwidth = 0;     ///< bytes per second each way; 0: no limit
+};
+
 }  // namespace coio::sim
 
 namespace coio::detail {
@@ -7910,7 +7920,8 @@ struct SimSocket {
   std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
   std::size_t acking = 0;       // bytes read whose window update is on its way to the sender
   std::size_t capacity = 0;     // inbox + inFlight + acking may not exceed it (the window)
-  std::chrono::steady_clock::duration latency{};  // of segments sent to this socket
+  std::chrono::steady_clock::duration latency{};  // socketPair's (no address, no link): of segments to it
+  std::chrono::steady_clock::time_point lastArrival{};  // of the segments to it: they arrive in order
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
 };
@@ -8078,10 +8089,29 @@ class SimBackend {
 
   // --- Connections.
 
-  /// The link of the connections made from now on: latency each way, window.
-  void setLink(Clock::duration latency, std::size_t capacity) noexcept {
-    linkLatency_ = latency;
-    linkCapacity_ = capacity;
+  // --- Links and their faults (hosts are SimEndpoints with port 0).
+
+  /// The link between hosts without one of their own.
+  void setLink(const sim::Link& link) noexcept { defaultLink_ = link; }
+  /// The link between `a` and `b`, both ways, from the next segment on.
+  void setLink(const SimEndpoint& a, const SimEndpoint& b, const sim::Link& link) { linkState(a, b).own = link; }
+  /// Links without one of their own are drawn between `low` and `high`
+  /// (each field uniformly, from the seed) when first used.
+  void drawLinks(const sim::Link& low, const sim::Link& high) noexcept { range_ = {low, high}; }
+  /// Segments between `a` and `b` stop (no RST): each waits, in order,
+  /// until heal(), as TCP's retransmissions would deliver them then.
+  void partition(const SimEndpoint& a, const SimEndpoint& b) {
+    linkState(a, b).partitioned = true;
+    trace(0x9A57);
+  }
+  /// Ends a partition: what waited goes, one latency on, in order.
+  void heal(const SimEndpoint& a, const SimEndpoint& b) {
+    LinkState& l = linkState(a, b);
+    l.partitioned = false;
+    std::vector<Held> held = std::move(l.held);
+    l.held.clear();
+    trace(0x4EA1 + held.size());
+    for (Held& h : held) transmit(std::move(h.event), h.from, h.to, {});
   }
 
   /// A connected pair whose bytes take `latency` each way, with windows of
@@ -8110,9 +8140,8 @@ class SimBackend {
     }
     s.state = SimSocket::State::connecting;
     s.remote = to;
-    s.capacity = linkCapacity_;
-    s.latency = linkLatency_;
-    push(Event{.at = now_ + linkLatency_, .to = -1, .kind = Segment::syn, .from = s.fd, .endpoint = to});
+    s.capacity = link(host(s.local), host(to)).window;
+    transmit(Event{.kind = Segment::syn, .from = s.fd, .endpoint = to}, host(s.local), host(to), {});
     return 0;
   }
 
@@ -8141,8 +8170,7 @@ class SimBackend {
     SimSocket& to = at(from.peer);
     n = std::min(n, room(from));
     to.inFlight += n;
-    push(Event{.at = now_ + to.latency, .to = from.peer, .kind = Segment::data,
-               .bytes = std::vector<std::byte>(data, data + n)});
+    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::vector<std::byte>(data, data + n)});
     trace(n);
     return n;
   }
@@ -8167,7 +8195,7 @@ class SimBackend {
     trace(take);
     if (take != 0) {
       s.acking += take;
-      push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::window, .count = take});
+      transmitFrom(s, Event{.to = s.peer, .kind = Segment::window, .count = take});
     }
     return take;
   }
@@ -8177,7 +8205,7 @@ class SimBackend {
   void shutdown(SimSocket& s) {
     if (s.finSent || s.reset) return;
     s.finSent = true;
-    push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::fin});
+    transmitFrom(s, Event{.to = s.peer, .kind = Segment::fin});
   }
 
   /// A connection reset (a fault): both ends fail every operation with
@@ -8207,7 +8235,7 @@ class SimBackend {
   enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
 
   struct Event {
-    Clock::time_point at;
+    Clock::time_point at{};  // when it arrives (transmit() sets it)
     std::uint64_t seq = 0;  // equal times: in the order sent
     int to = -1;            // the socket it arrives at (a SYN: the one at `endpoint`)
     Segment kind = Segment::data;
@@ -8217,6 +8245,19 @@ class SimBackend {
     int attempt = 0;        // syn: sent before this many times; refused: the errno
     std::size_t count = 0;  // window: the bytes read
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  // A segment waiting for a partition to heal, with the hosts it goes between.
+  struct Held {
+    Event event;
+    SimEndpoint from;
+    SimEndpoint to;
+  };
+  struct LinkState {
+    std::optional<sim::Link> own;            // setLink(a, b, ...) or drawn
+    bool partitioned = false;
+    std::array<Clock::time_point, 2> busy{};  // when each direction's last byte goes out
+    std::vector<Held> held;                  // partitioned: in the order sent
   };
 
   // The socket of a simulated fd number, open or not.
@@ -8232,6 +8273,71 @@ class SimBackend {
   void push(Event e) {
     e.seq = seq_++;
     events_.push(std::move(e));
+  }
+
+  static SimEndpoint host(const SimEndpoint& e) noexcept { return SimEndpoint{e.family, e.ip, 0}; }
+
+  // A segment from socket `from` to socket `e.to`.
+  void transmitFrom(const SimSocket& from, Event e) {
+    const SimSocket& to = at(e.to);
+    transmit(std::move(e), host(from.local), host(to.local), to.latency);
+  }
+
+  // Puts `e` on the link from host `from` to host `to`: it goes out once
+  // the bytes before it on that link have (at the link's bandwidth) and
+  // arrives a latency later, never before an earlier segment to the same
+  // socket; across a partition it waits for heal(). Sockets without an
+  // address (socketPair's) have no link: `pairLatency` is theirs.
+  void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
+    if (from.family == AF_UNSPEC) {
+      e.at = now_ + pairLatency;
+    } else {
+      LinkState& l = linkState(from, to);
+      if (l.partitioned) {
+        l.held.push_back(Held{std::move(e), from, to});
+        return;
+      }
+      const sim::Link& link = this->link(from, to);
+      Clock::time_point departs = now_;
+      if (link.bandwidth != 0) {
+        Clock::time_point& busy = l.busy[from < to ? 0 : 1];
+        const auto serialise = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(static_cast<double>(e.bytes.size()) / static_cast<double>(link.bandwidth)));
+        busy = std::max(busy, now_) + serialise;
+        departs = busy;
+      }
+      e.at = departs + link.latency;
+    }
+    if (e.to >= 0) {
+      SimSocket& r = at(e.to);
+      e.at = std::max(e.at, r.lastArrival);
+      r.lastArrival = e.at;
+    }
+    push(std::move(e));
+  }
+
+  // The state of the link between hosts `a` and `b` (either order), made
+  // on first use.
+  LinkState& linkState(const SimEndpoint& a, const SimEndpoint& b) {
+    return links_[a < b ? std::pair{a, b} : std::pair{b, a}];
+  }
+
+  // The link between hosts `a` and `b`: their own, else drawn (once), else
+  // the default.
+  const sim::Link& link(const SimEndpoint& a, const SimEndpoint& b) {
+    LinkState& l = linkState(a, b);
+    if (l.own) return *l.own;
+    if (!range_) return defaultLink_;
+    const auto& [low, high] = *range_;
+    const auto draw = [this](auto lo, auto hi) {
+      return hi <= lo ? lo : lo + static_cast<decltype(lo)>(random_.below(static_cast<std::uint64_t>(hi - lo) + 1));
+    };
+    sim::Link drawn;
+    drawn.latency = Clock::duration(draw(low.latency.count(), high.latency.count()));
+    drawn.window = draw(low.window, high.window);
+    drawn.bandwidth = draw(low.bandwidth, high.bandwidth);
+    trace(static_cast<std::uint64_t>(drawn.latency.count()));
+    return *(l.own = drawn);
   }
 
   // Takes `e` for `s` (port 0: the next free ephemeral port).
@@ -8261,8 +8367,8 @@ class SimBackend {
     return nullptr;
   }
 
-  // An RST from `s` to its peer, one latency on.
-  void sendReset(SimSocket& s) { push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::rst}); }
+  // An RST from `s` to its peer.
+  void sendReset(SimSocket& s) { transmitFrom(s, Event{.to = s.peer, .kind = Segment::rst}); }
 
   // This end is reset: operations fail, what arrived unread is lost.
   void abortEnd(SimSocket& s) noexcept {
@@ -8299,7 +8405,7 @@ class SimBackend {
       if (!s.open) {
         // A closed socket answers bytes and a connection's answer with RST.
         if ((e.kind == Segment::data && !s.reset) || e.kind == Segment::established) {
-          push(Event{.at = now_ + s.latency, .to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
+          transmitFrom(s, Event{.to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
           s.reset = true;
         }
         continue;
@@ -8344,8 +8450,8 @@ class SimBackend {
     SimSocket* listener = listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
     if (listener == nullptr || e.attempt > kSynRetries) {
-      push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::refused,
-                 .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT});
+      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
+               host(e.endpoint), host(client.local), {});
       return;
     }
     if (listener->accepted.size() >= listener->backlog) {
@@ -8360,10 +8466,9 @@ class SimBackend {
     server.local = e.endpoint;
     server.remote = client.local;
     server.capacity = client.capacity;
-    server.latency = client.latency;
     listener->accepted.push_back(server.fd);
     notify(*listener, true);
-    push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::established, .from = server.fd});
+    transmitFrom(server, Event{.to = client.fd, .kind = Segment::established, .from = server.fd});
   }
 
   static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
@@ -8374,8 +8479,9 @@ class SimBackend {
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
   std::uint64_t seq_ = 0;
-  Clock::duration linkLatency_ = std::chrono::microseconds(50);
-  std::size_t linkCapacity_ = 64 * 1024;
+  sim::Link defaultLink_;
+  std::optional<std::pair<sim::Link, sim::Link>> range_;
+  std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
@@ -8386,6 +8492,7 @@ class SimBackend {
 #endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
 // end <coio/testing/detail/sim_backend.hpp>
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -8395,6 +8502,9 @@ class SimBackend {
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <stop_token>
 #include <utility>
 #include <vector>
@@ -8573,14 +8683,6 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
 
 namespace coio::sim {
 
-/// A simulated connection's two directions (SimReactor::socketPair,
-/// setLink): how long a segment takes to arrive, and how many bytes may be
-/// unread or on their way to one end (the window).
-struct Link {
-  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
-  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
-};
-
 /// A reactor in virtual time: it models coio::Reactor on one thread, and a
 /// run of it is a function of its seed. Put code written against the
 /// Reactor concept (withTimeout, waitFor, TcpStream's users, a service's
@@ -8623,6 +8725,13 @@ struct Link {
 ///   peer's abort, or its close with bytes it never read, or a fault:
 ///   reset()), ENOTCONN on a socket not connected. Socket options are taken
 ///   and ignored. socketPair() makes a connected pair directly.
+/// - Links and faults: a link joins two hosts (IP addresses) both ways,
+///   with a latency, a window and a bandwidth (setLink: one default, or per
+///   pair of hosts; drawLinks: drawn from the seed per pair); segments on
+///   a link go out in order at its bandwidth. partition(a, b) stops the
+///   segments between two hosts without a reset until heal(a, b); reset(fd)
+///   resets a connection at once; a peer that stops reading fills the
+///   window and holds its sender.
 /// - Each operation resumes in the ready phase after its socket let it
 ///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
@@ -8657,8 +8766,26 @@ class SimReactor : public ReactorLoop<SimReactor> {
 
   /// A connected pair of simulated sockets (see the class comment).
   std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
-  /// The link of the connections connect() makes from now on (both ways).
-  void setLink(Link link) noexcept { backend_.setLink(link.latency, link.window); }
+  /// The link between hosts that have none of their own (both ways;
+  /// windows are fixed when a connection is made, the rest applies to the
+  /// next segment on).
+  void setLink(const Link& link) noexcept { backend_.setLink(link); }
+  /// The link between hosts `a` and `b` (IP addresses, "10.0.0.1" or
+  /// "::1"), both ways. std::invalid_argument for a malformed address.
+  void setLink(std::string_view a, std::string_view b, const Link& link) {
+    backend_.setLink(host(a), host(b), link);
+  }
+  /// A fault drawn from the seed: each pair of hosts without a link of its
+  /// own gets one between `low` and `high` (each field uniformly) when its
+  /// first segment goes.
+  void drawLinks(const Link& low, const Link& high) noexcept { backend_.drawLinks(low, high); }
+  /// A fault: a partition between hosts `a` and `b`. Bytes, FINs,
+  /// connects and RSTs between them stop (nothing is reset: each side sees
+  /// silence) until heal(a, b), then arrive in order, as TCP's
+  /// retransmissions would deliver them.
+  void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
+  /// Ends partition(a, b).
+  void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
@@ -8700,6 +8827,19 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void forget(int) noexcept {}
 
  private:
+  static detail::SimEndpoint host(std::string_view ip) {
+    const std::string text(ip);
+    detail::SimEndpoint e;
+    if (::inet_pton(AF_INET, text.c_str(), e.ip.data()) == 1) {
+      e.family = AF_INET;
+    } else if (::inet_pton(AF_INET6, text.c_str(), e.ip.data()) == 1) {
+      e.family = AF_INET6;
+    } else {
+      throw std::invalid_argument("coio::sim: not an IP address: '" + text + "'");
+    }
+    return e;
+  }
+
   std::uint64_t seed_;
 };
 
