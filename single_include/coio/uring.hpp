@@ -5,7 +5,8 @@
 #ifndef COIO_SINGLE_INCLUDE_COIO_URING_HPP
 #define COIO_SINGLE_INCLUDE_COIO_URING_HPP
 // Component coio::uring (link liburing): everything in <coio/coio.hpp>, plus
-// the io_uring reactor, the run-time reactor choice, and disk I/O.
+// the io_uring reactor, the run-time reactor choice, disk I/O, and the
+// simulated disk (coio::sim).
 // begin <coio/coio.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_COIO_HPP
 #define COIO_SINGLE_INCLUDE_COIO_COIO_HPP
@@ -7827,6 +7828,18 @@ struct Link {
   std::uint64_t bandwidth = 0;     ///< bytes per second each way; 0: no limit
 };
 
+/// What the simulated disk (<coio/testing/sim_disk.hpp>) does to each
+/// operation, drawn from the seed (SimReactor::setDiskFaults). Each fault
+/// is a probability per operation, 0 to 1.
+struct DiskFaults {
+  std::chrono::steady_clock::duration minLatency = std::chrono::microseconds(20);  ///< per operation, uniform
+  std::chrono::steady_clock::duration maxLatency = std::chrono::microseconds(200);  ///< between these
+  double eio = 0;        ///< a read, write or fsync fails with EIO (nothing is transferred)
+  double shortRead = 0;  ///< a read of more than a byte returns a shorter prefix of it
+  double hang = 0;       ///< a read or write never completes until cancelled
+  double enospc = 0;     ///< a write fails with ENOSPC (nothing is written)
+};
+
 }  // namespace coio::sim
 
 namespace coio::detail {
@@ -8218,6 +8231,40 @@ class SimBackend {
     trace(0x5E5E7);
   }
 
+  // --- Completions at a virtual time (the simulated disk's operations).
+
+  sim::DiskFaults& diskFaults() noexcept { return diskFaults_; }
+  /// True with probability `p` (drawn from the seed; none drawn for 0 or 1).
+  bool chance(double p) noexcept {
+    if (p <= 0) return false;
+    if (p >= 1) return true;
+    return static_cast<double>(random_.below(1u << 30)) < p * static_cast<double>(1u << 30);
+  }
+
+  /// How a deferred operation completes: with its result (>= 0 or -errno).
+  using Fire = void (*)(const void* owner, void* op, int result) noexcept;
+  /// `fire(owner, op, result)` at `at`, or, without `at`, only when cancelled
+  /// (an operation that hangs). Called on the loop thread, from poll().
+  /// `owner` may drop its operations (dropDeferredOf).
+  void defer(const void* owner, void* op, Fire fire, int result, std::optional<Clock::time_point> at) {
+    const std::uint64_t id = nextDeferred_++;
+    deferred_[op] = Deferred{id, fire, owner};
+    if (at) push(Event{.at = *at, .kind = Segment::deferred, .attempt = result, .count = id, .op = op});
+  }
+  /// A pending deferred `op` completes now with ECANCELED (its own
+  /// completion is dropped); false if it is not pending.
+  bool cancelDeferred(void* op) {
+    auto it = deferred_.find(op);
+    if (it == deferred_.end()) return false;
+    it->second.id = nextDeferred_++;
+    push(Event{.at = now_, .kind = Segment::deferred, .attempt = -ECANCELED, .count = it->second.id, .op = op});
+    return true;
+  }
+  /// The pending operations of `owner` will not complete (it is going away).
+  void dropDeferredOf(const void* owner) noexcept {
+    std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
+  }
+
   /// Wakes the operation waiting to read (or write) on `s`, if any; it
   /// stays registered if it could not complete.
   void notify(SimSocket& s, bool read) noexcept {
@@ -8232,7 +8279,8 @@ class SimBackend {
   // What travels between sockets: bytes, a FIN, a window update (the room
   // a read freed), a connection's SYN (to an address), its answer
   // (established, or refused with an errno) and RST.
-  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
+  // (And a deferred completion, which travels nowhere.)
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred };
 
   struct Event {
     Clock::time_point at{};  // when it arrives (transmit() sets it)
@@ -8243,7 +8291,8 @@ class SimBackend {
     int from = -1;          // syn: the connecting socket; established: the accepted one
     SimEndpoint endpoint{};  // syn: the address it is sent to
     int attempt = 0;        // syn: sent before this many times; refused: the errno
-    std::size_t count = 0;  // window: the bytes read
+    std::size_t count = 0;  // window: the bytes read; deferred: its id
+    void* op = nullptr;     // deferred: the operation (attempt: its result)
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
@@ -8392,6 +8441,15 @@ class SimBackend {
         arriveSyn(e);
         continue;
       }
+      if (e.kind == Segment::deferred) {
+        auto it = deferred_.find(e.op);
+        if (it == deferred_.end() || it->second.id != e.count) continue;  // cancelled or dropped since
+        const Deferred d = it->second;
+        deferred_.erase(it);
+        trace(0xD15C0000 + static_cast<std::uint64_t>(static_cast<std::uint32_t>(e.attempt)));
+        d.fire(d.owner, e.op, e.attempt);
+        continue;
+      }
       if (e.kind == Segment::window) {  // to the sender, of its peer's room
         SimSocket& sender = at(e.to);
         at(sender.peer).acking -= e.count;
@@ -8436,6 +8494,7 @@ class SimBackend {
           break;
         case Segment::syn:
         case Segment::window:
+        case Segment::deferred:
           break;
       }
     }
@@ -8482,6 +8541,14 @@ class SimBackend {
   sim::Link defaultLink_;
   std::optional<std::pair<sim::Link, sim::Link>> range_;
   std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
+  struct Deferred {
+    std::uint64_t id;  // of its current completion event
+    Fire fire;
+    const void* owner;
+  };
+  std::map<void*, Deferred> deferred_;
+  sim::DiskFaults diskFaults_;
+  std::uint64_t nextDeferred_ = 0;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
@@ -8514,6 +8581,8 @@ class SimReactor;
 }  // namespace coio::sim
 
 namespace coio::detail {
+
+class SimDiskRing;
 
 template <>
 struct BackendOf<sim::SimReactor> {
@@ -8786,6 +8855,10 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
   /// Ends partition(a, b).
   void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+
+  /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
+  /// do to the operations submitted from now on: latency and faults.
+  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.diskFaults() = faults; }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
@@ -8827,6 +8900,8 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void forget(int) noexcept {}
 
  private:
+  friend class detail::SimDiskRing;
+
   static detail::SimEndpoint host(std::string_view ip) {
     const std::string text(ip);
     detail::SimEndpoint e;
@@ -11335,11 +11410,24 @@ class EagerGate {
   unsigned inlineStreak_ = 0;
 };
 
-/// Where disk operations are submitted. Loop thread only.
+/// Where disk operations are submitted. Loop thread only. The two real
+/// rings are io_uring's; coio::sim's is another kind (makeDiskRing, see
+/// Disk), which is why registration goes through here.
 class DiskRing {
  public:
   virtual ~DiskRing() = default;
   virtual io_uring& ring() noexcept = 0;
+  /// The fixed-buffer table, and the registered-file table (made sparse,
+  /// then one slot updated at a time): 0 or -errno, as liburing's calls.
+  virtual int registerBuffers(const std::vector<iovec>& regions) noexcept {
+    return io_uring_register_buffers(&ring(), regions.data(), static_cast<unsigned>(regions.size()));
+  }
+  virtual void unregisterBuffers() noexcept { (void)io_uring_unregister_buffers(&ring()); }
+  virtual int registerFiles(unsigned slots) noexcept { return io_uring_register_files_sparse(&ring(), slots); }
+  virtual int updateFile(unsigned slot, int fd) noexcept {
+    return io_uring_register_files_update(&ring(), slot, &fd, 1);
+  }
+  virtual void unregisterFiles() noexcept { (void)io_uring_unregister_files(&ring()); }
   /// Prepares `request` for `op` and submits it per the policy (or defers
   /// it while a batch is open).
   virtual void submit(DiskOp& op, const DiskRequest& request) = 0;
@@ -11589,6 +11677,7 @@ inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
 #include <liburing.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -11656,6 +11745,20 @@ class Disk {
     reactor.spawn(pump(reactor, std::move(ring)));
   }
 
+  /// A Disk on a reactor of another kind, whose namespace provides
+  /// `makeDiskRing(reactor, options)` (found by argument-dependent lookup):
+  /// coio::sim::SimReactor's simulated disk (<coio/testing/sim_disk.hpp>).
+  /// Code templated over the reactor constructs a Disk the same way on each.
+  template <typename R>
+    requires requires(R& r, const Options& o) {
+      { makeDiskRing(r, o) } -> std::convertible_to<std::shared_ptr<detail::DiskRing>>;
+    }
+  Disk(R& reactor, Options options) : ring_(makeDiskRing(reactor, options)), options_(options) {}
+  /// The same, default options.
+  template <typename R>
+    requires requires(R& r, const Options& o) { makeDiskRing(r, o); }
+  explicit Disk(R& reactor) : Disk(reactor, Options{}) {}
+
   Disk(const Disk&) = delete;
   Disk& operator=(const Disk&) = delete;
   ~Disk() {
@@ -11664,10 +11767,11 @@ class Disk {
     for (int* slot : files_) {
       if (slot) *slot = -1;  // the File is no longer registered
     }
-    if (!files_.empty()) (void)io_uring_unregister_files(&ring());
+    if (!files_.empty()) ring_->unregisterFiles();
   }
 
-  /// The ring, e.g. to register more resources. Loop thread.
+  /// The ring, e.g. to register more resources. Loop thread. (A simulated
+  /// disk has none: it throws std::logic_error.)
   io_uring& ring() noexcept { return ring_->ring(); }
 
   /// Makes the pool's buffers the ring's fixed buffers (the ring has one
@@ -11679,7 +11783,7 @@ class Disk {
     std::error_code error = pool_ ? systemError(EBUSY) : std::error_code{};
     if (!error) {
       const std::vector<iovec> regions = pool.regions();
-      const int r = io_uring_register_buffers(&ring(), regions.data(), static_cast<unsigned>(regions.size()));
+      const int r = ring_->registerBuffers(regions);
       if (r == 0) {
         pool_ = &pool;
         pool.disk_ = this;
@@ -11698,7 +11802,7 @@ class Disk {
   /// Gives the fixed-buffer table back. No fixed read may be pending.
   void unregisterBuffers(BufferPool& pool) noexcept {
     if (pool_ != &pool) return;
-    (void)io_uring_unregister_buffers(&ring());
+    ring_->unregisterBuffers();
     pool_ = nullptr;
     pool.disk_ = nullptr;
     pool.note_ = "not registered (unregistered from its Disk)";
@@ -11715,7 +11819,7 @@ class Disk {
   // the File's slot field, which the Disk resets when it goes.
   Result<int> registerFile(int fd, int* owner) {
     if (files_.empty()) {
-      if (const int r = io_uring_register_files_sparse(&ring(), options_.maxRegisteredFiles); r < 0) {
+      if (const int r = ring_->registerFiles(options_.maxRegisteredFiles); r < 0) {
         return systemError(-r);
       }
       files_.assign(options_.maxRegisteredFiles, nullptr);
@@ -11723,7 +11827,7 @@ class Disk {
     const auto free = std::find(files_.begin(), files_.end(), nullptr);
     if (free == files_.end()) return systemError(EMFILE);
     const int slot = static_cast<int>(free - files_.begin());
-    if (const int r = io_uring_register_files_update(&ring(), static_cast<unsigned>(slot), &fd, 1); r < 0) {
+    if (const int r = ring_->updateFile(static_cast<unsigned>(slot), fd); r < 0) {
       return systemError(-r);
     }
     *free = owner;
@@ -11732,8 +11836,7 @@ class Disk {
 
   // Empties a slot (operations in flight keep their own file reference).
   void unregisterFile(int slot) noexcept {
-    const int none = -1;
-    (void)io_uring_register_files_update(&ring(), static_cast<unsigned>(slot), &none, 1);
+    (void)ring_->updateFile(static_cast<unsigned>(slot), -1);
     files_[static_cast<std::size_t>(slot)] = nullptr;
   }
   void moveFile(int slot, int* owner) noexcept { files_[static_cast<std::size_t>(slot)] = owner; }
@@ -12643,5 +12746,166 @@ decltype(auto) withReactor(ReactorKind kind, F&& f) {
 }  // namespace coio
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_REACTOR_KIND_HPP
 // end <coio/reactor/reactor_kind.hpp>
+// begin <coio/testing/sim_disk.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_DISK_HPP
+#define COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_DISK_HPP
+// The simulated disk: coio::Disk on a coio::sim::SimReactor. Needs liburing
+// (the Disk layer's types): link coio::uring.
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+namespace coio::detail {
+
+/// The ring of a Disk on a SimReactor: each operation is done at once, on
+/// the real file (a pread, a pwrite, an fsync...: so data written is read
+/// back, and what a test prepared on disk is there), and completes after a
+/// latency drawn from the seed, in virtual time, unless a fault drawn from
+/// the seed (SimReactor::setDiskFaults) makes it fail, fall short or hang.
+/// Nothing is registered: the Disk's fixed buffers and files decline
+/// (EOPNOTSUPP) and it works with plain reads and writes, as it does when
+/// registration fails.
+class SimDiskRing final : public DiskRing {
+ public:
+  explicit SimDiskRing(sim::SimReactor& reactor) noexcept : reactor_(reactor) {}
+  ~SimDiskRing() override { close(); }
+
+  io_uring& ring() noexcept override {
+    COIO_ASSERT(false, "a simulated Disk has no io_uring");
+    __builtin_unreachable();
+  }
+  int registerBuffers(const std::vector<iovec>&) noexcept override { return -EOPNOTSUPP; }
+  void unregisterBuffers() noexcept override {}
+  int registerFiles(unsigned) noexcept override { return -EOPNOTSUPP; }
+  int updateFile(unsigned, int) noexcept override { return -EOPNOTSUPP; }
+  void unregisterFiles() noexcept override {}
+
+  void submit(DiskOp& op, const DiskRequest& request) override {
+    COIO_ASSERT(!request.fixedFile, "a simulated Disk registers no file");
+    SimBackend& b = reactor_.backend_;
+    const sim::DiskFaults& faults = b.diskFaults();
+    const OpKind kind = opKindOf(request.opcode);
+    op.counter = static_cast<std::uint8_t>(kind);
+    b.core().meter().submitted(op.counter);
+    op.state = DiskOp::State::inFlight;
+    const bool transfer = kind == OpKind::diskRead || kind == OpKind::diskWrite;
+    if (transfer && b.chance(faults.hang)) {
+      b.trace(0x4A96);
+      b.defer(this, &op, &SimDiskRing::fire, 0, std::nullopt);  // until cancelled
+      return;
+    }
+    long result;
+    if ((transfer || kind == OpKind::diskSync) && b.chance(faults.eio)) {
+      result = -EIO;
+    } else if (kind == OpKind::diskWrite && b.chance(faults.enospc)) {
+      result = -ENOSPC;
+    } else {
+      DiskRequest r = request;
+      const bool plainRead = request.opcode == IORING_OP_READ || request.opcode == IORING_OP_READ_FIXED;
+      if (plainRead && r.length > 1 && b.chance(faults.shortRead)) r.length = 1 + b.random().below(r.length - 1);
+      result = perform(r);
+    }
+    const auto span = faults.maxLatency - faults.minLatency;
+    const auto latency =
+        faults.minLatency +
+        std::chrono::steady_clock::duration(span.count() > 0 ? static_cast<std::chrono::steady_clock::rep>(
+                                                                   b.random().below(static_cast<std::uint64_t>(span.count()) + 1))
+                                                             : 0);
+    b.trace(static_cast<std::uint64_t>(result));
+    b.defer(this, &op, &SimDiskRing::fire, static_cast<int>(result), b.now() + latency);
+  }
+
+  void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.cancelDeferred(&op); }
+  void openBatch() override {}  // each operation completes at its own time
+  void closeBatch() override {}
+  LoopCore& loop() noexcept override { return reactor_; }
+  /// The Disk is going away: its pending operations never complete.
+  void close() noexcept override { reactor_.backend_.dropDeferredOf(this); }
+
+ private:
+  static void fire(const void* owner, void* p, int result) noexcept {
+    auto* op = static_cast<DiskOp*>(p);
+    static_cast<const SimDiskRing*>(owner)->reactor_.backend_.core().meter().completed(op->counter);
+    op->complete(op, result, 0);
+  }
+
+  // The request as the kernel would do it: its result, or -errno.
+  static long perform(const DiskRequest& r) noexcept {
+    const int fd = r.fd;
+    const auto offset = static_cast<off_t>(r.offset);
+    switch (r.opcode) {
+      case IORING_OP_READ: case IORING_OP_READ_FIXED:
+        return retryOnEintr([&] { return ::pread(fd, r.address, r.length, offset); });
+      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED:
+        return retryOnEintr([&] { return ::pwrite(fd, r.address, r.length, offset); });
+      case IORING_OP_READV:
+        return retryOnEintr(
+            [&] { return ::preadv(fd, static_cast<const iovec*>(r.address), static_cast<int>(r.length), offset); });
+      case IORING_OP_WRITEV:
+        return retryOnEintr(
+            [&] { return ::pwritev(fd, static_cast<const iovec*>(r.address), static_cast<int>(r.length), offset); });
+      case IORING_OP_FSYNC:
+        return retryOnEintr([&] { return (r.opFlags & IORING_FSYNC_DATASYNC) ? ::fdatasync(fd) : ::fsync(fd); });
+      case IORING_OP_FALLOCATE:
+        return retryOnEintr(
+            [&] { return ::fallocate(fd, static_cast<int>(r.opFlags), offset, static_cast<off_t>(r.length)); });
+      case IORING_OP_OPENAT:
+        return retryOnEintr([&] {
+          return ::openat(fd, static_cast<const char*>(r.address), static_cast<int>(r.opFlags),
+                          static_cast<mode_t>(r.length));
+        });
+      case IORING_OP_STATX:
+        return retryOnEintr([&] {
+          return ::statx(fd, "", static_cast<int>(r.opFlags), static_cast<unsigned>(r.length),
+                         static_cast<struct statx*>(r.address));
+        });
+      case IORING_OP_CLOSE: return ::close(fd) == 0 ? 0 : -errno;
+      case IORING_OP_NOP: return 0;
+      default: return -EOPNOTSUPP;
+    }
+  }
+
+  sim::SimReactor& reactor_;
+};
+
+}  // namespace coio::detail
+
+namespace coio::sim {
+
+/// Disk's ring on a SimReactor: `coio::Disk disk(simReactor)` finds it
+/// (see Disk's constructor for other reactors). The simulated disk:
+/// - every operation (File's and ReadBatch / WriteBatch's reads and
+///   writes, fsync, fallocate, openAsync, stat, closeAsync) is done at once
+///   on the real file, then completes, on the loop thread, after a latency
+///   drawn from the seed (DiskFaults::minLatency..maxLatency) in virtual
+///   time: data written is read back, files a test prepared are there, and
+///   a run is the same for the same seed (the files' contents being the
+///   same);
+/// - faults drawn from the seed per operation (SimReactor::setDiskFaults):
+///   EIO, a short read, an operation that hangs until cancelled (a
+///   withTimeout or a stop ends it with ECANCELED), ENOSPC on writes; bit
+///   flips in stored data are a test's to make, in the files;
+/// - O_DIRECT's alignment rules are the file system's: a file opened with
+///   O_DIRECT on one that supports it (not tmpfs) refuses misaligned IO as
+///   it would under a real reactor;
+/// - nothing is registered (Disk::registerBuffers and File::registerFile
+///   decline with EOPNOTSUPP: the Disk then works as when registration
+///   fails), and Disk::ring() must not be called.
+inline std::shared_ptr<detail::DiskRing> makeDiskRing(SimReactor& reactor, const Disk::Options&) {
+  return std::make_shared<detail::SimDiskRing>(reactor);
+}
+
+}  // namespace coio::sim
+#endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_DISK_HPP
+// end <coio/testing/sim_disk.hpp>
 #endif  // COIO_SINGLE_INCLUDE_COIO_URING_HPP
 // end <coio/uring.hpp>

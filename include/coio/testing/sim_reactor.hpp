@@ -32,6 +32,8 @@ class SimReactor;
 
 namespace coio::detail {
 
+class SimDiskRing;
+
 template <>
 struct BackendOf<sim::SimReactor> {
   using type = SimBackend;
@@ -303,6 +305,10 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
   /// Ends partition(a, b).
   void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+
+  /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
+  /// do to the operations submitted from now on: latency and faults.
+  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.diskFaults() = faults; }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
@@ -344,6 +350,8 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void forget(int) noexcept {}
 
  private:
+  friend class detail::SimDiskRing;
+
   static detail::SimEndpoint host(std::string_view ip) {
     const std::string text(ip);
     detail::SimEndpoint e;

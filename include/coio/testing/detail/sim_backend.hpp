@@ -68,6 +68,18 @@ struct Link {
   std::uint64_t bandwidth = 0;     ///< bytes per second each way; 0: no limit
 };
 
+/// What the simulated disk (<coio/testing/sim_disk.hpp>) does to each
+/// operation, drawn from the seed (SimReactor::setDiskFaults). Each fault
+/// is a probability per operation, 0 to 1.
+struct DiskFaults {
+  std::chrono::steady_clock::duration minLatency = std::chrono::microseconds(20);  ///< per operation, uniform
+  std::chrono::steady_clock::duration maxLatency = std::chrono::microseconds(200);  ///< between these
+  double eio = 0;        ///< a read, write or fsync fails with EIO (nothing is transferred)
+  double shortRead = 0;  ///< a read of more than a byte returns a shorter prefix of it
+  double hang = 0;       ///< a read or write never completes until cancelled
+  double enospc = 0;     ///< a write fails with ENOSPC (nothing is written)
+};
+
 }  // namespace coio::sim
 
 namespace coio::detail {
@@ -459,6 +471,40 @@ class SimBackend {
     trace(0x5E5E7);
   }
 
+  // --- Completions at a virtual time (the simulated disk's operations).
+
+  sim::DiskFaults& diskFaults() noexcept { return diskFaults_; }
+  /// True with probability `p` (drawn from the seed; none drawn for 0 or 1).
+  bool chance(double p) noexcept {
+    if (p <= 0) return false;
+    if (p >= 1) return true;
+    return static_cast<double>(random_.below(1u << 30)) < p * static_cast<double>(1u << 30);
+  }
+
+  /// How a deferred operation completes: with its result (>= 0 or -errno).
+  using Fire = void (*)(const void* owner, void* op, int result) noexcept;
+  /// `fire(owner, op, result)` at `at`, or, without `at`, only when cancelled
+  /// (an operation that hangs). Called on the loop thread, from poll().
+  /// `owner` may drop its operations (dropDeferredOf).
+  void defer(const void* owner, void* op, Fire fire, int result, std::optional<Clock::time_point> at) {
+    const std::uint64_t id = nextDeferred_++;
+    deferred_[op] = Deferred{id, fire, owner};
+    if (at) push(Event{.at = *at, .kind = Segment::deferred, .attempt = result, .count = id, .op = op});
+  }
+  /// A pending deferred `op` completes now with ECANCELED (its own
+  /// completion is dropped); false if it is not pending.
+  bool cancelDeferred(void* op) {
+    auto it = deferred_.find(op);
+    if (it == deferred_.end()) return false;
+    it->second.id = nextDeferred_++;
+    push(Event{.at = now_, .kind = Segment::deferred, .attempt = -ECANCELED, .count = it->second.id, .op = op});
+    return true;
+  }
+  /// The pending operations of `owner` will not complete (it is going away).
+  void dropDeferredOf(const void* owner) noexcept {
+    std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
+  }
+
   /// Wakes the operation waiting to read (or write) on `s`, if any; it
   /// stays registered if it could not complete.
   void notify(SimSocket& s, bool read) noexcept {
@@ -473,7 +519,8 @@ class SimBackend {
   // What travels between sockets: bytes, a FIN, a window update (the room
   // a read freed), a connection's SYN (to an address), its answer
   // (established, or refused with an errno) and RST.
-  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
+  // (And a deferred completion, which travels nowhere.)
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred };
 
   struct Event {
     Clock::time_point at{};  // when it arrives (transmit() sets it)
@@ -484,7 +531,8 @@ class SimBackend {
     int from = -1;          // syn: the connecting socket; established: the accepted one
     SimEndpoint endpoint{};  // syn: the address it is sent to
     int attempt = 0;        // syn: sent before this many times; refused: the errno
-    std::size_t count = 0;  // window: the bytes read
+    std::size_t count = 0;  // window: the bytes read; deferred: its id
+    void* op = nullptr;     // deferred: the operation (attempt: its result)
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
@@ -633,6 +681,15 @@ class SimBackend {
         arriveSyn(e);
         continue;
       }
+      if (e.kind == Segment::deferred) {
+        auto it = deferred_.find(e.op);
+        if (it == deferred_.end() || it->second.id != e.count) continue;  // cancelled or dropped since
+        const Deferred d = it->second;
+        deferred_.erase(it);
+        trace(0xD15C0000 + static_cast<std::uint64_t>(static_cast<std::uint32_t>(e.attempt)));
+        d.fire(d.owner, e.op, e.attempt);
+        continue;
+      }
       if (e.kind == Segment::window) {  // to the sender, of its peer's room
         SimSocket& sender = at(e.to);
         at(sender.peer).acking -= e.count;
@@ -677,6 +734,7 @@ class SimBackend {
           break;
         case Segment::syn:
         case Segment::window:
+        case Segment::deferred:
           break;
       }
     }
@@ -723,6 +781,14 @@ class SimBackend {
   sim::Link defaultLink_;
   std::optional<std::pair<sim::Link, sim::Link>> range_;
   std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
+  struct Deferred {
+    std::uint64_t id;  // of its current completion event
+    Fire fire;
+    const void* owner;
+  };
+  std::map<void*, Deferred> deferred_;
+  sim::DiskFaults diskFaults_;
+  std::uint64_t nextDeferred_ = 0;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
