@@ -7778,8 +7778,8 @@ namespace coio::sim {
 
 /// The seeds a run covers: `count` seeds from `first` on.
 struct SeedRange {
-  std::uint64_t first = 1;
-  std::uint64_t count = 0;
+  std::uint64_t first = 1;  ///< the first seed
+  std::uint64_t count = 0;  ///< how many seeds, first, first + 1, ...
 
   /// From the environment, so that CI and a developer run more seeds, or
   /// one, with the same binary: COIO_SIM_SEED=N runs seed N alone (a
@@ -7808,14 +7808,14 @@ struct SeedRange {
 /// A seed whose run failed: what failed (an invariant's message, or the
 /// exception it threw: sim::Deadlock, an assertion...).
 struct SeedFailure {
-  std::uint64_t seed = 0;
-  std::string what;
+  std::uint64_t seed = 0;  ///< the seed whose run failed
+  std::string what;        ///< what failed
 };
 
 /// What runSeeds did.
 struct SeedReport {
-  std::uint64_t runs = 0;
-  std::vector<SeedFailure> failures;
+  std::uint64_t runs = 0;              ///< seeds run
+  std::vector<SeedFailure> failures;  ///< the seeds that failed, in order
   /// The runs' trace hashes combined, in seed order: the same for the
   /// same seeds and program, on every compiler.
   std::uint64_t trace = 0xCBF29CE484222325ull;
