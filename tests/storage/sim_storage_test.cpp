@@ -52,10 +52,15 @@ struct RunReport {
   std::uint64_t wrongBytes = 0;
   std::chrono::steady_clock::duration took{};
   std::chrono::steady_clock::duration longestBatch{};  // a batchRead's, call to return
-  std::size_t buffersInUse = 0;                        // the servers' read buffers after their shutdown
+  std::size_t buffersInUse = 0;                        // the servers' read buffers once the client is gone
   std::uint64_t inFlight = 0;                          // the reactor's operations at the end
+  storage::ClusterStats cluster{};                     // the client's: what the faults made it do
   std::uint64_t trace = 0;
-  bool operator==(const RunReport&) const = default;
+  bool operator==(const RunReport& o) const {
+    return ok == o.ok && failed == o.failed && wrongBytes == o.wrongBytes && took == o.took &&
+           longestBatch == o.longestBatch && buffersInUse == o.buffersInUse && inFlight == o.inFlight &&
+           trace == o.trace;
+  }
 };
 
 struct Faults {
@@ -243,7 +248,7 @@ struct ClusterFaults {
 
 // A client reads `batches` batches of 16 random IOs from the cluster, under
 // `faults`; the servers' and the client's reports.
-RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults& faults, int batches = 10) {
+RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults& faults, int batches = 20) {
   SimReactor reactor(seed);
   reactor.drawLinks({.latency = 20us, .window = 64 * 1024}, {.latency = 1ms, .window = 1 << 20});
   reactor.setDiskFaults(faults.disk);
@@ -282,12 +287,12 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
   RunReport report;
   const auto start = reactor.now();
 
-  // The fault schedule, beside the reads: every 50-500 ms the client loses
+  // The fault schedule, beside the reads: every 0-200 ms the client loses
   // one server for 50-500 ms (one at a time: each chain keeps a replica),
   // or its connections to one server are reset, or its link to one gets
   // slow (100-400 ms each way) for a while.
   auto partitions = [](R& r, std::stop_token stop) -> Task<void> {
-    while (co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop)) {
+    while (co_await r.sleepFor(std::chrono::milliseconds(r.random().below(200)), stop)) {
       const std::string server = host(r.random().below(kServers));
       switch (r.random().below(4)) {
         case 0:
@@ -328,6 +333,9 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
     std::unique_ptr<Client> client = co_await Client::connect(r, std::move(t), o, std::move(factory));
     std::vector<std::byte> arena(16 * kClusterChunk);
     for (int b = 0; b < n; ++b) {
+      // Batches 0-100 ms apart: the run spans a second or so of virtual
+      // time, in which the fault schedule strikes several times.
+      co_await r.sleepFor(std::chrono::milliseconds(r.random().below(100)));
       std::vector<storage::ReadOp> ios;
       for (std::size_t i = 0; i < 16; ++i) {
         storage::ReadOp op;
@@ -356,6 +364,7 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
         ++out.ok;
       }
     }
+    out.cluster = client->stats();
     co_await client->close();
   };
   auto body = [](R& r, Task<void> readAll, std::optional<Task<void>> faultsOf) -> Task<void> {
@@ -374,20 +383,24 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
   };
 
   std::exception_ptr failure;
-  reactor.runUntil([](Task<void> b, std::vector<std::unique_ptr<storage::StorageServer<R>>>& all,
-                      std::exception_ptr& f) -> Task<void> {
+  reactor.runUntil([](R& r, Task<void> b, std::vector<std::unique_ptr<storage::StorageServer<R>>>& all,
+                      std::exception_ptr& f, RunReport& out) -> Task<void> {
     try {
       co_await std::move(b);
     } catch (...) {
       f = std::current_exception();
     }
+    // The client is gone: a second on, every server has its read buffers
+    // back (a request of a closed connection, even one whose disk read
+    // hangs, lets go of them), before anything is shut down.
+    co_await r.sleepFor(1s);
+    for (auto& server : all) out.buffersInUse += server->buffersInUse();
     for (auto& server : all) co_await server->shutdown();
-  }(body(reactor, reads(reactor, std::move(table), batches, report),
-         faults.partitions ? std::optional<Task<void>>(partitions(reactor, {})) : std::nullopt),
-    servers, failure));
+  }(reactor, body(reactor, reads(reactor, std::move(table), batches, report),
+                  faults.partitions ? std::optional<Task<void>>(partitions(reactor, {})) : std::nullopt),
+    servers, failure, report));
   if (flipped) storage::testing::flipBits(flipped->first, flipped->second, std::byte{0x10});  // as it was
   if (failure) std::rethrow_exception(failure);
-  for (const auto& server : servers) report.buffersInUse += server->buffersInUse();
   report.inFlight = reactor.stats().inFlight;
   report.took = reactor.now() - start;
   report.trace = reactor.traceHash();
@@ -405,7 +418,7 @@ std::uint64_t failures(const RunReport& r) {
 // name, never wrong bytes; no batchRead longer than its retry budget and a
 // request's deadline (retryFor 3 s + requestTimeout 0.3 s); every read
 // buffer back; nothing in flight. The failure's description, if any.
-std::optional<std::string> violated(const RunReport& r, bool strict, int batches = 10) {
+std::optional<std::string> violated(const RunReport& r, bool strict, int batches = 20) {
   std::string why;
   if (r.wrongBytes != 0) why += " wrong bytes delivered as good;";
   if (r.ok + failures(r) != static_cast<std::uint64_t>(batches) * 16) why += " IOs unaccounted for;";
@@ -422,10 +435,16 @@ std::optional<std::string> violated(const RunReport& r, bool strict, int batches
 void clusterSeeds(const ClusterFaults& faults, bool strict, std::uint64_t defaultSeeds, const char* filter) {
   ClusterData data;
   const coio::sim::SeedRange seeds = coio::sim::SeedRange::fromEnvironment(defaultSeeds);
+  storage::ClusterStats all{};
   const coio::sim::SeedReport report = coio::sim::runSeeds(
       seeds,
       [&](std::uint64_t seed) {
         const RunReport r = clusterRun(seed, data, faults);
+        all.failovers += r.cluster.failovers;
+        all.retries += r.cluster.retries;
+        all.hedges += r.cluster.hedges;
+        all.corruptReplicas += r.cluster.corruptReplicas;
+        all.retryPauses += r.cluster.retryPauses;
         if (const std::optional<std::string> why = violated(r, strict)) throw std::runtime_error(*why);
         return r.trace;
       },
@@ -435,9 +454,19 @@ void clusterSeeds(const ClusterFaults& faults, bool strict, std::uint64_t defaul
                               << (report.failures.empty() ? "" : report.failures[0].what));
   CHECK(report.runs == seeds.count);
   CHECK(report.failures.empty());
-  std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx\n", filter,
-              static_cast<unsigned long long>(report.runs), report.wall.count(),
-              static_cast<unsigned long long>(report.trace));
+  std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx; the client's failovers %llu, retries %llu, "
+              "hedges %llu, corrupt replicas found %llu, retry pauses %llu\n",
+              filter, static_cast<unsigned long long>(report.runs), report.wall.count(),
+              static_cast<unsigned long long>(report.trace), static_cast<unsigned long long>(all.failovers),
+              static_cast<unsigned long long>(all.retries), static_cast<unsigned long long>(all.hedges),
+              static_cast<unsigned long long>(all.corruptReplicas), static_cast<unsigned long long>(all.retryPauses));
+  // The faults struck: servers were lost and found, IOs went to other
+  // replicas, the corrupt copy was met (over 30 seeds or more).
+  if (seeds.count >= 30) {
+    CHECK(all.failovers > 0);
+    CHECK(all.retries > 0);
+    CHECK(all.corruptReplicas > 0);
+  }
 }
 
 }  // namespace
