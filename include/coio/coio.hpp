@@ -35,4 +35,5 @@
 #include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/manual_executor.hpp>
+#include <coio/testing/seed_driver.hpp>
 #include <coio/testing/sim_reactor.hpp>

@@ -1,6 +1,7 @@
 #pragma once
 // Component coio::uring (link liburing): everything in <coio/coio.hpp>, plus
-// the io_uring reactor, the run-time reactor choice, and disk I/O.
+// the io_uring reactor, the run-time reactor choice, disk I/O, and the
+// simulated disk (coio::sim).
 #include <coio/coio.hpp>
 #include <coio/disk/buffer_pool.hpp>
 #include <coio/disk/direct_io.hpp>
@@ -11,3 +12,4 @@
 #include <coio/disk/write_batch.hpp>
 #include <coio/reactor/reactor_kind.hpp>
 #include <coio/reactor/uring_reactor.hpp>
+#include <coio/testing/sim_disk.hpp>

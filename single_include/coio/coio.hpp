@@ -7748,6 +7748,123 @@ class ManualExecutor {
 }  // namespace coio::testing
 #endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_MANUAL_EXECUTOR_HPP
 // end <coio/testing/manual_executor.hpp>
+// begin <coio/testing/seed_driver.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_SEED_DRIVER_HPP
+#define COIO_SINGLE_INCLUDE_COIO_TESTING_SEED_DRIVER_HPP
+// runSeeds: a simulation run over many seeds, each failure with the line
+// that replays it.
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace coio::sim {
+
+/// The seeds a run covers: `count` seeds from `first` on.
+struct SeedRange {
+  std::uint64_t first = 1;  ///< the first seed
+  std::uint64_t count = 0;  ///< how many seeds, first, first + 1, ...
+
+  /// From the environment, so that CI and a developer run more seeds, or
+  /// one, with the same binary: COIO_SIM_SEED=N runs seed N alone (a
+  /// replay); else COIO_SIM_SEEDS=N runs N seeds (default `defaultCount`)
+  /// from COIO_SIM_FIRST_SEED (default 1). A value that is not a number
+  /// throws std::invalid_argument naming the variable.
+  static SeedRange fromEnvironment(std::uint64_t defaultCount) {
+    if (const std::optional<std::uint64_t> one = number("COIO_SIM_SEED")) return {*one, 1};
+    return {number("COIO_SIM_FIRST_SEED").value_or(1), number("COIO_SIM_SEEDS").value_or(defaultCount)};
+  }
+
+ private:
+  static std::optional<std::uint64_t> number(const char* name) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return std::nullopt;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    if (*end != '\0' || errno != 0 || *text == '-') {
+      throw std::invalid_argument(std::string("coio::sim: ") + name + "='" + text + "' is not a seed number");
+    }
+    return value;
+  }
+};
+
+/// A seed whose run failed: what failed (an invariant's message, or the
+/// exception it threw: sim::Deadlock, an assertion...).
+struct SeedFailure {
+  std::uint64_t seed = 0;  ///< the seed whose run failed
+  std::string what;        ///< what failed
+};
+
+/// What runSeeds did.
+struct SeedReport {
+  std::uint64_t runs = 0;              ///< seeds run
+  std::vector<SeedFailure> failures;  ///< the seeds that failed, in order
+  /// The runs' trace hashes combined, in seed order: the same for the
+  /// same seeds and program, on every compiler.
+  std::uint64_t trace = 0xCBF29CE484222325ull;
+  std::chrono::duration<double> wall{};  ///< wall time of all the runs
+};
+
+/// Runs `run(seed)` for every seed of `seeds`, one after another. `run`
+/// returns the run's trace hash (SimReactor::traceHash) when every
+/// invariant held, or throws: a std::exception's what() (e.g. a
+/// sim::Deadlock's) is the failure, anything else is "an exception (a
+/// test assertion?)". Each failure is written to `log` at once, with the
+/// line that replays it: `COIO_SIM_SEED=<seed> <replay>` (`replay`: the
+/// command and arguments that run this again, e.g. the test binary and its
+/// filter). Stops after `maxFailures` failures. Guarantees: seeds run in
+/// order, each alone; nothing is retried.
+template <typename Run>
+SeedReport runSeeds(SeedRange seeds, Run&& run, std::string_view replay, std::FILE* log = stderr,
+                    std::size_t maxFailures = 10) {
+  SeedReport report;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint64_t i = 0; i < seeds.count && report.failures.size() < maxFailures; ++i) {
+    const std::uint64_t seed = seeds.first + i;
+    std::optional<std::string> failure;
+    try {
+      const std::uint64_t hash = run(seed);
+      report.trace = (report.trace ^ hash) * 0x100000001B3ull;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    } catch (...) {
+      failure = "an exception (a test assertion?)";
+    }
+    ++report.runs;
+    if (failure) {
+      if (log != nullptr) {
+        std::fprintf(log, "coio::sim: seed %llu failed: %s\n  replay: COIO_SIM_SEED=%llu %.*s\n",
+                     static_cast<unsigned long long>(seed), failure->c_str(), static_cast<unsigned long long>(seed),
+                     static_cast<int>(replay.size()), replay.data());
+      }
+      report.failures.push_back({seed, std::move(*failure)});
+    }
+  }
+  report.wall = std::chrono::steady_clock::now() - start;
+  return report;
+}
+
+/// The path of the running program (for runSeeds' replay line).
+inline std::string thisProgram() {
+  std::string path(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
+  return n > 0 ? path.substr(0, static_cast<std::size_t>(n)) : std::string("<this program>");
+}
+
+}  // namespace coio::sim
+#endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_SEED_DRIVER_HPP
+// end <coio/testing/seed_driver.hpp>
 // begin <coio/testing/sim_reactor.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_REACTOR_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_REACTOR_HPP
@@ -7810,6 +7927,28 @@ class Random {
 
  private:
   std::uint64_t state_;
+};
+
+/// A link between two hosts of the simulated network (SimReactor::setLink),
+/// both ways: how long a segment takes to arrive, how many bytes may be
+/// unread or on their way to a connection's end (the window, fixed when
+/// the connection is made), and how fast bytes go out.
+struct Link {
+  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
+  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
+  std::uint64_t bandwidth = 0;     ///< bytes per second each way; 0: no limit
+};
+
+/// What the simulated disk (<coio/testing/sim_disk.hpp>) does to each
+/// operation, drawn from the seed (SimReactor::setDiskFaults). Each fault
+/// is a probability per operation, 0 to 1.
+struct DiskFaults {
+  std::chrono::steady_clock::duration minLatency = std::chrono::microseconds(20);  ///< per operation, uniform
+  std::chrono::steady_clock::duration maxLatency = std::chrono::microseconds(200);  ///< between these
+  double eio = 0;        ///< a read, write or fsync fails with EIO (nothing is transferred)
+  double shortRead = 0;  ///< a read of more than a byte returns a shorter prefix of it
+  double hang = 0;       ///< a read or write never completes until cancelled
+  double enospc = 0;     ///< a write fails with ENOSPC (nothing is written)
 };
 
 }  // namespace coio::sim
@@ -7905,7 +8044,8 @@ struct SimSocket {
   std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
   std::size_t acking = 0;       // bytes read whose window update is on its way to the sender
   std::size_t capacity = 0;     // inbox + inFlight + acking may not exceed it (the window)
-  std::chrono::steady_clock::duration latency{};  // of segments sent to this socket
+  std::chrono::steady_clock::duration latency{};  // socketPair's (no address, no link): of segments to it
+  std::chrono::steady_clock::time_point lastArrival{};  // of the segments to it: they arrive in order
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
 };
@@ -8073,10 +8213,29 @@ class SimBackend {
 
   // --- Connections.
 
-  /// The link of the connections made from now on: latency each way, window.
-  void setLink(Clock::duration latency, std::size_t capacity) noexcept {
-    linkLatency_ = latency;
-    linkCapacity_ = capacity;
+  // --- Links and their faults (hosts are SimEndpoints with port 0).
+
+  /// The link between hosts without one of their own.
+  void setLink(const sim::Link& link) noexcept { defaultLink_ = link; }
+  /// The link between `a` and `b`, both ways, from the next segment on.
+  void setLink(const SimEndpoint& a, const SimEndpoint& b, const sim::Link& link) { linkState(a, b).own = link; }
+  /// Links without one of their own are drawn between `low` and `high`
+  /// (each field uniformly, from the seed) when first used.
+  void drawLinks(const sim::Link& low, const sim::Link& high) noexcept { range_ = {low, high}; }
+  /// Segments between `a` and `b` stop (no RST): each waits, in order,
+  /// until heal(), as TCP's retransmissions would deliver them then.
+  void partition(const SimEndpoint& a, const SimEndpoint& b) {
+    linkState(a, b).partitioned = true;
+    trace(0x9A57);
+  }
+  /// Ends a partition: what waited goes, one latency on, in order.
+  void heal(const SimEndpoint& a, const SimEndpoint& b) {
+    LinkState& l = linkState(a, b);
+    l.partitioned = false;
+    std::vector<Held> held = std::move(l.held);
+    l.held.clear();
+    trace(0x4EA1 + held.size());
+    for (Held& h : held) transmit(std::move(h.event), h.from, h.to, {});
   }
 
   /// A connected pair whose bytes take `latency` each way, with windows of
@@ -8105,9 +8264,8 @@ class SimBackend {
     }
     s.state = SimSocket::State::connecting;
     s.remote = to;
-    s.capacity = linkCapacity_;
-    s.latency = linkLatency_;
-    push(Event{.at = now_ + linkLatency_, .to = -1, .kind = Segment::syn, .from = s.fd, .endpoint = to});
+    s.capacity = link(host(s.local), host(to)).window;
+    transmit(Event{.kind = Segment::syn, .from = s.fd, .endpoint = to}, host(s.local), host(to), {});
     return 0;
   }
 
@@ -8136,8 +8294,7 @@ class SimBackend {
     SimSocket& to = at(from.peer);
     n = std::min(n, room(from));
     to.inFlight += n;
-    push(Event{.at = now_ + to.latency, .to = from.peer, .kind = Segment::data,
-               .bytes = std::vector<std::byte>(data, data + n)});
+    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::vector<std::byte>(data, data + n)});
     trace(n);
     return n;
   }
@@ -8162,7 +8319,7 @@ class SimBackend {
     trace(take);
     if (take != 0) {
       s.acking += take;
-      push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::window, .count = take});
+      transmitFrom(s, Event{.to = s.peer, .kind = Segment::window, .count = take});
     }
     return take;
   }
@@ -8172,7 +8329,7 @@ class SimBackend {
   void shutdown(SimSocket& s) {
     if (s.finSent || s.reset) return;
     s.finSent = true;
-    push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::fin});
+    transmitFrom(s, Event{.to = s.peer, .kind = Segment::fin});
   }
 
   /// A connection reset (a fault): both ends fail every operation with
@@ -8183,6 +8340,40 @@ class SimBackend {
     abortEnd(*s);
     abortEnd(at(s->peer));
     trace(0x5E5E7);
+  }
+
+  // --- Completions at a virtual time (the simulated disk's operations).
+
+  sim::DiskFaults& diskFaults() noexcept { return diskFaults_; }
+  /// True with probability `p` (drawn from the seed; none drawn for 0 or 1).
+  bool chance(double p) noexcept {
+    if (p <= 0) return false;
+    if (p >= 1) return true;
+    return static_cast<double>(random_.below(1u << 30)) < p * static_cast<double>(1u << 30);
+  }
+
+  /// How a deferred operation completes: with its result (>= 0 or -errno).
+  using Fire = void (*)(const void* owner, void* op, int result) noexcept;
+  /// `fire(owner, op, result)` at `at`, or, without `at`, only when cancelled
+  /// (an operation that hangs). Called on the loop thread, from poll().
+  /// `owner` may drop its operations (dropDeferredOf).
+  void defer(const void* owner, void* op, Fire fire, int result, std::optional<Clock::time_point> at) {
+    const std::uint64_t id = nextDeferred_++;
+    deferred_[op] = Deferred{id, fire, owner};
+    if (at) push(Event{.at = *at, .kind = Segment::deferred, .attempt = result, .count = id, .op = op});
+  }
+  /// A pending deferred `op` completes now with ECANCELED (its own
+  /// completion is dropped); false if it is not pending.
+  bool cancelDeferred(void* op) {
+    auto it = deferred_.find(op);
+    if (it == deferred_.end()) return false;
+    it->second.id = nextDeferred_++;
+    push(Event{.at = now_, .kind = Segment::deferred, .attempt = -ECANCELED, .count = it->second.id, .op = op});
+    return true;
+  }
+  /// The pending operations of `owner` will not complete (it is going away).
+  void dropDeferredOf(const void* owner) noexcept {
+    std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
   }
 
   /// Wakes the operation waiting to read (or write) on `s`, if any; it
@@ -8199,10 +8390,11 @@ class SimBackend {
   // What travels between sockets: bytes, a FIN, a window update (the room
   // a read freed), a connection's SYN (to an address), its answer
   // (established, or refused with an errno) and RST.
-  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
+  // (And a deferred completion, which travels nowhere.)
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred };
 
   struct Event {
-    Clock::time_point at;
+    Clock::time_point at{};  // when it arrives (transmit() sets it)
     std::uint64_t seq = 0;  // equal times: in the order sent
     int to = -1;            // the socket it arrives at (a SYN: the one at `endpoint`)
     Segment kind = Segment::data;
@@ -8210,8 +8402,22 @@ class SimBackend {
     int from = -1;          // syn: the connecting socket; established: the accepted one
     SimEndpoint endpoint{};  // syn: the address it is sent to
     int attempt = 0;        // syn: sent before this many times; refused: the errno
-    std::size_t count = 0;  // window: the bytes read
+    std::size_t count = 0;  // window: the bytes read; deferred: its id
+    void* op = nullptr;     // deferred: the operation (attempt: its result)
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  // A segment waiting for a partition to heal, with the hosts it goes between.
+  struct Held {
+    Event event;
+    SimEndpoint from;
+    SimEndpoint to;
+  };
+  struct LinkState {
+    std::optional<sim::Link> own;            // setLink(a, b, ...) or drawn
+    bool partitioned = false;
+    std::array<Clock::time_point, 2> busy{};  // when each direction's last byte goes out
+    std::vector<Held> held;                  // partitioned: in the order sent
   };
 
   // The socket of a simulated fd number, open or not.
@@ -8227,6 +8433,71 @@ class SimBackend {
   void push(Event e) {
     e.seq = seq_++;
     events_.push(std::move(e));
+  }
+
+  static SimEndpoint host(const SimEndpoint& e) noexcept { return SimEndpoint{e.family, e.ip, 0}; }
+
+  // A segment from socket `from` to socket `e.to`.
+  void transmitFrom(const SimSocket& from, Event e) {
+    const SimSocket& to = at(e.to);
+    transmit(std::move(e), host(from.local), host(to.local), to.latency);
+  }
+
+  // Puts `e` on the link from host `from` to host `to`: it goes out once
+  // the bytes before it on that link have (at the link's bandwidth) and
+  // arrives a latency later, never before an earlier segment to the same
+  // socket; across a partition it waits for heal(). Sockets without an
+  // address (socketPair's) have no link: `pairLatency` is theirs.
+  void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
+    if (from.family == AF_UNSPEC) {
+      e.at = now_ + pairLatency;
+    } else {
+      LinkState& l = linkState(from, to);
+      if (l.partitioned) {
+        l.held.push_back(Held{std::move(e), from, to});
+        return;
+      }
+      const sim::Link& link = this->link(from, to);
+      Clock::time_point departs = now_;
+      if (link.bandwidth != 0) {
+        Clock::time_point& busy = l.busy[from < to ? 0 : 1];
+        const auto serialise = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(static_cast<double>(e.bytes.size()) / static_cast<double>(link.bandwidth)));
+        busy = std::max(busy, now_) + serialise;
+        departs = busy;
+      }
+      e.at = departs + link.latency;
+    }
+    if (e.to >= 0) {
+      SimSocket& r = at(e.to);
+      e.at = std::max(e.at, r.lastArrival);
+      r.lastArrival = e.at;
+    }
+    push(std::move(e));
+  }
+
+  // The state of the link between hosts `a` and `b` (either order), made
+  // on first use.
+  LinkState& linkState(const SimEndpoint& a, const SimEndpoint& b) {
+    return links_[a < b ? std::pair{a, b} : std::pair{b, a}];
+  }
+
+  // The link between hosts `a` and `b`: their own, else drawn (once), else
+  // the default.
+  const sim::Link& link(const SimEndpoint& a, const SimEndpoint& b) {
+    LinkState& l = linkState(a, b);
+    if (l.own) return *l.own;
+    if (!range_) return defaultLink_;
+    const auto& [low, high] = *range_;
+    const auto draw = [this](auto lo, auto hi) {
+      return hi <= lo ? lo : lo + static_cast<decltype(lo)>(random_.below(static_cast<std::uint64_t>(hi - lo) + 1));
+    };
+    sim::Link drawn;
+    drawn.latency = Clock::duration(draw(low.latency.count(), high.latency.count()));
+    drawn.window = draw(low.window, high.window);
+    drawn.bandwidth = draw(low.bandwidth, high.bandwidth);
+    trace(static_cast<std::uint64_t>(drawn.latency.count()));
+    return *(l.own = drawn);
   }
 
   // Takes `e` for `s` (port 0: the next free ephemeral port).
@@ -8256,8 +8527,8 @@ class SimBackend {
     return nullptr;
   }
 
-  // An RST from `s` to its peer, one latency on.
-  void sendReset(SimSocket& s) { push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::rst}); }
+  // An RST from `s` to its peer.
+  void sendReset(SimSocket& s) { transmitFrom(s, Event{.to = s.peer, .kind = Segment::rst}); }
 
   // This end is reset: operations fail, what arrived unread is lost.
   void abortEnd(SimSocket& s) noexcept {
@@ -8281,6 +8552,15 @@ class SimBackend {
         arriveSyn(e);
         continue;
       }
+      if (e.kind == Segment::deferred) {
+        auto it = deferred_.find(e.op);
+        if (it == deferred_.end() || it->second.id != e.count) continue;  // cancelled or dropped since
+        const Deferred d = it->second;
+        deferred_.erase(it);
+        trace(0xD15C0000 + static_cast<std::uint64_t>(static_cast<std::uint32_t>(e.attempt)));
+        d.fire(d.owner, e.op, e.attempt);
+        continue;
+      }
       if (e.kind == Segment::window) {  // to the sender, of its peer's room
         SimSocket& sender = at(e.to);
         at(sender.peer).acking -= e.count;
@@ -8294,7 +8574,7 @@ class SimBackend {
       if (!s.open) {
         // A closed socket answers bytes and a connection's answer with RST.
         if ((e.kind == Segment::data && !s.reset) || e.kind == Segment::established) {
-          push(Event{.at = now_ + s.latency, .to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
+          transmitFrom(s, Event{.to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
           s.reset = true;
         }
         continue;
@@ -8325,6 +8605,7 @@ class SimBackend {
           break;
         case Segment::syn:
         case Segment::window:
+        case Segment::deferred:
           break;
       }
     }
@@ -8339,8 +8620,8 @@ class SimBackend {
     SimSocket* listener = listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
     if (listener == nullptr || e.attempt > kSynRetries) {
-      push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::refused,
-                 .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT});
+      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
+               host(e.endpoint), host(client.local), {});
       return;
     }
     if (listener->accepted.size() >= listener->backlog) {
@@ -8355,10 +8636,9 @@ class SimBackend {
     server.local = e.endpoint;
     server.remote = client.local;
     server.capacity = client.capacity;
-    server.latency = client.latency;
     listener->accepted.push_back(server.fd);
     notify(*listener, true);
-    push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::established, .from = server.fd});
+    transmitFrom(server, Event{.to = client.fd, .kind = Segment::established, .from = server.fd});
   }
 
   static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
@@ -8369,8 +8649,17 @@ class SimBackend {
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
   std::uint64_t seq_ = 0;
-  Clock::duration linkLatency_ = std::chrono::microseconds(50);
-  std::size_t linkCapacity_ = 64 * 1024;
+  sim::Link defaultLink_;
+  std::optional<std::pair<sim::Link, sim::Link>> range_;
+  std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
+  struct Deferred {
+    std::uint64_t id;  // of its current completion event
+    Fire fire;
+    const void* owner;
+  };
+  std::map<void*, Deferred> deferred_;
+  sim::DiskFaults diskFaults_;
+  std::uint64_t nextDeferred_ = 0;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
@@ -8381,6 +8670,7 @@ class SimBackend {
 #endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
 // end <coio/testing/detail/sim_backend.hpp>
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -8390,6 +8680,9 @@ class SimBackend {
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <stop_token>
 #include <utility>
 #include <vector>
@@ -8399,6 +8692,8 @@ class SimReactor;
 }  // namespace coio::sim
 
 namespace coio::detail {
+
+class SimDiskRing;
 
 template <>
 struct BackendOf<sim::SimReactor> {
@@ -8568,14 +8863,6 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
 
 namespace coio::sim {
 
-/// A simulated connection's two directions (SimReactor::socketPair,
-/// setLink): how long a segment takes to arrive, and how many bytes may be
-/// unread or on their way to one end (the window).
-struct Link {
-  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
-  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
-};
-
 /// A reactor in virtual time: it models coio::Reactor on one thread, and a
 /// run of it is a function of its seed. Put code written against the
 /// Reactor concept (withTimeout, waitFor, TcpStream's users, a service's
@@ -8618,6 +8905,13 @@ struct Link {
 ///   peer's abort, or its close with bytes it never read, or a fault:
 ///   reset()), ENOTCONN on a socket not connected. Socket options are taken
 ///   and ignored. socketPair() makes a connected pair directly.
+/// - Links and faults: a link joins two hosts (IP addresses) both ways,
+///   with a latency, a window and a bandwidth (setLink: one default, or per
+///   pair of hosts; drawLinks: drawn from the seed per pair); segments on
+///   a link go out in order at its bandwidth. partition(a, b) stops the
+///   segments between two hosts without a reset until heal(a, b); reset(fd)
+///   resets a connection at once; a peer that stops reading fills the
+///   window and holds its sender.
 /// - Each operation resumes in the ready phase after its socket let it
 ///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
@@ -8652,8 +8946,30 @@ class SimReactor : public ReactorLoop<SimReactor> {
 
   /// A connected pair of simulated sockets (see the class comment).
   std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
-  /// The link of the connections connect() makes from now on (both ways).
-  void setLink(Link link) noexcept { backend_.setLink(link.latency, link.window); }
+  /// The link between hosts that have none of their own (both ways;
+  /// windows are fixed when a connection is made, the rest applies to the
+  /// next segment on).
+  void setLink(const Link& link) noexcept { backend_.setLink(link); }
+  /// The link between hosts `a` and `b` (IP addresses, "10.0.0.1" or
+  /// "::1"), both ways. std::invalid_argument for a malformed address.
+  void setLink(std::string_view a, std::string_view b, const Link& link) {
+    backend_.setLink(host(a), host(b), link);
+  }
+  /// A fault drawn from the seed: each pair of hosts without a link of its
+  /// own gets one between `low` and `high` (each field uniformly) when its
+  /// first segment goes.
+  void drawLinks(const Link& low, const Link& high) noexcept { backend_.drawLinks(low, high); }
+  /// A fault: a partition between hosts `a` and `b`. Bytes, FINs,
+  /// connects and RSTs between them stop (nothing is reset: each side sees
+  /// silence) until heal(a, b), then arrive in order, as TCP's
+  /// retransmissions would deliver them.
+  void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
+  /// Ends partition(a, b).
+  void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+
+  /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
+  /// do to the operations submitted from now on: latency and faults.
+  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.diskFaults() = faults; }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
@@ -8695,6 +9011,21 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void forget(int) noexcept {}
 
  private:
+  friend class detail::SimDiskRing;
+
+  static detail::SimEndpoint host(std::string_view ip) {
+    const std::string text(ip);
+    detail::SimEndpoint e;
+    if (::inet_pton(AF_INET, text.c_str(), e.ip.data()) == 1) {
+      e.family = AF_INET;
+    } else if (::inet_pton(AF_INET6, text.c_str(), e.ip.data()) == 1) {
+      e.family = AF_INET6;
+    } else {
+      throw std::invalid_argument("coio::sim: not an IP address: '" + text + "'");
+    }
+    return e;
+  }
+
   std::uint64_t seed_;
 };
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -223,5 +224,112 @@ TEST_CASE("SimReactor network: a connect stopped before its SYN arrived leaves n
     auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(l));
     CHECK(client);
     CHECK(server);
+  }(reactor, *listener));
+}
+
+namespace {
+
+// How long a connect from the loopback host to `to` takes on `reactor`.
+std::chrono::steady_clock::duration connectTime(SimReactor& reactor, const char* to) {
+  coio::Result<Listener> listener = Listener::bind(reactor, address(to));
+  REQUIRE(listener);
+  return reactor.runUntil([](SimReactor& r, Listener& l, const char* at) -> coio::Task<std::chrono::steady_clock::duration> {
+    const auto start = r.now();
+    auto [client, server] = co_await coio::collectAll(Stream::connect(r, address(at)), acceptOne(l));
+    REQUIRE(client);
+    REQUIRE(server);
+    co_return r.now() - start;
+  }(reactor, *listener, to));
+}
+
+}  // namespace
+
+TEST_CASE("SimReactor links: a latency per pair of hosts, a default for the others, and links drawn from the seed",
+          "[sim]") {
+  {
+    SimReactor reactor(8);
+    reactor.setLink("10.0.0.1", "127.0.0.1", {.latency = 20ms});
+    CHECK(connectTime(reactor, "10.0.0.1:1") == 40ms);  // SYN there, its answer back
+    CHECK(connectTime(reactor, "10.0.0.2:1") == 100us);  // the default link: 50 us each way
+  }
+  // Drawn: the same for a seed, different across seeds, within the range.
+  std::set<std::chrono::steady_clock::duration> seen;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::chrono::steady_clock::duration took[2];
+    for (auto& t : took) {
+      SimReactor reactor(seed);
+      reactor.drawLinks({.latency = 1ms}, {.latency = 100ms});
+      t = connectTime(reactor, "10.0.0.1:1");
+    }
+    CHECK(took[0] == took[1]);
+    CHECK(took[0] >= 2ms);
+    CHECK(took[0] <= 200ms);
+    seen.insert(took[0]);
+  }
+  CHECK(seen.size() > 10);
+}
+
+TEST_CASE("SimReactor links: bytes go out at the link's bandwidth", "[sim]") {
+  SimReactor reactor(9);
+  reactor.setLink({.latency = 1ms, .window = 1 << 20, .bandwidth = 1'000'000});
+  coio::Result<Listener> listener = Listener::bind(reactor, address("10.0.0.1:7001"));
+  REQUIRE(listener);
+  reactor.runUntil([](SimReactor& r, Listener& l) -> coio::Task<void> {
+    auto [client, server] = co_await coio::collectAll(Stream::connect(r, address("10.0.0.1:7001")), acceptOne(l));
+    REQUIRE(client);
+    REQUIRE(server);
+    const std::vector<std::byte> out = pattern(100'000, 9);
+    std::vector<std::byte> in(out.size());
+    const auto start = r.now();
+    auto send = [](Stream& s, const std::vector<std::byte>& o) -> coio::Task<void> {
+      const coio::Result<void> w = co_await s.writeAll(std::span<const std::byte>(o));
+      REQUIRE(w);
+    };
+    auto receive = [](Stream& s, std::vector<std::byte>& i) -> coio::Task<void> {
+      const coio::Result<void> rd = co_await s.readExact(i);
+      REQUIRE(rd);
+    };
+    co_await coio::collectAll(send(*client, out), receive(*server, in));
+    CHECK(in == out);
+    // 100 KB at 1 MB/s, plus the latency of the last byte.
+    const auto took = r.now() - start;
+    CHECK(took >= 101ms);
+    CHECK(took < 110ms);
+  }(reactor, *listener));
+}
+
+TEST_CASE("SimReactor faults: a partition stops bytes and connects without a reset; healed, they arrive in order",
+          "[sim]") {
+  SimReactor reactor(10);
+  reactor.setLink({.latency = 1ms});
+  coio::Result<Listener> listener = Listener::bind(reactor, address("10.0.0.1:7002"));
+  REQUIRE(listener);
+  reactor.runUntil([](SimReactor& r, Listener& l) -> coio::Task<void> {
+    const coio::SocketAddress to = address("10.0.0.1:7002");
+    auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(l));
+    REQUIRE(client);
+    REQUIRE(server);
+    r.partition("127.0.0.1", "10.0.0.1");
+    const std::vector<std::byte> out = pattern(5000, 10);
+    const coio::Result<void> sent = co_await client->writeAll(std::span<const std::byte>(out));
+    REQUIRE(sent);  // the window took it
+    std::vector<std::byte> in(out.size());
+    Stream& receiver = *server;  // clang 14: a lambda cannot capture a structured binding
+    coio::Result<std::size_t> early =
+        co_await coio::withTimeout(r, [&](std::stop_token stop) { return receiver.read(in, stop); }, 2s);
+    CHECK(early.error() == std::errc::timed_out);  // silence, not a reset
+    coio::Result<Stream> during = co_await coio::withTimeout(r, Stream::connect(r, to), 500ms);
+    CHECK(during.error() == std::errc::timed_out);
+    const auto healed = r.now();
+    r.heal("127.0.0.1", "10.0.0.1");
+    const coio::Result<void> got = co_await server->readExact(in);
+    REQUIRE(got);
+    CHECK(in == out);
+    CHECK(r.now() - healed == 1ms);
+    // The connection works both ways again.
+    const coio::Result<void> back = co_await server->writeAll(std::span<const std::byte>(out.data(), 10));
+    CHECK(back);
+    const coio::Result<void> read = co_await client->readExact(std::span(in.data(), 10));
+    CHECK(read);
   }(reactor, *listener));
 }

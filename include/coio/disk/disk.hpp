@@ -11,6 +11,7 @@
 #include <liburing.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -78,6 +79,20 @@ class Disk {
     reactor.spawn(pump(reactor, std::move(ring)));
   }
 
+  /// A Disk on a reactor of another kind, whose namespace provides
+  /// `makeDiskRing(reactor, options)` (found by argument-dependent lookup):
+  /// coio::sim::SimReactor's simulated disk (<coio/testing/sim_disk.hpp>).
+  /// Code templated over the reactor constructs a Disk the same way on each.
+  template <typename R>
+    requires requires(R& r, const Options& o) {
+      { makeDiskRing(r, o) } -> std::convertible_to<std::shared_ptr<detail::DiskRing>>;
+    }
+  Disk(R& reactor, Options options) : ring_(makeDiskRing(reactor, options)), options_(options) {}
+  /// The same, default options.
+  template <typename R>
+    requires requires(R& r, const Options& o) { makeDiskRing(r, o); }
+  explicit Disk(R& reactor) : Disk(reactor, Options{}) {}
+
   Disk(const Disk&) = delete;
   Disk& operator=(const Disk&) = delete;
   ~Disk() {
@@ -86,10 +101,11 @@ class Disk {
     for (int* slot : files_) {
       if (slot) *slot = -1;  // the File is no longer registered
     }
-    if (!files_.empty()) (void)io_uring_unregister_files(&ring());
+    if (!files_.empty()) ring_->unregisterFiles();
   }
 
-  /// The ring, e.g. to register more resources. Loop thread.
+  /// The ring, e.g. to register more resources. Loop thread. (A simulated
+  /// disk has none: it throws std::logic_error.)
   io_uring& ring() noexcept { return ring_->ring(); }
 
   /// Makes the pool's buffers the ring's fixed buffers (the ring has one
@@ -101,7 +117,7 @@ class Disk {
     std::error_code error = pool_ ? systemError(EBUSY) : std::error_code{};
     if (!error) {
       const std::vector<iovec> regions = pool.regions();
-      const int r = io_uring_register_buffers(&ring(), regions.data(), static_cast<unsigned>(regions.size()));
+      const int r = ring_->registerBuffers(regions);
       if (r == 0) {
         pool_ = &pool;
         pool.disk_ = this;
@@ -120,7 +136,7 @@ class Disk {
   /// Gives the fixed-buffer table back. No fixed read may be pending.
   void unregisterBuffers(BufferPool& pool) noexcept {
     if (pool_ != &pool) return;
-    (void)io_uring_unregister_buffers(&ring());
+    ring_->unregisterBuffers();
     pool_ = nullptr;
     pool.disk_ = nullptr;
     pool.note_ = "not registered (unregistered from its Disk)";
@@ -137,7 +153,7 @@ class Disk {
   // the File's slot field, which the Disk resets when it goes.
   Result<int> registerFile(int fd, int* owner) {
     if (files_.empty()) {
-      if (const int r = io_uring_register_files_sparse(&ring(), options_.maxRegisteredFiles); r < 0) {
+      if (const int r = ring_->registerFiles(options_.maxRegisteredFiles); r < 0) {
         return systemError(-r);
       }
       files_.assign(options_.maxRegisteredFiles, nullptr);
@@ -145,7 +161,7 @@ class Disk {
     const auto free = std::find(files_.begin(), files_.end(), nullptr);
     if (free == files_.end()) return systemError(EMFILE);
     const int slot = static_cast<int>(free - files_.begin());
-    if (const int r = io_uring_register_files_update(&ring(), static_cast<unsigned>(slot), &fd, 1); r < 0) {
+    if (const int r = ring_->updateFile(static_cast<unsigned>(slot), fd); r < 0) {
       return systemError(-r);
     }
     *free = owner;
@@ -154,8 +170,7 @@ class Disk {
 
   // Empties a slot (operations in flight keep their own file reference).
   void unregisterFile(int slot) noexcept {
-    const int none = -1;
-    (void)io_uring_register_files_update(&ring(), static_cast<unsigned>(slot), &none, 1);
+    (void)ring_->updateFile(static_cast<unsigned>(slot), -1);
     files_[static_cast<std::size_t>(slot)] = nullptr;
   }
   void moveFile(int slot, int* owner) noexcept { files_[static_cast<std::size_t>(slot)] = owner; }

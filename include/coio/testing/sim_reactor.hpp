@@ -9,6 +9,7 @@
 #include <coio/reactor/reactor_loop.hpp>
 #include <coio/testing/detail/sim_backend.hpp>
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -18,6 +19,9 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <stop_token>
 #include <utility>
 #include <vector>
@@ -27,6 +31,8 @@ class SimReactor;
 }  // namespace coio::sim
 
 namespace coio::detail {
+
+class SimDiskRing;
 
 template <>
 struct BackendOf<sim::SimReactor> {
@@ -196,14 +202,6 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
 
 namespace coio::sim {
 
-/// A simulated connection's two directions (SimReactor::socketPair,
-/// setLink): how long a segment takes to arrive, and how many bytes may be
-/// unread or on their way to one end (the window).
-struct Link {
-  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
-  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
-};
-
 /// A reactor in virtual time: it models coio::Reactor on one thread, and a
 /// run of it is a function of its seed. Put code written against the
 /// Reactor concept (withTimeout, waitFor, TcpStream's users, a service's
@@ -246,6 +244,13 @@ struct Link {
 ///   peer's abort, or its close with bytes it never read, or a fault:
 ///   reset()), ENOTCONN on a socket not connected. Socket options are taken
 ///   and ignored. socketPair() makes a connected pair directly.
+/// - Links and faults: a link joins two hosts (IP addresses) both ways,
+///   with a latency, a window and a bandwidth (setLink: one default, or per
+///   pair of hosts; drawLinks: drawn from the seed per pair); segments on
+///   a link go out in order at its bandwidth. partition(a, b) stops the
+///   segments between two hosts without a reset until heal(a, b); reset(fd)
+///   resets a connection at once; a peer that stops reading fills the
+///   window and holds its sender.
 /// - Each operation resumes in the ready phase after its socket let it
 ///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
@@ -280,8 +285,30 @@ class SimReactor : public ReactorLoop<SimReactor> {
 
   /// A connected pair of simulated sockets (see the class comment).
   std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
-  /// The link of the connections connect() makes from now on (both ways).
-  void setLink(Link link) noexcept { backend_.setLink(link.latency, link.window); }
+  /// The link between hosts that have none of their own (both ways;
+  /// windows are fixed when a connection is made, the rest applies to the
+  /// next segment on).
+  void setLink(const Link& link) noexcept { backend_.setLink(link); }
+  /// The link between hosts `a` and `b` (IP addresses, "10.0.0.1" or
+  /// "::1"), both ways. std::invalid_argument for a malformed address.
+  void setLink(std::string_view a, std::string_view b, const Link& link) {
+    backend_.setLink(host(a), host(b), link);
+  }
+  /// A fault drawn from the seed: each pair of hosts without a link of its
+  /// own gets one between `low` and `high` (each field uniformly) when its
+  /// first segment goes.
+  void drawLinks(const Link& low, const Link& high) noexcept { backend_.drawLinks(low, high); }
+  /// A fault: a partition between hosts `a` and `b`. Bytes, FINs,
+  /// connects and RSTs between them stop (nothing is reset: each side sees
+  /// silence) until heal(a, b), then arrive in order, as TCP's
+  /// retransmissions would deliver them.
+  void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
+  /// Ends partition(a, b).
+  void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+
+  /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
+  /// do to the operations submitted from now on: latency and faults.
+  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.diskFaults() = faults; }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
   void reset(int fd) { backend_.reset(fd); }
@@ -323,6 +350,21 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void forget(int) noexcept {}
 
  private:
+  friend class detail::SimDiskRing;
+
+  static detail::SimEndpoint host(std::string_view ip) {
+    const std::string text(ip);
+    detail::SimEndpoint e;
+    if (::inet_pton(AF_INET, text.c_str(), e.ip.data()) == 1) {
+      e.family = AF_INET;
+    } else if (::inet_pton(AF_INET6, text.c_str(), e.ip.data()) == 1) {
+      e.family = AF_INET6;
+    } else {
+      throw std::invalid_argument("coio::sim: not an IP address: '" + text + "'");
+    }
+    return e;
+  }
+
   std::uint64_t seed_;
 };
 

@@ -147,11 +147,24 @@ class EagerGate {
   unsigned inlineStreak_ = 0;
 };
 
-/// Where disk operations are submitted. Loop thread only.
+/// Where disk operations are submitted. Loop thread only. The two real
+/// rings are io_uring's; coio::sim's is another kind (makeDiskRing, see
+/// Disk), which is why registration goes through here.
 class DiskRing {
  public:
   virtual ~DiskRing() = default;
   virtual io_uring& ring() noexcept = 0;
+  /// The fixed-buffer table, and the registered-file table (made sparse,
+  /// then one slot updated at a time): 0 or -errno, as liburing's calls.
+  virtual int registerBuffers(const std::vector<iovec>& regions) noexcept {
+    return io_uring_register_buffers(&ring(), regions.data(), static_cast<unsigned>(regions.size()));
+  }
+  virtual void unregisterBuffers() noexcept { (void)io_uring_unregister_buffers(&ring()); }
+  virtual int registerFiles(unsigned slots) noexcept { return io_uring_register_files_sparse(&ring(), slots); }
+  virtual int updateFile(unsigned slot, int fd) noexcept {
+    return io_uring_register_files_update(&ring(), slot, &fd, 1);
+  }
+  virtual void unregisterFiles() noexcept { (void)io_uring_unregister_files(&ring()); }
   /// Prepares `request` for `op` and submits it per the policy (or defers
   /// it while a batch is open).
   virtual void submit(DiskOp& op, const DiskRequest& request) = 0;

@@ -58,6 +58,28 @@ class Random {
   std::uint64_t state_;
 };
 
+/// A link between two hosts of the simulated network (SimReactor::setLink),
+/// both ways: how long a segment takes to arrive, how many bytes may be
+/// unread or on their way to a connection's end (the window, fixed when
+/// the connection is made), and how fast bytes go out.
+struct Link {
+  std::chrono::steady_clock::duration latency = std::chrono::microseconds(50);  ///< each way
+  std::size_t window = 64 * 1024;  ///< bytes unread or on their way to one end, at most
+  std::uint64_t bandwidth = 0;     ///< bytes per second each way; 0: no limit
+};
+
+/// What the simulated disk (<coio/testing/sim_disk.hpp>) does to each
+/// operation, drawn from the seed (SimReactor::setDiskFaults). Each fault
+/// is a probability per operation, 0 to 1.
+struct DiskFaults {
+  std::chrono::steady_clock::duration minLatency = std::chrono::microseconds(20);  ///< per operation, uniform
+  std::chrono::steady_clock::duration maxLatency = std::chrono::microseconds(200);  ///< between these
+  double eio = 0;        ///< a read, write or fsync fails with EIO (nothing is transferred)
+  double shortRead = 0;  ///< a read of more than a byte returns a shorter prefix of it
+  double hang = 0;       ///< a read or write never completes until cancelled
+  double enospc = 0;     ///< a write fails with ENOSPC (nothing is written)
+};
+
 }  // namespace coio::sim
 
 namespace coio::detail {
@@ -151,7 +173,8 @@ struct SimSocket {
   std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
   std::size_t acking = 0;       // bytes read whose window update is on its way to the sender
   std::size_t capacity = 0;     // inbox + inFlight + acking may not exceed it (the window)
-  std::chrono::steady_clock::duration latency{};  // of segments sent to this socket
+  std::chrono::steady_clock::duration latency{};  // socketPair's (no address, no link): of segments to it
+  std::chrono::steady_clock::time_point lastArrival{};  // of the segments to it: they arrive in order
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
 };
@@ -319,10 +342,29 @@ class SimBackend {
 
   // --- Connections.
 
-  /// The link of the connections made from now on: latency each way, window.
-  void setLink(Clock::duration latency, std::size_t capacity) noexcept {
-    linkLatency_ = latency;
-    linkCapacity_ = capacity;
+  // --- Links and their faults (hosts are SimEndpoints with port 0).
+
+  /// The link between hosts without one of their own.
+  void setLink(const sim::Link& link) noexcept { defaultLink_ = link; }
+  /// The link between `a` and `b`, both ways, from the next segment on.
+  void setLink(const SimEndpoint& a, const SimEndpoint& b, const sim::Link& link) { linkState(a, b).own = link; }
+  /// Links without one of their own are drawn between `low` and `high`
+  /// (each field uniformly, from the seed) when first used.
+  void drawLinks(const sim::Link& low, const sim::Link& high) noexcept { range_ = {low, high}; }
+  /// Segments between `a` and `b` stop (no RST): each waits, in order,
+  /// until heal(), as TCP's retransmissions would deliver them then.
+  void partition(const SimEndpoint& a, const SimEndpoint& b) {
+    linkState(a, b).partitioned = true;
+    trace(0x9A57);
+  }
+  /// Ends a partition: what waited goes, one latency on, in order.
+  void heal(const SimEndpoint& a, const SimEndpoint& b) {
+    LinkState& l = linkState(a, b);
+    l.partitioned = false;
+    std::vector<Held> held = std::move(l.held);
+    l.held.clear();
+    trace(0x4EA1 + held.size());
+    for (Held& h : held) transmit(std::move(h.event), h.from, h.to, {});
   }
 
   /// A connected pair whose bytes take `latency` each way, with windows of
@@ -351,9 +393,8 @@ class SimBackend {
     }
     s.state = SimSocket::State::connecting;
     s.remote = to;
-    s.capacity = linkCapacity_;
-    s.latency = linkLatency_;
-    push(Event{.at = now_ + linkLatency_, .to = -1, .kind = Segment::syn, .from = s.fd, .endpoint = to});
+    s.capacity = link(host(s.local), host(to)).window;
+    transmit(Event{.kind = Segment::syn, .from = s.fd, .endpoint = to}, host(s.local), host(to), {});
     return 0;
   }
 
@@ -382,8 +423,7 @@ class SimBackend {
     SimSocket& to = at(from.peer);
     n = std::min(n, room(from));
     to.inFlight += n;
-    push(Event{.at = now_ + to.latency, .to = from.peer, .kind = Segment::data,
-               .bytes = std::vector<std::byte>(data, data + n)});
+    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::vector<std::byte>(data, data + n)});
     trace(n);
     return n;
   }
@@ -408,7 +448,7 @@ class SimBackend {
     trace(take);
     if (take != 0) {
       s.acking += take;
-      push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::window, .count = take});
+      transmitFrom(s, Event{.to = s.peer, .kind = Segment::window, .count = take});
     }
     return take;
   }
@@ -418,7 +458,7 @@ class SimBackend {
   void shutdown(SimSocket& s) {
     if (s.finSent || s.reset) return;
     s.finSent = true;
-    push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::fin});
+    transmitFrom(s, Event{.to = s.peer, .kind = Segment::fin});
   }
 
   /// A connection reset (a fault): both ends fail every operation with
@@ -429,6 +469,40 @@ class SimBackend {
     abortEnd(*s);
     abortEnd(at(s->peer));
     trace(0x5E5E7);
+  }
+
+  // --- Completions at a virtual time (the simulated disk's operations).
+
+  sim::DiskFaults& diskFaults() noexcept { return diskFaults_; }
+  /// True with probability `p` (drawn from the seed; none drawn for 0 or 1).
+  bool chance(double p) noexcept {
+    if (p <= 0) return false;
+    if (p >= 1) return true;
+    return static_cast<double>(random_.below(1u << 30)) < p * static_cast<double>(1u << 30);
+  }
+
+  /// How a deferred operation completes: with its result (>= 0 or -errno).
+  using Fire = void (*)(const void* owner, void* op, int result) noexcept;
+  /// `fire(owner, op, result)` at `at`, or, without `at`, only when cancelled
+  /// (an operation that hangs). Called on the loop thread, from poll().
+  /// `owner` may drop its operations (dropDeferredOf).
+  void defer(const void* owner, void* op, Fire fire, int result, std::optional<Clock::time_point> at) {
+    const std::uint64_t id = nextDeferred_++;
+    deferred_[op] = Deferred{id, fire, owner};
+    if (at) push(Event{.at = *at, .kind = Segment::deferred, .attempt = result, .count = id, .op = op});
+  }
+  /// A pending deferred `op` completes now with ECANCELED (its own
+  /// completion is dropped); false if it is not pending.
+  bool cancelDeferred(void* op) {
+    auto it = deferred_.find(op);
+    if (it == deferred_.end()) return false;
+    it->second.id = nextDeferred_++;
+    push(Event{.at = now_, .kind = Segment::deferred, .attempt = -ECANCELED, .count = it->second.id, .op = op});
+    return true;
+  }
+  /// The pending operations of `owner` will not complete (it is going away).
+  void dropDeferredOf(const void* owner) noexcept {
+    std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
   }
 
   /// Wakes the operation waiting to read (or write) on `s`, if any; it
@@ -445,10 +519,11 @@ class SimBackend {
   // What travels between sockets: bytes, a FIN, a window update (the room
   // a read freed), a connection's SYN (to an address), its answer
   // (established, or refused with an errno) and RST.
-  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst };
+  // (And a deferred completion, which travels nowhere.)
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred };
 
   struct Event {
-    Clock::time_point at;
+    Clock::time_point at{};  // when it arrives (transmit() sets it)
     std::uint64_t seq = 0;  // equal times: in the order sent
     int to = -1;            // the socket it arrives at (a SYN: the one at `endpoint`)
     Segment kind = Segment::data;
@@ -456,8 +531,22 @@ class SimBackend {
     int from = -1;          // syn: the connecting socket; established: the accepted one
     SimEndpoint endpoint{};  // syn: the address it is sent to
     int attempt = 0;        // syn: sent before this many times; refused: the errno
-    std::size_t count = 0;  // window: the bytes read
+    std::size_t count = 0;  // window: the bytes read; deferred: its id
+    void* op = nullptr;     // deferred: the operation (attempt: its result)
     bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  // A segment waiting for a partition to heal, with the hosts it goes between.
+  struct Held {
+    Event event;
+    SimEndpoint from;
+    SimEndpoint to;
+  };
+  struct LinkState {
+    std::optional<sim::Link> own;            // setLink(a, b, ...) or drawn
+    bool partitioned = false;
+    std::array<Clock::time_point, 2> busy{};  // when each direction's last byte goes out
+    std::vector<Held> held;                  // partitioned: in the order sent
   };
 
   // The socket of a simulated fd number, open or not.
@@ -473,6 +562,71 @@ class SimBackend {
   void push(Event e) {
     e.seq = seq_++;
     events_.push(std::move(e));
+  }
+
+  static SimEndpoint host(const SimEndpoint& e) noexcept { return SimEndpoint{e.family, e.ip, 0}; }
+
+  // A segment from socket `from` to socket `e.to`.
+  void transmitFrom(const SimSocket& from, Event e) {
+    const SimSocket& to = at(e.to);
+    transmit(std::move(e), host(from.local), host(to.local), to.latency);
+  }
+
+  // Puts `e` on the link from host `from` to host `to`: it goes out once
+  // the bytes before it on that link have (at the link's bandwidth) and
+  // arrives a latency later, never before an earlier segment to the same
+  // socket; across a partition it waits for heal(). Sockets without an
+  // address (socketPair's) have no link: `pairLatency` is theirs.
+  void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
+    if (from.family == AF_UNSPEC) {
+      e.at = now_ + pairLatency;
+    } else {
+      LinkState& l = linkState(from, to);
+      if (l.partitioned) {
+        l.held.push_back(Held{std::move(e), from, to});
+        return;
+      }
+      const sim::Link& link = this->link(from, to);
+      Clock::time_point departs = now_;
+      if (link.bandwidth != 0) {
+        Clock::time_point& busy = l.busy[from < to ? 0 : 1];
+        const auto serialise = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(static_cast<double>(e.bytes.size()) / static_cast<double>(link.bandwidth)));
+        busy = std::max(busy, now_) + serialise;
+        departs = busy;
+      }
+      e.at = departs + link.latency;
+    }
+    if (e.to >= 0) {
+      SimSocket& r = at(e.to);
+      e.at = std::max(e.at, r.lastArrival);
+      r.lastArrival = e.at;
+    }
+    push(std::move(e));
+  }
+
+  // The state of the link between hosts `a` and `b` (either order), made
+  // on first use.
+  LinkState& linkState(const SimEndpoint& a, const SimEndpoint& b) {
+    return links_[a < b ? std::pair{a, b} : std::pair{b, a}];
+  }
+
+  // The link between hosts `a` and `b`: their own, else drawn (once), else
+  // the default.
+  const sim::Link& link(const SimEndpoint& a, const SimEndpoint& b) {
+    LinkState& l = linkState(a, b);
+    if (l.own) return *l.own;
+    if (!range_) return defaultLink_;
+    const auto& [low, high] = *range_;
+    const auto draw = [this](auto lo, auto hi) {
+      return hi <= lo ? lo : lo + static_cast<decltype(lo)>(random_.below(static_cast<std::uint64_t>(hi - lo) + 1));
+    };
+    sim::Link drawn;
+    drawn.latency = Clock::duration(draw(low.latency.count(), high.latency.count()));
+    drawn.window = draw(low.window, high.window);
+    drawn.bandwidth = draw(low.bandwidth, high.bandwidth);
+    trace(static_cast<std::uint64_t>(drawn.latency.count()));
+    return *(l.own = drawn);
   }
 
   // Takes `e` for `s` (port 0: the next free ephemeral port).
@@ -502,8 +656,8 @@ class SimBackend {
     return nullptr;
   }
 
-  // An RST from `s` to its peer, one latency on.
-  void sendReset(SimSocket& s) { push(Event{.at = now_ + at(s.peer).latency, .to = s.peer, .kind = Segment::rst}); }
+  // An RST from `s` to its peer.
+  void sendReset(SimSocket& s) { transmitFrom(s, Event{.to = s.peer, .kind = Segment::rst}); }
 
   // This end is reset: operations fail, what arrived unread is lost.
   void abortEnd(SimSocket& s) noexcept {
@@ -527,6 +681,15 @@ class SimBackend {
         arriveSyn(e);
         continue;
       }
+      if (e.kind == Segment::deferred) {
+        auto it = deferred_.find(e.op);
+        if (it == deferred_.end() || it->second.id != e.count) continue;  // cancelled or dropped since
+        const Deferred d = it->second;
+        deferred_.erase(it);
+        trace(0xD15C0000 + static_cast<std::uint64_t>(static_cast<std::uint32_t>(e.attempt)));
+        d.fire(d.owner, e.op, e.attempt);
+        continue;
+      }
       if (e.kind == Segment::window) {  // to the sender, of its peer's room
         SimSocket& sender = at(e.to);
         at(sender.peer).acking -= e.count;
@@ -540,7 +703,7 @@ class SimBackend {
       if (!s.open) {
         // A closed socket answers bytes and a connection's answer with RST.
         if ((e.kind == Segment::data && !s.reset) || e.kind == Segment::established) {
-          push(Event{.at = now_ + s.latency, .to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
+          transmitFrom(s, Event{.to = e.kind == Segment::data ? s.peer : e.from, .kind = Segment::rst});
           s.reset = true;
         }
         continue;
@@ -571,6 +734,7 @@ class SimBackend {
           break;
         case Segment::syn:
         case Segment::window:
+        case Segment::deferred:
           break;
       }
     }
@@ -585,8 +749,8 @@ class SimBackend {
     SimSocket* listener = listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
     if (listener == nullptr || e.attempt > kSynRetries) {
-      push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::refused,
-                 .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT});
+      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
+               host(e.endpoint), host(client.local), {});
       return;
     }
     if (listener->accepted.size() >= listener->backlog) {
@@ -601,10 +765,9 @@ class SimBackend {
     server.local = e.endpoint;
     server.remote = client.local;
     server.capacity = client.capacity;
-    server.latency = client.latency;
     listener->accepted.push_back(server.fd);
     notify(*listener, true);
-    push(Event{.at = now_ + client.latency, .to = client.fd, .kind = Segment::established, .from = server.fd});
+    transmitFrom(server, Event{.to = client.fd, .kind = Segment::established, .from = server.fd});
   }
 
   static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
@@ -615,8 +778,17 @@ class SimBackend {
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
   std::uint64_t seq_ = 0;
-  Clock::duration linkLatency_ = std::chrono::microseconds(50);
-  std::size_t linkCapacity_ = 64 * 1024;
+  sim::Link defaultLink_;
+  std::optional<std::pair<sim::Link, sim::Link>> range_;
+  std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
+  struct Deferred {
+    std::uint64_t id;  // of its current completion event
+    Fire fire;
+    const void* owner;
+  };
+  std::map<void*, Deferred> deferred_;
+  sim::DiskFaults diskFaults_;
+  std::uint64_t nextDeferred_ = 0;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
