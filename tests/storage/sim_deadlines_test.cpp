@@ -175,13 +175,6 @@ T runAgainst(SimReactor& reactor, Server& server, Task<T> body) {
   return result;
 }
 
-// runAgainst with no server to stop.
-template <typename T>
-T run(SimReactor& reactor, Task<T> body) {
-  NoServer nobody;
-  return runAgainst(reactor, nobody, std::move(body));
-}
-
 // A batchRead of one 4 KiB IO through a ClusterClient of oneReplica(),
 // whose server at kServer is a `Server`, on a simulation of `seed`.
 template <typename Server>
@@ -272,12 +265,13 @@ TEST_CASE("StorageServer's connection deadlines on SimReactor: idle and frame ti
     SimReactor reactor(seed);
     reactor.setLink({.latency = kLatency});
     Listener listener = listening(reactor, kServer);
+    NoServer nobody;  // the listener is the server: nothing else to stop
     // Nothing sent: closed as idle, idleTimeout after the connection came.
-    const Expiry idle = run(reactor, expiry(reactor, listener, std::nullopt));
+    const Expiry idle = runAgainst(reactor, nobody, expiry(reactor, listener, std::nullopt));
     CHECK(idle.why == storage::ConnectionExpiry::idle);
     CHECK(ns(idle.after) == ns(3s));
     // A frame begun at 1 s and a latency, never finished: frameTimeout after its first byte.
-    const Expiry frame = run(reactor, expiry(reactor, listener, 1s));
+    const Expiry frame = runAgainst(reactor, nobody, expiry(reactor, listener, 1s));
     CHECK(frame.why == storage::ConnectionExpiry::frame);
     CHECK(ns(frame.after) == ns(1s + kLatency + 2s));
   }
