@@ -8382,6 +8382,24 @@ class SimBackend {
     std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
   }
 
+  /// A fault: every connection between hosts `a` and `b` is reset at once
+  /// (as by a middlebox, or a peer's restart): the number reset.
+  std::size_t resetBetween(const SimEndpoint& a, const SimEndpoint& b) {
+    std::size_t n = 0;
+    for (SimSocket& s : sockets_) {
+      if (!s.open || s.reset || s.state != SimSocket::State::connected || s.local.family == AF_UNSPEC) continue;
+      const SimEndpoint here = host(s.local);
+      const SimEndpoint there = host(s.remote);
+      if (!((here == a && there == b) || (here == b && there == a))) continue;
+      abortEnd(s);
+      SimSocket& peer = at(s.peer);
+      if (!peer.reset) abortEnd(peer);
+      ++n;
+    }
+    trace(0x5E5E8 + n);
+    return n;
+  }
+
   /// Wakes the operation waiting to read (or write) on `s`, if any; it
   /// stays registered if it could not complete.
   void notify(SimSocket& s, bool read) noexcept {
@@ -8916,8 +8934,8 @@ namespace coio::sim {
 ///   pair of hosts; drawLinks: drawn from the seed per pair); segments on
 ///   a link go out in order at its bandwidth. partition(a, b) stops the
 ///   segments between two hosts without a reset until heal(a, b); reset(fd)
-///   resets a connection at once; a peer that stops reading fills the
-///   window and holds its sender.
+///   resets a connection at once, resetConnections(a, b) all between two
+///   hosts; a peer that stops reading fills the window and holds its sender.
 /// - Each operation resumes in the ready phase after its socket let it
 ///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
@@ -8972,6 +8990,11 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
   /// Ends partition(a, b).
   void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+  /// A fault: every connection between hosts `a` and `b` is reset at once,
+  /// both ends (as reset(fd) for each); how many there were.
+  std::size_t resetConnections(std::string_view a, std::string_view b) {
+    return backend_.resetBetween(host(a), host(b));
+  }
 
   /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
   /// do to the operations submitted from now on: latency and faults.

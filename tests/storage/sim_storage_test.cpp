@@ -236,7 +236,7 @@ struct ClusterData {
 };
 
 struct ClusterFaults {
-  bool partitions = false;   // now and then the client loses one server for a while (drawn)
+  bool partitions = false;   // the network's fault schedule (drawn): partitions, resets, slow links
   bool corruptOne = false;   // one replica of one chunk has a flipped bit (drawn)
   coio::sim::DiskFaults disk{};
 };
@@ -282,15 +282,31 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
   RunReport report;
   const auto start = reactor.now();
 
-  // The fault schedule, beside the reads: the client loses a server for
-  // 50-500 ms every 50-500 ms (one at a time: each chain keeps a replica).
+  // The fault schedule, beside the reads: every 50-500 ms the client loses
+  // one server for 50-500 ms (one at a time: each chain keeps a replica),
+  // or its connections to one server are reset, or its link to one gets
+  // slow (100-400 ms each way) for a while.
   auto partitions = [](R& r, std::stop_token stop) -> Task<void> {
     while (co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop)) {
-      const std::size_t cut = r.random().below(kServers);
-      r.partition("127.0.0.1", host(cut));
-      const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
-      r.heal("127.0.0.1", host(cut));
-      if (!on) break;
+      const std::string server = host(r.random().below(kServers));
+      switch (r.random().below(4)) {
+        case 0:
+          (void)r.resetConnections("127.0.0.1", server);
+          continue;
+        case 1: {
+          r.setLink("127.0.0.1", server, {.latency = std::chrono::milliseconds(100 + r.random().below(300))});
+          const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
+          r.setLink("127.0.0.1", server, {.latency = 100us});
+          if (!on) co_return;
+          continue;
+        }
+        default: {
+          r.partition("127.0.0.1", server);
+          const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
+          r.heal("127.0.0.1", server);
+          if (!on) co_return;
+        }
+      }
     }
   };
   auto reads = [](R& r, storage::ChainTable t, int n, RunReport& out) -> Task<void> {
@@ -435,12 +451,14 @@ TEST_CASE("Storage cluster on the simulation: a seed replays (the same outcomes,
   CHECK(clusterRun(6, data, faults).trace != first.trace);
 }
 
-TEST_CASE("Storage cluster on the simulation, seeds: partitions, a corrupt replica, hedges: every IO reads right",
-          "[sim][seeds]") {
-  clusterSeeds({.partitions = true, .corruptOne = true}, true, 30, "Storage cluster on the simulation, seeds: partitions*");
+// (Filters name the cases by tag: Catch reads a comma in a filter as "or".)
+TEST_CASE("Storage cluster on the simulation under seeds: network faults and a corrupt replica: every IO reads right",
+          "[sim][seeds][cluster-network]") {
+  clusterSeeds({.partitions = true, .corruptOne = true}, true, 30, "[cluster-network]");
 }
 
-TEST_CASE("Storage cluster on the simulation, seeds: with disk faults too, IOs read right or fail by name", "[sim][seeds]") {
+TEST_CASE("Storage cluster on the simulation under seeds: disk faults too: IOs read right or fail by name",
+          "[sim][seeds][cluster-disk]") {
   clusterSeeds({.partitions = true, .corruptOne = true, .disk = {.eio = 0.02, .shortRead = 0.02, .hang = 0.002}}, false,
-               30, "Storage cluster on the simulation, seeds: with disk faults*");
+               30, "[cluster-disk]");
 }

@@ -505,6 +505,24 @@ class SimBackend {
     std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
   }
 
+  /// A fault: every connection between hosts `a` and `b` is reset at once
+  /// (as by a middlebox, or a peer's restart): the number reset.
+  std::size_t resetBetween(const SimEndpoint& a, const SimEndpoint& b) {
+    std::size_t n = 0;
+    for (SimSocket& s : sockets_) {
+      if (!s.open || s.reset || s.state != SimSocket::State::connected || s.local.family == AF_UNSPEC) continue;
+      const SimEndpoint here = host(s.local);
+      const SimEndpoint there = host(s.remote);
+      if (!((here == a && there == b) || (here == b && there == a))) continue;
+      abortEnd(s);
+      SimSocket& peer = at(s.peer);
+      if (!peer.reset) abortEnd(peer);
+      ++n;
+    }
+    trace(0x5E5E8 + n);
+    return n;
+  }
+
   /// Wakes the operation waiting to read (or write) on `s`, if any; it
   /// stays registered if it could not complete.
   void notify(SimSocket& s, bool read) noexcept {
