@@ -1,21 +1,17 @@
-// EtcdClient against a fake etcd (a coio TCP server in the test) that
+// EtcdClient against a fake etcd (a coio TCP server in the test, fake_etcd.hpp) that
 // answers with scripted replies: truncated, oversized and malformed HTTP,
 // invalid JSON, JSON of the wrong shape, error replies. Each gives a clear
 // error, at once, and the client stays usable: the next call, answered
 // properly, succeeds. A real etcd cannot be made to misbehave like this.
 #include "etcd/etcd_client.hpp"
+#include "fake_etcd.hpp"
 
-#include <coio/core/async_scope.hpp>
-#include <coio/net/tcp_listener.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #include <coio/reactor/uring_reactor.hpp>
 
 #include <catch2/catch.hpp>
 
-#include <charconv>
 #include <chrono>
-#include <deque>
-#include <exception>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -24,6 +20,7 @@
 
 using namespace std::chrono_literals;
 using namespace storage::etcd;
+using namespace storage::etcd::fake;
 using storage::http1::HttpErrc;
 using coio::Result;
 using coio::Task;
@@ -35,99 +32,9 @@ using Reactors = std::tuple<coio::EpollReactor, coio::UringReactor>;
 constexpr auto kReplyTimeout = 2s;
 constexpr auto kPrompt = 1s;  // a clear error comes at once, not at the deadline
 
-struct Reply {
-  std::string bytes;
-  bool close = false;  // close the connection after it (else serve the next request)
-};
-
 const std::string kGoodRange =
     R"({"header":{"cluster_id":"1","member_id":"2","revision":"7","raft_term":"3"},)"
     R"("kvs":[{"key":"YQ==","value":"Yg==","create_revision":"5","mod_revision":"7","version":"2"}],"count":"1"})";
-
-std::string withLength(std::string status, const std::string& body) {
-  return status + "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n\r\n" + body;
-}
-std::string ok(const std::string& body) { return withLength("HTTP/1.1 200 OK", body); }
-std::string chunk(const std::string& data) {
-  char size[16];
-  const auto end = std::to_chars(size, size + sizeof size, data.size(), 16).ptr;
-  return std::string(size, end) + "\r\n" + data + "\r\n";
-}
-const std::string kChunkedHead =
-    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-
-// Answers each request, on any connection, with the next scripted reply;
-// with none left, closes the connection.
-template <typename R>
-struct FakeEtcd {
-  R& reactor;
-  coio::TcpListener<R> listener;
-  std::deque<Reply> replies;
-  std::vector<std::string> targets;  // the request lines' targets, in order
-  std::vector<std::string> bodies;   // and their bodies
-  coio::AsyncScope scope;
-
-  explicit FakeEtcd(R& r) : reactor(r), listener(*coio::TcpListener<R>::bind(r, coio::SocketAddress::loopbackV4(0))) {
-    scope.spawn(acceptAll());
-  }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(listener.localAddress()->port()); }
-  Task<void> stop() {
-    scope.requestStop();
-    co_await scope.join();
-  }
-
-  Task<void> acceptAll() {
-    for (;;) {
-      Result<coio::TcpStream<R>> stream = co_await listener.accept();
-      if (!stream) co_return;
-      scope.spawn(serve(std::move(*stream)));
-    }
-  }
-
-  Task<void> serve(coio::TcpStream<R> stream) {
-    std::string in;
-    char buffer[4096];
-    for (;;) {
-      // A request: its head, then Content-Length bytes of body.
-      std::size_t headEnd;
-      while ((headEnd = in.find("\r\n\r\n")) == std::string::npos) {
-        Result<std::size_t> n = co_await stream.read(std::as_writable_bytes(std::span(buffer)));
-        if (!n) co_return;
-        in.append(buffer, *n);
-      }
-      const std::size_t at = in.find("Content-Length: ");
-      const std::size_t length = at < headEnd ? std::stoul(in.substr(at + 16)) : 0;
-      while (in.size() < headEnd + 4 + length) {
-        Result<std::size_t> n = co_await stream.read(std::as_writable_bytes(std::span(buffer)));
-        if (!n) co_return;
-        in.append(buffer, *n);
-      }
-      targets.push_back(in.substr(5, in.find(' ', 5) - 5));
-      bodies.push_back(in.substr(headEnd + 4, length));
-      in.erase(0, headEnd + 4 + length);
-      if (replies.empty()) co_return;
-      const Reply reply = std::move(replies.front());
-      replies.pop_front();
-      Result<void> sent = co_await stream.writeAll(std::as_bytes(std::span(reply.bytes)));
-      if (!sent || reply.close) co_return;
-    }
-  }
-};
-
-// Runs `body` against `fake`, which is stopped afterwards even if the body
-// failed an assertion.
-template <typename R>
-Task<void> guarded(FakeEtcd<R>& fake, Task<void> body) {
-  std::exception_ptr failure;
-  try {
-    co_await std::move(body);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  co_await fake.stop();
-  if (failure) std::rethrow_exception(failure);
-}
 
 template <typename R>
 std::unique_ptr<EtcdClient<R>> clientOf(R& reactor, const std::string& endpoint, std::vector<std::string>& log,

@@ -215,7 +215,7 @@ class ClusterClient {
       if (batch.tried[i] != 0) batch.outcomes[i] = {proto::IoStatus::corrupt, 0, 0, false, {}, SIZE_MAX, 0, {}};
     }
     const std::stop_token caller = co_await coio::currentStopToken();
-    const auto started = std::chrono::steady_clock::now();
+    const auto started = reactor_.now();
     std::chrono::steady_clock::duration pause = options_.reconnectMin;
     bool sent = false;
     unsigned refreshes = 0;
@@ -239,7 +239,7 @@ class ClusterClient {
       // IOs no replica is left to serve: within retryFor they go round
       // again after a pause; otherwise they fail.
       std::vector<std::size_t> again;
-      const bool mayWait = std::chrono::steady_clock::now() - started < options_.retryFor && !caller.stop_requested();
+      const bool mayWait = reactor_.now() - started < options_.retryFor && !caller.stop_requested();
       for (std::size_t io : routes.unroutable) {
         if (mayWait && anotherTryMayServe(*routing, batch, io)) {
           again.push_back(io);
@@ -471,7 +471,7 @@ class ClusterClient {
                                std::chrono::steady_clock::time_point started,
                                std::chrono::steady_clock::duration& pause, const std::stop_token& caller,
                                std::vector<std::size_t>& pending) {
-    const auto left = options_.retryFor - (std::chrono::steady_clock::now() - started);
+    const auto left = options_.retryFor - (reactor_.now() - started);
     const bool slept = co_await reactor_.sleepFor(std::max(std::min(pause, left), decltype(left)::zero()), caller);
     (void)slept;  // stopped: the next round fails what is pending
     pause = std::min(pause * 2, options_.reconnectMax);

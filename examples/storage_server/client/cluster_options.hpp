@@ -48,6 +48,8 @@ struct std::is_error_code_enum<storage::ClusterErrc> : std::true_type {};
 
 namespace storage {
 
+/// A ClusterClient's options. Its durations run on the reactor's clock
+/// (now(): steady_clock, or virtual time under coio::sim::SimReactor).
 struct ClusterOptions {
   /// Each server connection's options. verifyChecksums is always on: a
   /// corrupted replica is noticed by its checksum only.

@@ -35,7 +35,8 @@ struct EtcdRoutingStats {
   std::uint64_t refreshes = 0;    ///< re-reads for a staleRouting answer (refresher())
   std::uint64_t badRecords = 0;   ///< records (or record sets) refused: the routing in use stays
   std::int64_t revision = 0;      ///< the etcd revision the routing is at
-  std::chrono::steady_clock::time_point lastUpdate{};  ///< when the last update was applied (epoch: none yet)
+  /// When the last update was applied, on the reactor's clock (epoch: none yet).
+  std::chrono::steady_clock::time_point lastUpdate{};
 };
 
 /// A ClusterClient's routing, followed from etcd.
@@ -233,7 +234,7 @@ class EtcdRouting {
     table_ = std::move(*table);
     co_await client.updateRouting(table_);
     ++stats_.updates;
-    stats_.lastUpdate = std::chrono::steady_clock::now();
+    stats_.lastUpdate = etcd_.reactor().now();
   }
 
   // Everything again after a compaction: the events in between are gone.

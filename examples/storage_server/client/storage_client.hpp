@@ -76,6 +76,8 @@ class TransmissionLimiter {
   coio::Semaphore slots_;
 };
 
+/// A StorageClient's options. Its durations run on the reactor's clock
+/// (now(): steady_clock, or virtual time under coio::sim::SimReactor).
 struct ClientOptions {
   /// Per batchRead, from the call, whatever the server does: sending the
   /// request (over RDMA it waits for a credit, which a dead server never
@@ -184,7 +186,7 @@ class ClientConnection {
 
     std::vector<std::byte> frame;
     proto::encode(frame, id, request);
-    const auto started = std::chrono::steady_clock::now();
+    const auto started = reactor_.now();
     auto sendUntilClosed = [&](std::stop_token timeout) -> coio::Task<coio::Result<void>> {
       std::stop_source either;
       const auto forward = [&either] { either.request_stop(); };
@@ -201,7 +203,7 @@ class ClientConnection {
       if (channel_->broken()) channel_->abort();
       co_return failure_ ? failure_ : sent.error();
     }
-    const auto left = std::max(options_.timeout - (std::chrono::steady_clock::now() - started),
+    const auto left = std::max(options_.timeout - (reactor_.now() - started),
                                std::chrono::steady_clock::duration::zero());
     // The response, the deadline, or the caller's stop (its task's token).
     const coio::Result<void> answered = co_await coio::waitFor(reactor_, call.done, left);

@@ -295,7 +295,7 @@ class ClusterManager {
       if (!tried) co_return tried.error();
       if (tried->succeeded) {
         leading_ = true;
-        leadingSince_ = etcd::Clock::now();
+        leadingSince_ = client_.reactor().now();
         log_(id_ + ": leading");
         co_return co_await lead();
       }
@@ -339,7 +339,10 @@ class ClusterManager {
           co_await client_.watch(etcd::WatchRequest::prefix(livePrefix(), from), kEtcdCallTimeout);
       if (!watch) co_return watch.error();
       etcd::Clock::duration wait = std::chrono::seconds(ttlSeconds_);
-      if (deferred) wait = std::clamp<etcd::Clock::duration>(graceEnd() - etcd::Clock::now(), std::chrono::milliseconds(1), wait);
+      if (deferred) {
+        const etcd::Clock::duration graceLeft = graceEnd() - client_.reactor().now();
+        wait = std::clamp<etcd::Clock::duration>(graceLeft, std::chrono::milliseconds(1), wait);
+      }
       coio::Result<etcd::WatchBatch> batch = co_await (*watch)->next(wait);
       if (!batch && batch.error() != std::errc::timed_out) co_return batch.error();
     }
@@ -353,7 +356,7 @@ class ClusterManager {
   // `deferred`: a target whose server is not registered was left serving
   // because the grace has not ended.
   coio::Task<coio::Result<bool>> reconcile(const StoredRouting& stored, bool& deferred) {
-    const bool grace = etcd::Clock::now() < graceEnd();
+    const bool grace = client_.reactor().now() < graceEnd();
     for (std::size_t c = 0; c < stored.records.chains.size(); ++c) {
       ChainRecord chain = stored.records.chains[c];
       std::int64_t revision = stored.chainRevisions[c];

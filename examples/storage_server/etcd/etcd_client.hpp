@@ -33,6 +33,8 @@
 
 namespace storage::etcd {
 
+// Durations and time points; the time itself is the reactor's (reactor.now()),
+// virtual under a simulation, never Clock::now().
 using Clock = std::chrono::steady_clock;
 
 /// What an EtcdClient talks to and how it fails over; plain values, copied into the client.
@@ -232,7 +234,7 @@ class EtcdClient {
       coio::Result<Attempt<T>> timed = co_await coio::withTimeout(reactor_, once(endpoint), attemptTimeout);
       if (!timed && timed.error() == std::errc::timed_out) {
         // It accepted and did not answer in time: later calls start elsewhere.
-        endpoint.silentSince = Clock::now();
+        endpoint.silentSince = reactor_.now();
         timed = Attempt<T>{std::errc::timed_out, resend};
       }
       if (!timed) co_return timed.error();  // the call's own deadline or stop
@@ -486,7 +488,7 @@ class EtcdWatch {
     }
     stream_.emplace(std::move(c->http));
     streamEndpoint_ = &endpoint;
-    streamOpened_ = Clock::now();
+    streamOpened_ = client_.reactor_.now();
     pending_.clear();
     ended_ = false;
     created_ = false;
@@ -613,11 +615,12 @@ class EtcdWatch {
 template <coio::Reactor R>
 coio::Task<coio::Result<void>> keepLeaseAlive(EtcdClient<R>& client, std::int64_t leaseId, Clock::duration ttl,
                                               std::stop_token stop) {
+  R& reactor = client.reactor();
   const Clock::duration tick = std::max<Clock::duration>(ttl / 3, std::chrono::milliseconds(100));
-  for (Clock::time_point due = Clock::now() + tick;; due += tick) {
-    const Clock::duration wait = std::max(due - Clock::now(), Clock::duration::zero());
-    if (!co_await client.reactor().sleepFor(wait, stop)) co_return coio::Result<void>{};
-    due = std::max(due, Clock::now());  // after a stall of the whole process: no burst to catch up
+  for (Clock::time_point due = reactor.now() + tick;; due += tick) {
+    const Clock::duration wait = std::max(due - reactor.now(), Clock::duration::zero());
+    if (!co_await reactor.sleepFor(wait, stop)) co_return coio::Result<void>{};
+    due = std::max(due, reactor.now());  // after a stall of the whole process: no burst to catch up
     coio::Result<Lease> renewed = co_await coio::withStopToken(stop, client.leaseKeepAlive(leaseId, tick));
     if (stop.stop_requested()) co_return coio::Result<void>{};
     if (!renewed && renewed.error() == EtcdErrc::leaseNotFound) co_return renewed.error();

@@ -56,10 +56,11 @@ enum class ConnectionExpiry { none, frame, idle, send };
 /// response sender), watched by its deadlines.
 template <coio::Reactor R>
 struct ServedConnection {
-  explicit ServedConnection(std::unique_ptr<Channel<R>> c) : channel(std::move(c)) {}
+  explicit ServedConnection(std::unique_ptr<Channel<R>> c)
+      : channel(std::move(c)), idleSince(channel->reactor().now()) {}
   std::unique_ptr<Channel<R>> channel;
   std::stop_source stop;  // cancels the reader and every request
-  std::chrono::steady_clock::time_point idleSince = std::chrono::steady_clock::now();  // inFlight last emptied
+  std::chrono::steady_clock::time_point idleSince;  // inFlight last emptied (reactor.now(), as every time here)
   ConnectionExpiry expired = ConnectionExpiry::none;  // why enforceDeadlines() stopped it
   std::size_t sendsPending = 0;   // sends started and not finished (sendTracked)
   std::uint64_t sendsDone = 0;    // sends finished: enforceDeadlines sees progress by it
@@ -80,9 +81,9 @@ struct ServedConnection {
     using Clock = std::chrono::steady_clock;
     const Clock::duration tick = std::min({options.frameTimeout, options.idleTimeout, options.sendTimeout / 4});
     std::uint64_t sendsSeen = sendsDone;
-    Clock::time_point sendProgress = Clock::now();  // when sends were last seen idle or progressing
+    Clock::time_point sendProgress = reactor.now();  // when sends were last seen idle or progressing
     for (;;) {
-      const Clock::time_point now = Clock::now();
+      const Clock::time_point now = reactor.now();
       if (sendsPending == 0 || sendsDone != sendsSeen) {
         sendsSeen = sendsDone;
         sendProgress = now;

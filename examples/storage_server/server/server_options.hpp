@@ -17,6 +17,9 @@ struct TargetSpec {
   std::string dir;
 };
 
+/// A StorageServer's options. Its durations, and its latency histograms,
+/// run on the reactor's clock (now(): steady_clock, or virtual time in a
+/// simulation).
 struct ServerOptions {
   std::uint32_t maxBatch = 256;                      ///< IOs per batch (--max-batch)
   std::uint64_t maxBatchBytes = 64ull << 20;         ///< requested bytes per batch (--max-batch-bytes)

@@ -238,7 +238,7 @@ class StorageServer {
       if (!counted) return;
       conn.inFlight.erase(id);
       if (!conn.inFlight.empty()) return;
-      conn.idleSince = std::chrono::steady_clock::now();
+      conn.idleSince = server.reactor_.now();
       if (server.stopping_) conn.stop.request_stop();
     }
   };
@@ -391,7 +391,7 @@ class StorageServer {
       const std::uint64_t id = frame->header.requestId;
       switch (frame->header.type) {
         case proto::MessageType::batchReadRequest: {
-          const std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+          const std::chrono::steady_clock::time_point received = reactor_.now();
           coio::Result<proto::BatchReadRequest> request =
               proto::decodeBatchReadRequest(frame->payload, conn.channel->maxIosPerFrame());
           if (!request) co_return ReadFailure{request.error(), id};
@@ -481,11 +481,11 @@ class StorageServer {
     // needs no grant.
     if (!request.granted && !pieces.empty()) {
       GrantWait<R> grant(conn, id);
-      const std::chrono::steady_clock::time_point asked = std::chrono::steady_clock::now();
+      const std::chrono::steady_clock::time_point asked = reactor_.now();
       co_await conn.askForGrant(id);
       const bool granted = co_await conn.awaitGrant(reactor_, options_.transmitTimeout, grant);
       if (stop.stop_requested()) co_return;  // the connection is going away
-      latencies_.transmitWait.observe(std::chrono::steady_clock::now() - asked);
+      latencies_.transmitWait.observe(reactor_.now() - asked);
       if (!granted) {
         ++stats_.transmitTimeouts;
         for (proto::IoResult& r : results) r = {proto::IoStatus::timedOut, 0, 0};
@@ -511,7 +511,7 @@ class StorageServer {
     for (std::size_t p = 0; p < pieces.size(); ++p) {
       batch.add(*pieces[p].file, pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
     }
-    const std::chrono::steady_clock::time_point reading = std::chrono::steady_clock::now();
+    const std::chrono::steady_clock::time_point reading = reactor_.now();
     batch.start();
     // Stream each run of pieces as soon as it and the pieces before it in
     // its IO are read (PROTOCOL.md: an IO's data goes in order). Sends start
@@ -529,7 +529,7 @@ class StorageServer {
     while (std::optional<std::size_t> p = co_await batch.next(stop)) {
       out.done[*p] = true;
       const std::size_t io = out.ioOf[*p];
-      if (--out.unread[io] == 0) latencies_.diskRead.observe(std::chrono::steady_clock::now() - reading);
+      if (--out.unread[io] == 0) latencies_.diskRead.observe(reactor_.now() - reading);
       release(io);
     }
     // The response (every piece is released by now, so the results are
@@ -553,7 +553,7 @@ class StorageServer {
   // The request's response went (a send that failed stopped the
   // connection): its latency counts.
   void answered(std::chrono::steady_clock::time_point received, const std::stop_token& stop) {
-    if (!stop.stop_requested()) latencies_.request.observe(std::chrono::steady_clock::now() - received);
+    if (!stop.stop_requested()) latencies_.request.observe(reactor_.now() - received);
   }
 
 

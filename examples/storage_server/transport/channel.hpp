@@ -86,7 +86,7 @@ class Channel {
   /// request id); a header that fails validation is a protocol error.
   virtual coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) = 0;
   /// While readFrame waits for the rest of a frame: when its first byte
-  /// was there (a frame deadline counts from it). Empty between frames,
+  /// was there, on the reactor's clock (a frame deadline counts from it). Empty between frames,
   /// and always over RDMA, where a frame arrives whole.
   virtual std::optional<std::chrono::steady_clock::time_point> frameStartedAt() const noexcept = 0;
   /// Sends one frame.

@@ -44,6 +44,7 @@ class BufferedReader {
   BufferedReader(coio::TcpStream<R>& stream, std::size_t capacity, std::size_t afterLarge = 0)
       : stream_(stream), buffer_(capacity), afterLarge_(afterLarge == 0 ? capacity : std::min(afterLarge, capacity)) {}
 
+  R& reactor() const noexcept { return stream_.reactor(); }
   /// Unread bytes in the buffer.
   std::size_t buffered() const noexcept { return end_ - begin_; }
   /// With the buffer empty: waits for the stream's next bytes and buffers them.
@@ -83,8 +84,8 @@ class BufferedReader {
 
 /// Reads one frame from `source`. A header that fails validation is a
 /// protocol error before any payload byte is read, so an absurd length
-/// never allocates. `startedAt` holds when the frame's first byte was
-/// there, until the frame is read or fails.
+/// never allocates. `startedAt` holds when (on the reactor's clock) the
+/// frame's first byte was there, until the frame is read or fails.
 template <coio::Reactor R>
 coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, ReadFailure& failure,
                                                   std::stop_token stop,
@@ -98,7 +99,7 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
   coio::Result<void> got;
   if (source.buffered() == 0) got = co_await source.fill(stop);  // between frames: the idle wait
   if (got) {
-    startedAt = std::chrono::steady_clock::now();
+    startedAt = source.reactor().now();
     got = co_await source.readExact(raw, stop);
   }
   if (!got) {

@@ -43,9 +43,9 @@ struct Tally {
   std::uint64_t errors() const {
     return badStatus + checksumMismatches + contentMismatches + timedOutRequests + failedRequests;
   }
-  // A batch that ended now, after starting at `start`.
-  void batchDone(Clock::time_point start, bool logging) {
-    latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  // A batch that ended now, after `took`.
+  void batchDone(Clock::duration took, bool logging) {
+    latencies.push_back(std::chrono::duration<double>(took).count());
     if (logging) endedAt.push_back(unixMs());
   }
   // One IO's outcome; under --verify its bytes are checked. What was wrong
@@ -112,6 +112,7 @@ struct ClusterFigures {
   storage::ClusterStats stats;
   std::vector<std::pair<std::string, storage::ClusterServerStats>> servers;  // address, figures
   std::optional<storage::EtcdRoutingStats> etcd;  // --etcd: the follower's figures
+  Clock::time_point etcdAt{};  // when they were taken, on the reactor's clock (as their lastUpdate)
 };
 
 inline double percentile(const std::vector<double>& sorted, double p) {
@@ -147,10 +148,10 @@ inline void logRouting(std::ofstream& out, const storage::ChainTable& table) {
   out << '\n' << std::flush;
 }
 
-// Seconds since the follower's last update; -1: none (JSON's value for none).
-inline double sinceLastUpdate(const storage::EtcdRoutingStats& e) {
+// Seconds from the follower's last update to `at`; -1: none (JSON's value for none).
+inline double sinceLastUpdate(const storage::EtcdRoutingStats& e, Clock::time_point at) {
   if (e.updates == 0) return -1;
-  return std::chrono::duration<double>(Clock::now() - e.lastUpdate).count();
+  return std::chrono::duration<double>(at - e.lastUpdate).count();
 }
 
 inline void reportCluster(const Settings& settings, const ClusterFigures& cluster, double elapsed) {
@@ -168,7 +169,7 @@ inline void reportCluster(const Settings& settings, const ClusterFigures& cluste
       std::printf(",\"etcd\":{\"updates\":%llu,\"reloads\":%llu,\"refreshes\":%llu,\"bad_records\":%llu,"
                   "\"revision\":%lld,\"last_update_s_ago\":%.3f}",
                   u(e->updates), u(e->reloads), u(e->refreshes), u(e->badRecords), static_cast<long long>(e->revision),
-                  sinceLastUpdate(*e));
+                  sinceLastUpdate(*e, cluster.etcdAt));
     }
     std::printf("},\"servers\":[");
     for (std::size_t i = 0; i < cluster.servers.size(); ++i) {
@@ -192,7 +193,9 @@ inline void reportCluster(const Settings& settings, const ClusterFigures& cluste
               u(c.staleRoutingRetries), u(c.offlineIos));
   if (const auto& e = cluster.etcd) {
     char last[48] = "";
-    if (e->updates != 0) std::snprintf(last, sizeof last, " (the last %.3f s ago)", sinceLastUpdate(*e));
+    if (e->updates != 0) {
+      std::snprintf(last, sizeof last, " (the last %.3f s ago)", sinceLastUpdate(*e, cluster.etcdAt));
+    }
     std::printf("  etcd routing    updates %llu%s, reloads %llu, refreshes %llu, bad records %llu, revision %lld\n",
                 u(e->updates), last, u(e->reloads), u(e->refreshes), u(e->badRecords),
                 static_cast<long long>(e->revision));

@@ -81,21 +81,22 @@ coio::Task<bool> readBatch(storage::ClusterClient<R>& client, const Settings&, s
   co_return true;
 }
 
-// Keeps one batch in flight on `client` (a StorageClient or a ClusterClient) until `end`.
-template <typename Client>
-coio::Task<void> worker(Client& client, const Settings& settings, Clock::time_point end, std::uint64_t seed,
-                        std::span<std::byte> memory, Tally& tally, FailureLog& failures) {
+// Keeps one batch in flight on `client` (a StorageClient or a ClusterClient)
+// until `end`, on the reactor's clock (virtual time in a simulation).
+template <coio::Reactor R, typename Client>
+coio::Task<void> worker(R& reactor, Client& client, const Settings& settings, Clock::time_point end,
+                        std::uint64_t seed, std::span<std::byte> memory, Tally& tally, FailureLog& failures) {
   std::mt19937_64 random(seed);
   std::vector<storage::ReadOp> ios(settings.batch);
   std::vector<IoDone> done;
-  while (Clock::now() < end) {
+  while (reactor.now() < end) {
     randomBatch(random, settings, memory, ios);
-    const Clock::time_point start = Clock::now();
+    const Clock::time_point start = reactor.now();
     done.clear();
     const bool usable = co_await readBatch(client, settings, ios, tally, failures, done);
     if (!usable) co_return;  // the connection is gone: this worker is done
     if (done.empty()) continue;
-    tally.batchDone(start, !settings.latencyLog.empty());
+    tally.batchDone(reactor.now() - start, !settings.latencyLog.empty());
     for (std::size_t i = 0; i < ios.size(); ++i) {
       const std::string problem = tally.io(settings, ios[i], done[i]);
       if (!problem.empty()) failures.io(ios[i], done[i], problem);
@@ -108,9 +109,9 @@ template <coio::Reactor R>
 coio::Task<void> progress(R& reactor, Clock::time_point begin, Clock::time_point end,
                           const std::vector<Tally>& tallies) {
   if (!::isatty(STDERR_FILENO)) co_return;
-  while (Clock::now() < end) {
-    co_await reactor.sleepFor(std::min<Clock::duration>(std::chrono::seconds(1), end - Clock::now()));
-    const double elapsed = std::chrono::duration<double>(Clock::now() - begin).count();
+  while (reactor.now() < end) {
+    co_await reactor.sleepFor(std::min<Clock::duration>(std::chrono::seconds(1), end - reactor.now()));
+    const double elapsed = std::chrono::duration<double>(reactor.now() - begin).count();
     std::uint64_t ios = 0, bytes = 0, errors = 0;
     for (const Tally& t : tallies) {
       ios += t.ios;
@@ -144,18 +145,18 @@ template <coio::Reactor R, typename Client>
 coio::Task<double> runWorkers(R& reactor, const Settings& settings, std::vector<Client*> clients,
                               std::span<std::byte> memory, std::vector<Tally>& tallies) {
   FailureLog failures;
-  const Clock::time_point begin = Clock::now();
+  const Clock::time_point begin = reactor.now();
   const Clock::time_point end =
       begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.duration));
   std::vector<coio::Task<void>> tasks;
   for (std::size_t w = 0; w < settings.depth; ++w) {
     const std::size_t slice = settings.batch * settings.ioSize;
-    tasks.push_back(worker(*clients[w % clients.size()], settings, end, 1000 + w,
+    tasks.push_back(worker(reactor, *clients[w % clients.size()], settings, end, 1000 + w,
                            memory.subspan(w * slice, slice), tallies[w], failures));
   }
   tasks.push_back(progress(reactor, begin, end, tallies));
   co_await coio::collectAllRange(std::move(tasks));
-  co_return std::chrono::duration<double>(Clock::now() - begin).count();
+  co_return std::chrono::duration<double>(reactor.now() - begin).count();
 }
 
 // One client over the chosen transport; `memory` is where its IOs land.
@@ -290,10 +291,11 @@ coio::Task<int> runCluster(R& reactor, Settings& settings) {
     std::vector<storage::ClusterClient<R>*> one(1, client.get());
     elapsed = co_await runWorkers(reactor, settings, std::move(one), memory, tallies);
   }
-  ClusterFigures figures{settings.clusterFile, settings.table->chains().size(), client->stats(), {}, {}};
+  ClusterFigures figures{settings.clusterFile, settings.table->chains().size(), client->stats(), {}, {}, {}};
   if (routing) {
     co_await routing->close();
     figures.etcd = routing->stats();
+    figures.etcdAt = reactor.now();
     figures.source = "etcd " + settings.etcdEndpoints.front() + (settings.etcdEndpoints.size() > 1 ? ",..." : "");
   }
   if (!registered) {
