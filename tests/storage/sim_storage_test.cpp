@@ -55,6 +55,7 @@ struct RunReport {
   std::size_t buffersInUse = 0;                        // the servers' read buffers once the client is gone
   std::uint64_t inFlight = 0;                          // the reactor's operations at the end
   storage::ClusterStats cluster{};                     // the client's: what the faults made it do
+  std::uint64_t requests = 0;                          // the client's requests to the servers
   std::uint64_t trace = 0;
   bool operator==(const RunReport& o) const {
     return ok == o.ok && failed == o.failed && wrongBytes == o.wrongBytes && took == o.took &&
@@ -244,6 +245,10 @@ struct ClusterFaults {
   bool partitions = false;   // the network's fault schedule (drawn): partitions, resets, slow links
   bool corruptOne = false;   // one replica of one chunk has a flipped bit (drawn)
   coio::sim::DiskFaults disk{};
+  // Tight budgets: a small read-buffer pool (16 pieces), 2 transmissions
+  // per server, a 100 ms transmit grant, 30 ms request deadlines, hedges
+  // after 5 ms: the faults meet the backpressure paths.
+  bool tight = false;
 };
 
 // A client reads `batches` batches of 16 random IOs from the cluster, under
@@ -269,8 +274,8 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
   }
   storage::ServerOptions options;
   options.pieceSize = 16 * 1024;
-  options.poolBytes = 2u << 20;
-  options.transmitTimeout = 2s;
+  options.poolBytes = faults.tight ? 256u << 10 : 2u << 20;
+  options.transmitTimeout = faults.tight ? 100ms : 2s;
   std::vector<std::unique_ptr<storage::StorageServer<R>>> servers;
   std::vector<coio::TcpListener<R>> listeners;
   for (std::size_t s = 0; s < kServers; ++s) {
@@ -314,7 +319,7 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
       }
     }
   };
-  auto reads = [](R& r, storage::ChainTable t, int n, RunReport& out) -> Task<void> {
+  auto reads = [](R& r, storage::ChainTable t, int n, bool tight, RunReport& out) -> Task<void> {
     using Client = storage::ClusterClient<R>;
     typename Client::ConnectorFactory factory = [&r](const coio::SocketAddress& to) -> storage::ChannelConnector<R> {
       return [&r, to](std::stop_token stop) -> Task<Result<std::unique_ptr<storage::Channel<R>>>> {
@@ -324,11 +329,12 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
       };
     };
     storage::ClusterOptions o;
-    o.requestTimeout = 300ms;
+    o.requestTimeout = tight ? 30ms : 300ms;
+    if (tight) o.maxTransmissionsPerServer = 2;
     o.reconnectMin = 20ms;
     o.reconnectMax = 200ms;
     o.retryFor = 3s;  // longer than a partition: an IO whose good replica is cut off waits for it
-    o.hedgeAfter = r.random().below(2) == 0 ? std::chrono::steady_clock::duration{} : 50ms;
+    o.hedgeAfter = r.random().below(2) == 0 ? std::chrono::steady_clock::duration{} : tight ? 5ms : 50ms;
     o.log = [](const std::string&) {};  // the outcomes tell
     std::unique_ptr<Client> client = co_await Client::connect(r, std::move(t), o, std::move(factory));
     std::vector<std::byte> arena(16 * kClusterChunk);
@@ -365,6 +371,7 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
       }
     }
     out.cluster = client->stats();
+    for (std::size_t i = 0; i < client->servers(); ++i) out.requests += client->serverStats(i).requests;
     co_await client->close();
   };
   auto body = [](R& r, Task<void> readAll, std::optional<Task<void>> faultsOf) -> Task<void> {
@@ -396,7 +403,7 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
     co_await r.sleepFor(1s);
     for (auto& server : all) out.buffersInUse += server->buffersInUse();
     for (auto& server : all) co_await server->shutdown();
-  }(reactor, body(reactor, reads(reactor, std::move(table), batches, report),
+  }(reactor, body(reactor, reads(reactor, std::move(table), batches, faults.tight, report),
                   faults.partitions ? std::optional<Task<void>>(partitions(reactor, {})) : std::nullopt),
     servers, failure, report));
   if (flipped) storage::testing::flipBits(flipped->first, flipped->second, std::byte{0x10});  // as it was
@@ -436,10 +443,12 @@ void clusterSeeds(const ClusterFaults& faults, bool strict, std::uint64_t defaul
   ClusterData data;
   const coio::sim::SeedRange seeds = coio::sim::SeedRange::fromEnvironment(defaultSeeds);
   storage::ClusterStats all{};
+  std::uint64_t requests = 0;
   const coio::sim::SeedReport report = coio::sim::runSeeds(
       seeds,
       [&](std::uint64_t seed) {
         const RunReport r = clusterRun(seed, data, faults);
+        requests += r.requests;
         all.failovers += r.cluster.failovers;
         all.retries += r.cluster.retries;
         all.hedges += r.cluster.hedges;
@@ -454,10 +463,12 @@ void clusterSeeds(const ClusterFaults& faults, bool strict, std::uint64_t defaul
                               << (report.failures.empty() ? "" : report.failures[0].what));
   CHECK(report.runs == seeds.count);
   CHECK(report.failures.empty());
-  std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx; the client's failovers %llu, retries %llu, "
-              "hedges %llu, corrupt replicas found %llu, retry pauses %llu\n",
+  std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx; the client's requests %llu (%.0f per wall second), "
+              "failovers %llu, retries %llu, hedges %llu, corrupt replicas found %llu, retry pauses %llu\n",
               filter, static_cast<unsigned long long>(report.runs), report.wall.count(),
-              static_cast<unsigned long long>(report.trace), static_cast<unsigned long long>(all.failovers),
+              static_cast<unsigned long long>(report.trace), static_cast<unsigned long long>(requests),
+              static_cast<double>(requests) / report.wall.count(),
+              static_cast<unsigned long long>(all.failovers),
               static_cast<unsigned long long>(all.retries), static_cast<unsigned long long>(all.hedges),
               static_cast<unsigned long long>(all.corruptReplicas), static_cast<unsigned long long>(all.retryPauses));
   // The faults struck: servers were lost and found, IOs went to other
@@ -484,6 +495,12 @@ TEST_CASE("Storage cluster on the simulation: a seed replays (the same outcomes,
 TEST_CASE("Storage cluster on the simulation under seeds: network faults and a corrupt replica: every IO reads right",
           "[sim][seeds][cluster-network]") {
   clusterSeeds({.partitions = true, .corruptOne = true}, true, 30, "[cluster-network]");
+}
+
+TEST_CASE("Storage cluster on the simulation under seeds: tight budgets (backpressure, 30 ms deadlines): every IO "
+          "reads right",
+          "[sim][seeds][cluster-tight]") {
+  clusterSeeds({.partitions = true, .corruptOne = true, .tight = true}, true, 30, "[cluster-tight]");
 }
 
 TEST_CASE("Storage cluster on the simulation under seeds: disk faults too: IOs read right or fail by name",
