@@ -7,6 +7,7 @@
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/with_timeout.hpp>
+#include <coio/testing/seed_driver.hpp>
 #include <coio/testing/sim_reactor.hpp>
 
 #include <catch2/catch.hpp>
@@ -14,8 +15,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -332,4 +336,43 @@ TEST_CASE("SimReactor faults: a partition stops bytes and connects without a res
     const coio::Result<void> read = co_await client->readExact(std::span(in.data(), 10));
     CHECK(read);
   }(reactor, *listener));
+}
+
+TEST_CASE("SimReactor: bad input to the simulation API is a clear error", "[sim]") {
+  SimReactor reactor(11);
+  CHECK_THROWS_AS(reactor.partition("10.0.0.1", "not-a-host"), std::invalid_argument);
+  CHECK_THROWS_AS(reactor.setLink("10.0.0.300", "10.0.0.1", {}), std::invalid_argument);
+  // Seeds from the environment: a number, or a clear error naming the variable.
+  ::setenv("COIO_SIM_SEEDS", "12x", 1);
+  CHECK_THROWS_WITH(coio::sim::SeedRange::fromEnvironment(5), Catch::Contains("COIO_SIM_SEEDS='12x'"));
+  ::setenv("COIO_SIM_SEEDS", "7", 1);
+  ::setenv("COIO_SIM_FIRST_SEED", "100", 1);
+  const coio::sim::SeedRange range = coio::sim::SeedRange::fromEnvironment(5);
+  CHECK((range.first == 100 && range.count == 7));
+  ::setenv("COIO_SIM_SEED", "42", 1);  // one seed: a replay
+  const coio::sim::SeedRange one = coio::sim::SeedRange::fromEnvironment(5);
+  CHECK((one.first == 42 && one.count == 1));
+  ::unsetenv("COIO_SIM_SEED");
+  ::unsetenv("COIO_SIM_SEEDS");
+  ::unsetenv("COIO_SIM_FIRST_SEED");
+  CHECK(coio::sim::SeedRange::fromEnvironment(5).count == 5);
+  // runSeeds: a failing seed is reported with its replay line, the others run.
+  char* text = nullptr;
+  std::size_t size = 0;
+  std::FILE* log = ::open_memstream(&text, &size);
+  const coio::sim::SeedReport report = coio::sim::runSeeds(
+      {.first = 1, .count = 4},
+      [](std::uint64_t seed) -> std::uint64_t {
+        if (seed == 3) throw coio::sim::Deadlock("stuck");
+        return seed;
+      },
+      "./t '[x]'", log);
+  std::fclose(log);
+  const std::string written(text, size);
+  std::free(text);
+  CHECK(report.runs == 4);
+  REQUIRE(report.failures.size() == 1);
+  CHECK(report.failures[0].seed == 3);
+  CHECK(report.failures[0].what == "stuck");
+  CHECK(written.find("replay: COIO_SIM_SEED=3 ./t '[x]'") != std::string::npos);
 }
