@@ -7901,6 +7901,7 @@ inline std::string thisProgram() {
 #include <map>
 #include <optional>
 #include <queue>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -8382,6 +8383,24 @@ class SimBackend {
     std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
   }
 
+  /// A fault: host `h`'s processes are gone (as after a crash, its
+  /// machine still up): every connection to or from it is reset, and
+  /// until hostUp(h) connects to it are refused and segments from its
+  /// sockets are lost. Its listeners are kept (a restarted process's).
+  void hostDown(const SimEndpoint& h) {
+    down_.insert(h);
+    for (SimSocket& s : sockets_) {
+      if (!s.open || s.reset || s.state != SimSocket::State::connected || s.local.family == AF_UNSPEC) continue;
+      if (host(s.local) == h || host(s.remote) == h) abortEnd(s);
+    }
+    trace(0xD0A1);
+  }
+  /// Ends hostDown(h).
+  void hostUp(const SimEndpoint& h) {
+    down_.erase(h);
+    trace(0xB0A1);
+  }
+
   /// A fault: every connection between hosts `a` and `b` is reset at once
   /// (as by a middlebox, or a peer's restart): the number reset.
   std::size_t resetBetween(const SimEndpoint& a, const SimEndpoint& b) {
@@ -8475,6 +8494,8 @@ class SimBackend {
   void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
     if (from.family == AF_UNSPEC) {
       e.at = now_ + pairLatency;
+    } else if (down_.contains(from) && e.kind != Segment::refused) {
+      return;  // its processes are gone: nothing they "send" leaves
     } else {
       LinkState& l = linkState(from, to);
       if (l.partitioned) {
@@ -8641,7 +8662,7 @@ class SimBackend {
   void arriveSyn(Event& e) {
     SimSocket& client = at(e.from);
     if (!client.open || client.state != SimSocket::State::connecting) return;
-    SimSocket* listener = listenerAt(e.endpoint);
+    SimSocket* listener = down_.contains(host(e.endpoint)) ? nullptr : listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
     if (listener == nullptr || e.attempt > kSynRetries) {
       transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
@@ -8676,6 +8697,7 @@ class SimBackend {
   sim::Link defaultLink_;
   std::optional<std::pair<sim::Link, sim::Link>> range_;
   std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
+  std::set<SimEndpoint> down_;  // hostDown
   struct Deferred {
     std::uint64_t id;  // of its current completion event
     Fire fire;
@@ -8935,7 +8957,9 @@ namespace coio::sim {
 ///   a link go out in order at its bandwidth. partition(a, b) stops the
 ///   segments between two hosts without a reset until heal(a, b); reset(fd)
 ///   resets a connection at once, resetConnections(a, b) all between two
-///   hosts; a peer that stops reading fills the window and holds its sender.
+///   hosts, hostDown(h) all of a host's, refusing connects until hostUp(h)
+///   (its processes crashed); a peer that stops reading fills the window
+///   and holds its sender.
 /// - Each operation resumes in the ready phase after its socket let it
 ///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
@@ -8990,6 +9014,15 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
   /// Ends partition(a, b).
   void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+  /// A fault: the processes of host `ip` crash (its machine stays up):
+  /// every connection to or from it is reset, connects to it are refused
+  /// and what its sockets send is lost, until hostUp(ip). Its tasks keep
+  /// running (a simulation cannot kill them yet): they see their
+  /// connections reset, and its listeners accept again after hostUp, as a
+  /// restarted process would.
+  void hostDown(std::string_view ip) { backend_.hostDown(host(ip)); }
+  /// Ends hostDown(ip).
+  void hostUp(std::string_view ip) { backend_.hostUp(host(ip)); }
   /// A fault: every connection between hosts `a` and `b` is reset at once,
   /// both ends (as reset(fd) for each); how many there were.
   std::size_t resetConnections(std::string_view a, std::string_view b) {

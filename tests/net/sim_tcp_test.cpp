@@ -376,3 +376,29 @@ TEST_CASE("SimReactor: bad input to the simulation API is a clear error", "[sim]
   CHECK(report.failures[0].what == "stuck");
   CHECK(written.find("replay: COIO_SIM_SEED=3 ./t '[x]'") != std::string::npos);
 }
+
+TEST_CASE("SimReactor faults: a host whose processes crash: its connections reset, connects refused until it is up",
+          "[sim]") {
+  SimReactor reactor(12);
+  reactor.setLink({.latency = 1ms});
+  coio::Result<Listener> listener = Listener::bind(reactor, address("10.0.0.1:7003"));
+  REQUIRE(listener);
+  reactor.runUntil([](SimReactor& r, Listener& l) -> coio::Task<void> {
+    const coio::SocketAddress to = address("10.0.0.1:7003");
+    auto [client, server] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(l));
+    REQUIRE(client);
+    REQUIRE(server);
+    r.hostDown("10.0.0.1");
+    std::byte buffer[8];
+    const coio::Result<std::size_t> mine = co_await client->read(buffer);
+    CHECK(mine.error() == std::errc::connection_reset);
+    const coio::Result<std::size_t> theirs = co_await server->read(buffer);
+    CHECK(theirs.error() == std::errc::connection_reset);
+    coio::Result<Stream> refused = co_await Stream::connect(r, to);
+    CHECK(refused.error() == std::errc::connection_refused);
+    r.hostUp("10.0.0.1");  // the listener accepts again, as a restarted server's would
+    auto [again, accepted] = co_await coio::collectAll(Stream::connect(r, to), acceptOne(l));
+    CHECK(again);
+    CHECK(accepted);
+  }(reactor, *listener));
+}

@@ -294,15 +294,23 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
 
   // The fault schedule, beside the reads: every 0-200 ms the client loses
   // one server for 50-500 ms (one at a time: each chain keeps a replica),
-  // or its connections to one server are reset, or its link to one gets
-  // slow (100-400 ms each way) for a while.
+  // or its connections to one server are reset, or one server crashes and
+  // comes back 50-500 ms later, or its link to one gets slow (100-400 ms
+  // each way) for a while.
   auto partitions = [](R& r, std::stop_token stop) -> Task<void> {
     while (co_await r.sleepFor(std::chrono::milliseconds(r.random().below(200)), stop)) {
       const std::string server = host(r.random().below(kServers));
-      switch (r.random().below(4)) {
+      switch (r.random().below(5)) {
         case 0:
           (void)r.resetConnections("127.0.0.1", server);
           continue;
+        case 2: {  // the server's process crashes and is back 50-500 ms later
+          r.hostDown(server);
+          const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
+          r.hostUp(server);
+          if (!on) co_return;
+          continue;
+        }
         case 1: {
           r.setLink("127.0.0.1", server, {.latency = std::chrono::milliseconds(100 + r.random().below(300))});
           const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);

@@ -250,7 +250,9 @@ namespace coio::sim {
 ///   a link go out in order at its bandwidth. partition(a, b) stops the
 ///   segments between two hosts without a reset until heal(a, b); reset(fd)
 ///   resets a connection at once, resetConnections(a, b) all between two
-///   hosts; a peer that stops reading fills the window and holds its sender.
+///   hosts, hostDown(h) all of a host's, refusing connects until hostUp(h)
+///   (its processes crashed); a peer that stops reading fills the window
+///   and holds its sender.
 /// - Each operation resumes in the ready phase after its socket let it
 ///   complete (never inline from another coroutine's operation).
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
@@ -305,6 +307,15 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
   /// Ends partition(a, b).
   void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+  /// A fault: the processes of host `ip` crash (its machine stays up):
+  /// every connection to or from it is reset, connects to it are refused
+  /// and what its sockets send is lost, until hostUp(ip). Its tasks keep
+  /// running (a simulation cannot kill them yet): they see their
+  /// connections reset, and its listeners accept again after hostUp, as a
+  /// restarted process would.
+  void hostDown(std::string_view ip) { backend_.hostDown(host(ip)); }
+  /// Ends hostDown(ip).
+  void hostUp(std::string_view ip) { backend_.hostUp(host(ip)); }
   /// A fault: every connection between hosts `a` and `b` is reset at once,
   /// both ends (as reset(fd) for each); how many there were.
   std::size_t resetConnections(std::string_view a, std::string_view b) {

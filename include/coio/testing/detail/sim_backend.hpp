@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <queue>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -505,6 +506,24 @@ class SimBackend {
     std::erase_if(deferred_, [owner](const auto& entry) { return entry.second.owner == owner; });
   }
 
+  /// A fault: host `h`'s processes are gone (as after a crash, its
+  /// machine still up): every connection to or from it is reset, and
+  /// until hostUp(h) connects to it are refused and segments from its
+  /// sockets are lost. Its listeners are kept (a restarted process's).
+  void hostDown(const SimEndpoint& h) {
+    down_.insert(h);
+    for (SimSocket& s : sockets_) {
+      if (!s.open || s.reset || s.state != SimSocket::State::connected || s.local.family == AF_UNSPEC) continue;
+      if (host(s.local) == h || host(s.remote) == h) abortEnd(s);
+    }
+    trace(0xD0A1);
+  }
+  /// Ends hostDown(h).
+  void hostUp(const SimEndpoint& h) {
+    down_.erase(h);
+    trace(0xB0A1);
+  }
+
   /// A fault: every connection between hosts `a` and `b` is reset at once
   /// (as by a middlebox, or a peer's restart): the number reset.
   std::size_t resetBetween(const SimEndpoint& a, const SimEndpoint& b) {
@@ -598,6 +617,8 @@ class SimBackend {
   void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
     if (from.family == AF_UNSPEC) {
       e.at = now_ + pairLatency;
+    } else if (down_.contains(from) && e.kind != Segment::refused) {
+      return;  // its processes are gone: nothing they "send" leaves
     } else {
       LinkState& l = linkState(from, to);
       if (l.partitioned) {
@@ -764,7 +785,7 @@ class SimBackend {
   void arriveSyn(Event& e) {
     SimSocket& client = at(e.from);
     if (!client.open || client.state != SimSocket::State::connecting) return;
-    SimSocket* listener = listenerAt(e.endpoint);
+    SimSocket* listener = down_.contains(host(e.endpoint)) ? nullptr : listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
     if (listener == nullptr || e.attempt > kSynRetries) {
       transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
@@ -799,6 +820,7 @@ class SimBackend {
   sim::Link defaultLink_;
   std::optional<std::pair<sim::Link, sim::Link>> range_;
   std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
+  std::set<SimEndpoint> down_;  // hostDown
   struct Deferred {
     std::uint64_t id;  // of its current completion event
     Fire fire;
