@@ -64,6 +64,23 @@ struct RunReport {
   }
 };
 
+// A batch of IOs drawn from `random`, one per `chunkSize` of `arena`:
+// whole chunks and random ranges of them, of `chunks` chunks.
+std::vector<storage::ReadOp> drawIos(coio::sim::Random& random, std::span<std::byte> arena, std::uint64_t chunks,
+                                     std::uint32_t chunkSize) {
+  std::vector<storage::ReadOp> ios;
+  for (std::size_t i = 0; i < arena.size() / chunkSize; ++i) {
+    storage::ReadOp op;
+    op.chunkId = random.below(chunks);
+    const bool whole = random.below(2) == 0;
+    op.offset = whole ? 0 : static_cast<std::uint32_t>(random.below(chunkSize - 1));
+    op.length = whole ? chunkSize : 1 + static_cast<std::uint32_t>(random.below(chunkSize - op.offset));
+    op.into = arena.subspan(i * chunkSize, op.length);
+    ios.push_back(op);
+  }
+  return ios;
+}
+
 struct Faults {
   coio::sim::DiskFaults disk{};
   bool partition = false;  // the client's host and the server's, for 300 ms of the run
@@ -107,16 +124,7 @@ RunReport run(std::uint64_t seed, const std::filesystem::path& dataset, const Fa
     for (int b = 0; b < n; ++b) {
       if (partition && b == n / 3) r.partition("127.0.0.1", "10.0.0.1");
       if (partition && b == n / 3 + 1) r.heal("127.0.0.1", "10.0.0.1");
-      std::vector<storage::ReadOp> ios;
-      for (std::size_t i = 0; i < 8; ++i) {
-        storage::ReadOp op;
-        op.chunkId = r.random().below(kChunks);
-        const bool whole = r.random().below(2) == 0;
-        op.offset = whole ? 0 : static_cast<std::uint32_t>(r.random().below(kChunkSize - 1));
-        op.length = whole ? kChunkSize : 1 + static_cast<std::uint32_t>(r.random().below(kChunkSize - op.offset));
-        op.into = std::span(arena).subspan(i * kChunkSize, op.length);
-        ios.push_back(op);
-      }
+      const std::vector<storage::ReadOp> ios = drawIos(r.random(), arena, kChunks, kChunkSize);
       Result<std::vector<storage::ReadOutcome>> outcomes = co_await (*client)->batchRead(ios);
       if (!outcomes) {  // the whole batch failed (the connection): every IO of it, named
         out.failed["batch: " + outcomes.error().message()] += ios.size();
@@ -350,16 +358,7 @@ RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults&
       // Batches 0-100 ms apart: the run spans a second or so of virtual
       // time, in which the fault schedule strikes several times.
       co_await r.sleepFor(std::chrono::milliseconds(r.random().below(100)));
-      std::vector<storage::ReadOp> ios;
-      for (std::size_t i = 0; i < 16; ++i) {
-        storage::ReadOp op;
-        op.chunkId = r.random().below(kClusterChunks);
-        const bool whole = r.random().below(2) == 0;
-        op.offset = whole ? 0 : static_cast<std::uint32_t>(r.random().below(kClusterChunk - 1));
-        op.length = whole ? kClusterChunk : 1 + static_cast<std::uint32_t>(r.random().below(kClusterChunk - op.offset));
-        op.into = std::span(arena).subspan(i * kClusterChunk, op.length);
-        ios.push_back(op);
-      }
+      const std::vector<storage::ReadOp> ios = drawIos(r.random(), arena, kClusterChunks, kClusterChunk);
       const auto called = r.now();
       const std::vector<storage::ClusterOutcome> outcomes = co_await client->batchRead(ios);
       out.longestBatch = std::max(out.longestBatch, r.now() - called);
