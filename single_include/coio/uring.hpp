@@ -11850,8 +11850,8 @@ inline const std::array<std::uint16_t, 2>& apartIoprios() noexcept {
 #include <liburing.h>
 
 #include <algorithm>
-#include <concepts>
 #include <cerrno>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11944,7 +11944,7 @@ class Disk {
   }
 
   /// The ring, e.g. to register more resources. Loop thread. (A simulated
-  /// disk has none: it throws std::logic_error.)
+  /// disk has none: calling this on one is a programming error, asserted.)
   io_uring& ring() noexcept { return ring_->ring(); }
 
   /// Makes the pool's buffers the ring's fixed buffers (the ring has one

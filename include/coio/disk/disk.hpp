@@ -11,8 +11,8 @@
 #include <liburing.h>
 
 #include <algorithm>
-#include <concepts>
 #include <cerrno>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,7 +105,7 @@ class Disk {
   }
 
   /// The ring, e.g. to register more resources. Loop thread. (A simulated
-  /// disk has none: it throws std::logic_error.)
+  /// disk has none: calling this on one is a programming error, asserted.)
   io_uring& ring() noexcept { return ring_->ring(); }
 
   /// Makes the pool's buffers the ring's fixed buffers (the ring has one
