@@ -26,6 +26,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -60,6 +62,13 @@ struct Dataset {
     std::filesystem::remove_all(path, ignored);
   }
 };
+
+/// With COIO_SIM_LOG set, `line` to stderr at `r`'s virtual time (for a
+/// replay: it draws nothing from the seed, so the run stays the same).
+inline void simLog(const R& r, const std::string& line) {
+  if (std::getenv("COIO_SIM_LOG") == nullptr) return;
+  std::fprintf(stderr, "%10.6f %s\n", std::chrono::duration<double>(r.now().time_since_epoch()).count(), line.c_str());
+}
 
 /// Flips the bits of `mask` in the byte at `offset` of `file` (a corrupt replica).
 inline void flipBits(const std::filesystem::path& file, std::uint64_t offset, std::byte mask) {
@@ -177,6 +186,36 @@ struct ClusterFaults {
 
 // A client reads `batches` batches of 16 random IOs from the cluster, under
 // `faults`; the servers' and the client's reports.
+// The three servers, serving on 10.0.0.1..3:9000 (listeners kept here).
+struct Servers {
+  std::vector<std::unique_ptr<StorageServer<R>>> servers;
+  std::vector<coio::TcpListener<R>> listeners;
+};
+inline Servers startServers(R& reactor, ClusterData& data, const ServerOptions& options) {
+  Servers cluster;
+  for (std::size_t s = 0; s < kServers; ++s) {
+    auto server = StorageServer<R>::open(reactor, data.targetsOf(s), options);
+    if (!server) throw std::runtime_error("server " + host(s) + ": " + server.error().message());
+    auto bound = coio::TcpListener<R>::bind(reactor, *coio::SocketAddress::parse(host(s) + ":9000"));
+    if (!bound) throw std::runtime_error("listen on " + host(s) + ": " + bound.error().message());
+    cluster.listeners.push_back(std::move(*bound));
+    cluster.servers.push_back(std::move(*server));
+  }
+  for (std::size_t s = 0; s < kServers; ++s) cluster.servers[s]->serve(cluster.listeners[s]);
+  return cluster;
+}
+
+// A ClusterClient's connections: TCP streams on the simulated network.
+inline ClusterClient<R>::ConnectorFactory tcpChannels(R& r) {
+  return [&r](const coio::SocketAddress& to) -> ChannelConnector<R> {
+    return [&r, to](std::stop_token stop) -> Task<Result<std::unique_ptr<Channel<R>>>> {
+      Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(r, to, stop);
+      if (!stream) co_return stream.error();
+      co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(*stream)));
+    };
+  };
+}
+
 // `maxGap`: batches are drawn 0 to maxGap apart (0: back to back).
 inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults& faults, int batches = 20,
                             std::chrono::milliseconds maxGap = 100ms) {
@@ -197,6 +236,7 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
     const std::uint64_t at = reactor.random().below(std::filesystem::file_size(file));
     flipBits(file, at, std::byte{0x10});
     flipped.emplace(file, at);
+    simLog(reactor, "corrupt: target " + std::to_string(t) + ", " + file.filename().string() + " byte " + std::to_string(at));
   }
   ServerOptions options;
   // Buffered: the simulated disk does each read at once on the real file,
@@ -207,17 +247,8 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
   options.pieceSize = 16 * 1024;
   options.poolBytes = faults.tight ? 256u << 10 : 2u << 20;
   options.transmitTimeout = faults.tight ? 100ms : 2s;
-  std::vector<std::unique_ptr<StorageServer<R>>> servers;
-  std::vector<coio::TcpListener<R>> listeners;
-  for (std::size_t s = 0; s < kServers; ++s) {
-    auto server = StorageServer<R>::open(reactor, data.targetsOf(s), options);
-    if (!server) throw std::runtime_error("server " + host(s) + ": " + server.error().message());
-    auto bound = coio::TcpListener<R>::bind(reactor, *coio::SocketAddress::parse(host(s) + ":9000"));
-    if (!bound) throw std::runtime_error("listen on " + host(s) + ": " + bound.error().message());
-    listeners.push_back(std::move(*bound));
-    servers.push_back(std::move(*server));
-  }
-  for (std::size_t s = 0; s < kServers; ++s) servers[s]->serve(listeners[s]);
+  Servers cluster = startServers(reactor, data, options);
+  std::vector<std::unique_ptr<StorageServer<R>>>& servers = cluster.servers;
   ChainTable table = *ChainTable::parse(tableText(), "cluster");
   RunReport report;
   const auto start = reactor.now();
@@ -232,26 +263,34 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
       const std::string server = host(r.random().below(kServers));
       switch (r.random().below(5)) {
         case 0:
+          simLog(r, "fault: connections to " + server + " reset");
           (void)r.resetConnections("127.0.0.1", server);
           continue;
         case 2: {  // the server's process crashes and is back 50-500 ms later
+          simLog(r, "fault: " + server + " crashes");
           r.hostDown(server);
           const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
           r.hostUp(server);
+          simLog(r, "fault: " + server + " is back");
           if (!on) co_return;
           continue;
         }
         case 1: {
-          r.setLink("127.0.0.1", server, {.latency = std::chrono::milliseconds(100 + r.random().below(300))});
+          const auto slow = std::chrono::milliseconds(100 + r.random().below(300));
+          simLog(r, "fault: the link to " + server + " slows to " + std::to_string(slow.count()) + " ms");
+          r.setLink("127.0.0.1", server, {.latency = slow});
           const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
           r.setLink("127.0.0.1", server, {.latency = 100us});
+          simLog(r, "fault: the link to " + server + " is fast again");
           if (!on) co_return;
           continue;
         }
         default: {
+          simLog(r, "fault: partition from " + server);
           r.partition("127.0.0.1", server);
           const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
           r.heal("127.0.0.1", server);
+          simLog(r, "fault: partition from " + server + " healed");
           if (!on) co_return;
         }
       }
@@ -260,13 +299,7 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
   auto reads = [](R& r, ChainTable t, ClusterData& d, int n, std::chrono::milliseconds gap, bool tight,
                   RunReport& out) -> Task<void> {
     using Client = ClusterClient<R>;
-    typename Client::ConnectorFactory factory = [&r](const coio::SocketAddress& to) -> ChannelConnector<R> {
-      return [&r, to](std::stop_token stop) -> Task<Result<std::unique_ptr<Channel<R>>>> {
-        Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(r, to, stop);
-        if (!stream) co_return stream.error();
-        co_return std::unique_ptr<Channel<R>>(std::make_unique<TcpChannel<R>>(std::move(*stream)));
-      };
-    };
+    typename Client::ConnectorFactory factory = tcpChannels(r);
     ClusterOptions o;
     o.requestTimeout = tight ? 30ms : 300ms;
     if (tight) o.maxTransmissionsPerServer = 2;
@@ -274,7 +307,7 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
     o.reconnectMax = 200ms;
     o.retryFor = 3s;  // longer than a partition: an IO whose good replica is cut off waits for it
     o.hedgeAfter = r.random().below(2) == 0 ? std::chrono::steady_clock::duration{} : tight ? 5ms : 50ms;
-    o.log = [](const std::string&) {};  // the outcomes tell
+    o.log = [&r](const std::string& line) { simLog(r, line); };  // the outcomes tell; a replay may want it
     std::unique_ptr<Client> client = co_await Client::connect(r, std::move(t), o, std::move(factory));
     std::vector<std::byte> arena(16 * kClusterChunk);
     for (int b = 0; b < n; ++b) {
@@ -291,6 +324,9 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
       for (std::size_t i = 0; i < ios.size(); ++i) {
         const ClusterOutcome& o = outcomes[i];
         if (!o.ok()) {
+          simLog(r, "IO failed: chunk " + std::to_string(ios[i].chunkId) + " (chain " +
+                        std::to_string(ios[i].chunkId % kServers + 1) + "), " + std::string(proto::toString(o.status)) +
+                        ", " + o.error.message() + ", " + std::to_string(o.attempts) + " attempt(s)");
           ++out.failed[std::string(proto::toString(o.status))];
           continue;
         }
