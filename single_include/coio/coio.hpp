@@ -7891,6 +7891,7 @@ inline std::string thisProgram() {
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -8023,6 +8024,45 @@ struct SimEndpoint {
   }
 };
 
+/// Bytes arrived at a simulated socket and not read yet, kept as the
+/// segments they came in (a read copies each byte once).
+class SimInbox {
+ public:
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t size() const noexcept { return size_; }
+  void push(std::vector<std::byte>&& bytes) {
+    if (bytes.empty()) return;
+    size_ += bytes.size();
+    segments_.push_back(std::move(bytes));
+  }
+  /// Moves the first `n` bytes (at most size()) to `into`.
+  void take(std::byte* into, std::size_t n) noexcept {
+    size_ -= n;
+    while (n != 0) {
+      const std::vector<std::byte>& front = segments_.front();
+      const std::size_t k = std::min(n, front.size() - head_);
+      std::memcpy(into, front.data() + head_, k);
+      into += k;
+      n -= k;
+      head_ += k;
+      if (head_ == front.size()) {
+        segments_.pop_front();
+        head_ = 0;
+      }
+    }
+  }
+  void clear() noexcept {
+    segments_.clear();
+    head_ = 0;
+    size_ = 0;
+  }
+
+ private:
+  std::deque<std::vector<std::byte>> segments_;
+  std::size_t head_ = 0;  // bytes of the first segment already read
+  std::size_t size_ = 0;
+};
+
 /// One simulated socket: fresh, then listening, or connecting and then
 /// connected (or failed: the connect's error).
 struct SimSocket {
@@ -8041,7 +8081,7 @@ struct SimSocket {
   SimEndpoint remote;         // connecting or connected: the peer's address
   std::deque<int> accepted;   // listening: connections made, not accepted yet
   std::size_t backlog = 0;    // listening: at most this many in `accepted`
-  std::deque<std::byte> inbox;  // arrived, not read yet
+  SimInbox inbox;               // arrived, not read yet
   std::size_t inFlight = 0;     // bytes sent to this socket, not arrived yet
   std::size_t acking = 0;       // bytes read whose window update is on its way to the sender
   std::size_t capacity = 0;     // inbox + inFlight + acking may not exceed it (the window)
@@ -8315,8 +8355,7 @@ class SimBackend {
   std::size_t receive(SimSocket& s, std::byte* into, std::size_t n) {
     std::size_t take = std::min(n, s.inbox.size());
     if (take > 1 && random_.below(4) == 0) take = 1 + static_cast<std::size_t>(random_.below(take));
-    std::copy_n(s.inbox.begin(), take, into);
-    s.inbox.erase(s.inbox.begin(), s.inbox.begin() + static_cast<std::ptrdiff_t>(take));
+    s.inbox.take(into, take);
     trace(take);
     if (take != 0) {
       s.acking += take;
@@ -8584,7 +8623,9 @@ class SimBackend {
   // Delivers every event due at now_.
   void deliverDue() {
     while (!events_.empty() && events_.top().at <= now_) {
-      Event e = events_.top();
+      // Moved out before pop(): pop() orders by `at` and `seq`, which a
+      // move leaves as they were (only the bytes go).
+      Event e = std::move(const_cast<Event&>(events_.top()));
       events_.pop();
       core_.meter().dispatched(1);
       if (e.kind == Segment::syn) {
@@ -8622,9 +8663,9 @@ class SimBackend {
         case Segment::data:
         case Segment::fin:
           if (s.reset) continue;  // lost with the connection
-          s.inbox.insert(s.inbox.end(), e.bytes.begin(), e.bytes.end());
-          s.finReceived = s.finReceived || e.kind == Segment::fin;
           trace(e.bytes.size() * 2 + (e.kind == Segment::fin ? 1 : 0));
+          s.inbox.push(std::move(e.bytes));
+          s.finReceived = s.finReceived || e.kind == Segment::fin;
           notify(s, true);
           break;
         case Segment::established:
