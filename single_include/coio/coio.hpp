@@ -8252,8 +8252,6 @@ class SimBackend {
     s->open = false;
   }
 
-  // --- Connections.
-
   // --- Links and their faults (hosts are SimEndpoints with port 0).
 
   /// The link between hosts without one of their own.
@@ -8278,6 +8276,8 @@ class SimBackend {
     trace(0x4EA1 + held.size());
     for (Held& h : held) transmit(std::move(h.event), h.from, h.to, {});
   }
+
+  // --- Connections.
 
   /// A connected pair whose bytes take `latency` each way, with windows of
   /// `capacity` bytes.

@@ -8258,8 +8258,6 @@ class SimBackend {
     s->open = false;
   }
 
-  // --- Connections.
-
   // --- Links and their faults (hosts are SimEndpoints with port 0).
 
   /// The link between hosts without one of their own.
@@ -8284,6 +8282,8 @@ class SimBackend {
     trace(0x4EA1 + held.size());
     for (Held& h : held) transmit(std::move(h.event), h.from, h.to, {});
   }
+
+  // --- Connections.
 
   /// A connected pair whose bytes take `latency` each way, with windows of
   /// `capacity` bytes.
