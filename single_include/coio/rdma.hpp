@@ -8957,8 +8957,8 @@ namespace coio::sim {
 ///
 /// Guarantees (beside the Reactor concept's, which hold as stated there):
 /// - Virtual time: now() starts at the clock's epoch and moves only when
-///   nothing is ready: it jumps to the next timer or the next byte's
-///   arrival. Code that sleeps a minute takes no wall time to do it.
+///   nothing is ready: it jumps to the next timer, segment arrival or
+///   disk completion. Code that sleeps a minute takes no wall time to do it.
 /// - The coroutines ready at one instant run in an order drawn from the
 ///   seed (each ready phase is shuffled); timers due at one instant fire
 ///   in the order they were set, as on every reactor.
@@ -8969,8 +8969,8 @@ namespace coio::sim {
 ///   they replay with the seed too. Same hash on g++ and clang (the
 ///   generator is splitmix64, no std distribution).
 /// - A deadlock is an error, not a hang: when nothing is ready, no timer is
-///   set and no byte is on its way, run() / runUntil() throws
-///   sim::Deadlock, saying at what virtual time.
+///   set, no segment is on its way and no disk operation will complete,
+///   run() / runUntil() throws sim::Deadlock, saying at what virtual time.
 /// - The network: sockets are made, bound, listened on, connected,
 ///   accepted and closed through the reactor (the Reactor concept's socket
 ///   calls), so TcpListener and TcpStream run on it unchanged. fd numbers
@@ -9000,8 +9000,11 @@ namespace coio::sim {
 ///   hosts, hostDown(h) all of a host's, refusing connects until hostUp(h)
 ///   (its processes crashed); a peer that stops reading fills the window
 ///   and holds its sender.
-/// - Each operation resumes in the ready phase after its socket let it
-///   complete (never inline from another coroutine's operation).
+/// - Each socket operation resumes in the ready phase after its socket let
+///   it complete (never inline from another coroutine's operation).
+/// - A disk: coio::Disk on it (<coio/testing/sim_disk.hpp>) does each
+///   operation on the real file and completes it in virtual time, with
+///   the faults of setDiskFaults().
 /// - stats() counts as on every reactor; timing (setLoopTiming, the stall
 ///   handler) measures wall time, not virtual time.
 /// - One thread: spawn() and schedule() from the loop thread (or before
