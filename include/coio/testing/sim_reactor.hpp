@@ -8,6 +8,7 @@
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/reactor_loop.hpp>
 #include <coio/testing/detail/sim_backend.hpp>
+#include <coio/testing/sim_types.hpp>
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
