@@ -75,11 +75,7 @@ RunReport run(std::uint64_t seed, const std::filesystem::path& dataset, const Fa
 
   auto body = [](R& r, storage::TransmissionLimiter& lim, coio::SocketAddress to, int n, bool partition,
                  RunReport& out) -> Task<void> {
-    auto connect = [&r, to](std::stop_token stop) -> Task<Result<std::unique_ptr<storage::Channel<R>>>> {
-      Result<coio::TcpStream<R>> stream = co_await coio::TcpStream<R>::connect(r, to, stop);
-      if (!stream) co_return stream.error();
-      co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<storage::TcpChannel<R>>(std::move(*stream)));
-    };
+    storage::ChannelConnector<R> connect = tcpChannels(r)(to);
     Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(
         connect, lim, {.timeout = 500ms, .verifyChecksums = true});
     INFO(client.error().message());
