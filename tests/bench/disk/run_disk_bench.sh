@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
-bench=build/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1 write_tables=1
+bench=build-bench/tests/bench/disk/disk_bench dir=/var/tmp/coio-disk-bench seconds=5 quick=0 cases="" hot_table=1 write_tables=1
 rounds=1
 while (($#)); do
   case "$1" in
@@ -33,7 +33,7 @@ while (($#)); do
   esac
 done
 command -v fio >/dev/null || { echo "run_disk_bench.sh: fio not found (scripts/install-deps.sh)" >&2; exit 1; }
-[[ -x $bench ]] || { echo "run_disk_bench.sh: $bench not built (cmake --build build --target disk_bench)" >&2; exit 1; }
+[[ -x $bench ]] || { echo "run_disk_bench.sh: $bench not built (cmake --build build-bench --target disk_bench: docs/benchmarks.md)" >&2; exit 1; }
 
 mkdir -p "$dir"
 cold=$dir/cold-4g.dat hot=$dir/hot-1g.dat size=4G hotsize=1G

@@ -7,7 +7,7 @@
 # Each figure is the median of --rounds runs; a markdown table of figures
 # and ratios to the reference goes to stdout, then the median and range of
 # the ratios taken within each round.
-#   run_net_bench.sh [--build-dir build] [--seconds 3] [--rounds 3]
+#   run_net_bench.sh [--build-dir build-bench] [--seconds 3] [--rounds 3]
 #                    [--placement pinned|unpinned] [--tests stream,rr1,rr64]
 # --tests: which rows to run (default all three; the references are run
 # only for the rows that need them). The uring reactor runs with its
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
-build_dir=build seconds=3 rounds=3 placement=pinned tests=stream,rr1,rr64
+build_dir=build-bench seconds=3 rounds=3 placement=pinned tests=stream,rr1,rr64
 while (($#)); do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
