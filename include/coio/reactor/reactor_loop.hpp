@@ -261,6 +261,26 @@ class ReactorLoop : public detail::LoopCore {
   /// What waits for I/O: the reactor's operations submit to it.
   Backend backend_;
 
+  /// A turn of the loop but its wait: the ready phase, then the due
+  /// timers. (A simulation's nodes take their turns through it, inside
+  /// the loop of the reactor that runs them all.)
+  void readyAndTimers() {
+    meter_.iteration();
+    inlineTurns_ = kInlineTurnsPerIteration;
+    if constexpr (kVirtualTime) backend_.order(ready_);
+    const bool resumed = runReady();
+    // No clock read without timers, one with (waitTimeout reads it only
+    // if no deadline could be armed): where the clock is not in the vDSO
+    // (e.g. a TCG guest's), each read is a system call. Timed, that read
+    // is the ready phase's end.
+    if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
+    if (timers_.size() != 0) {
+      const bool fired = timers_.fireDue(timersNow());
+      if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
+    }
+    if (meter_.timed()) meter_.endTurn();  // before the loop's check: the stall handler may stop it
+  }
+
  private:
   template <typename Done>
   void loop(Done done, std::coroutine_handle<> first) {
@@ -279,20 +299,7 @@ class ReactorLoop : public detail::LoopCore {
     // returned (in poll), then the ready phase, then the timers. Timed
     // (LoopMeter), each phase that ran something ends with a clock read.
     while (!done() && !stopRequested()) {
-      meter_.iteration();
-      inlineTurns_ = kInlineTurnsPerIteration;
-      if constexpr (kVirtualTime) backend_.order(ready_);
-      const bool resumed = runReady();
-      // No clock read without timers, one with (waitTimeout reads it only
-      // if no deadline could be armed): where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call. Timed, that read
-      // is the ready phase's end.
-      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
-      if (timers_.size() != 0) {
-        const bool fired = timers_.fireDue(timersNow());
-        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
-      }
-      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
+      readyAndTimers();
       if (done() || stopRequested()) break;
       backend_.poll(waitTimeout());
       if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);

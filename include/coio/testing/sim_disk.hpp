@@ -47,11 +47,11 @@ class SimDiskRing final : public DiskRing {
 
   void submit(DiskOp& op, const DiskRequest& request) override {
     COIO_ASSERT(!request.fixedFile, "a simulated Disk registers no file");
-    SimBackend& b = reactor_.backend_;
+    SimWorld& b = reactor_.backend_.world();
     const sim::DiskFaults& faults = b.diskFaults();
     const OpKind kind = opKindOf(request.opcode);
     op.counter = static_cast<std::uint8_t>(kind);
-    b.core().meter().submitted(op.counter);
+    reactor_.backend_.core().meter().submitted(op.counter);
     op.state = DiskOp::State::inFlight;
     const bool transfer = kind == OpKind::diskRead || kind == OpKind::diskWrite;
     if (transfer && b.chance(faults.hang)) {
@@ -80,12 +80,12 @@ class SimDiskRing final : public DiskRing {
     b.defer(this, &op, &SimDiskRing::fire, static_cast<int>(result), b.now() + latency);
   }
 
-  void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.cancelDeferred(&op); }
+  void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.world().cancelDeferred(&op); }
   void openBatch() override {}  // each operation completes at its own time
   void closeBatch() override {}
   LoopCore& loop() noexcept override { return reactor_; }
   /// The Disk is going away: its pending operations never complete.
-  void close() noexcept override { reactor_.backend_.dropDeferredOf(this); }
+  void close() noexcept override { reactor_.backend_.world().dropDeferredOf(this); }
 
  private:
   static void fire(const void* owner, void* p, int result) noexcept {

@@ -18,17 +18,21 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <stop_token>
 #include <utility>
 #include <vector>
 
 namespace coio::sim {
 class SimReactor;
+class Node;
 }  // namespace coio::sim
 
 namespace coio::detail {
@@ -48,7 +52,7 @@ struct SimRecvAttempt {
   static constexpr bool read = true;
   static constexpr OpKind kind = OpKind::recv;
   std::span<std::byte> buffer;
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (buffer.empty() || s.readShut) return 0;
     if (!s.inbox.empty()) return static_cast<long>(b.receive(s, buffer.data(), buffer.size()));
@@ -61,7 +65,7 @@ struct SimSendAttempt {
   static constexpr OpKind kind = OpKind::send;
   std::span<const std::byte> bytes;
   std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
@@ -77,7 +81,7 @@ struct SimSendAttempt {
 struct SimReadinessAttempt {
   bool read;
   static constexpr OpKind kind = OpKind::poll;
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     switch (s.state) {
       case SimSocket::State::listening: return read && !s.accepted.empty() ? 0 : kWouldBlock;
       case SimSocket::State::connecting: return kWouldBlock;
@@ -92,7 +96,7 @@ struct SimReadinessAttempt {
 struct SimAcceptAttempt {
   static constexpr bool read = true;
   static constexpr OpKind kind = OpKind::accept;
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     if (s.state != SimSocket::State::listening) return -EINVAL;
     const long fd = b.acceptOne(s);
     return fd == -EAGAIN ? kWouldBlock : fd;
@@ -105,7 +109,7 @@ struct SimConnectAttempt {
   static constexpr OpKind kind = OpKind::connect;
   std::optional<SimEndpoint> to;
   bool sent = false;
-  long run(SimBackend& b, SimSocket& s) {
+  long run(SimWorld& b, SimSocket& s) {
     if (!sent) {
       if (!to) return -EINVAL;
       if (const long r = b.connect(s, *to); r < 0) return r;
@@ -140,10 +144,10 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
   OpKind kind() const noexcept { return attempt_.kind; }
 
   long attempt() {
-    SimSocket* s = backend_.socket(fd_);
+    SimSocket* s = backend_.world().socket(fd_);
     if (s == nullptr) return -EBADF;
     if (s->reset) return -ECONNRESET;
-    return attempt_.run(backend_, *s);
+    return attempt_.run(backend_.world(), *s);
   }
 
   bool tryNow() noexcept {
@@ -151,7 +155,7 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
     return this->result_ != kWouldBlock;
   }
   bool start() {
-    SimSocket* s = backend_.socket(fd_);  // tryNow found it
+    SimSocket* s = backend_.world().socket(fd_);  // tryNow found it
     (reads() ? s->reader : s->writer) = this;
     waiting_ = true;
     backend_.core().meter().submitted(static_cast<std::uint8_t>(kind()));
@@ -169,7 +173,7 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
     if (!waiting_) return;
     waiting_ = false;
     backend_.core().meter().completed(static_cast<std::uint8_t>(kind()));
-    if (SimSocket* s = backend_.socket(fd_)) {
+    if (SimSocket* s = backend_.world().socket(fd_)) {
       SimWaiter*& slot = reads() ? s->reader : s->writer;
       if (slot == this) slot = nullptr;
     }
@@ -285,53 +289,53 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// The seed it was made with (for the replay line of a failing run).
   std::uint64_t seed() const noexcept { return seed_; }
   /// What the run did so far, summed up (see the class comment).
-  std::uint64_t traceHash() const noexcept { return backend_.traceHash(); }
+  std::uint64_t traceHash() const noexcept { return backend_.world().traceHash(); }
   /// The seed's generator: a test's own draws, so that they replay too.
-  Random& random() noexcept { return backend_.random(); }
+  Random& random() noexcept { return backend_.world().random(); }
 
   /// A connected pair of simulated sockets (see the class comment).
-  std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
+  std::pair<int, int> socketPair(Link link = {}) { return backend_.world().socketPair(link.latency, link.window); }
   /// The link between hosts that have none of their own (both ways;
   /// windows are fixed when a connection is made, the rest applies to the
   /// next segment on).
-  void setLink(const Link& link) noexcept { backend_.setLink(link); }
+  void setLink(const Link& link) noexcept { backend_.world().setLink(link); }
   /// The link between hosts `a` and `b` (IP addresses, "10.0.0.1" or
   /// "::1"), both ways. std::invalid_argument for a malformed address.
   void setLink(std::string_view a, std::string_view b, const Link& link) {
-    backend_.setLink(host(a), host(b), link);
+    backend_.world().setLink(host(a), host(b), link);
   }
   /// A fault drawn from the seed: each pair of hosts without a link of its
   /// own gets one between `low` and `high` (each field uniformly) when its
   /// first segment goes.
-  void drawLinks(const Link& low, const Link& high) noexcept { backend_.drawLinks(low, high); }
+  void drawLinks(const Link& low, const Link& high) noexcept { backend_.world().drawLinks(low, high); }
   /// A fault: a partition between hosts `a` and `b`. Bytes, FINs,
   /// connects and RSTs between them stop (nothing is reset: each side sees
   /// silence) until heal(a, b), then arrive in order, as TCP's
   /// retransmissions would deliver them.
-  void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
+  void partition(std::string_view a, std::string_view b) { backend_.world().partition(host(a), host(b)); }
   /// Ends partition(a, b).
-  void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+  void heal(std::string_view a, std::string_view b) { backend_.world().heal(host(a), host(b)); }
   /// A fault: the processes of host `ip` crash (its machine stays up):
   /// every connection to or from it is reset, connects to it are refused
   /// and what its sockets send is lost, until hostUp(ip). Its tasks keep
   /// running (a simulation cannot kill them yet): they see their
   /// connections reset, and its listeners accept again after hostUp, as a
   /// restarted process would.
-  void hostDown(std::string_view ip) { backend_.hostDown(host(ip)); }
+  void hostDown(std::string_view ip) { backend_.world().hostDown(host(ip)); }
   /// Ends hostDown(ip).
-  void hostUp(std::string_view ip) { backend_.hostUp(host(ip)); }
+  void hostUp(std::string_view ip) { backend_.world().hostUp(host(ip)); }
   /// A fault: every connection between hosts `a` and `b` is reset at once,
   /// both ends (as reset(fd) for each); how many there were.
   std::size_t resetConnections(std::string_view a, std::string_view b) {
-    return backend_.resetBetween(host(a), host(b));
+    return backend_.world().resetBetween(host(a), host(b));
   }
 
   /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
   /// do to the operations submitted from now on: latency and faults.
-  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.diskFaults() = faults; }
+  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.world().diskFaults() = faults; }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
-  void reset(int fd) { backend_.reset(fd); }
+  void reset(int fd) { backend_.world().reset(fd); }
 
   /// Completes once `fd` has bytes to read or its peer's FIN arrived.
   ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept {
@@ -369,8 +373,49 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// Nothing to forget: a simulated fd number is never reused.
   void forget(int) noexcept {}
 
+  /// What a node runs: its process's main, given the node's own reactor.
+  using NodeMain = std::function<Task<void>(SimReactor&)>;
+  /// Starts a node at `ip` (see Node): `main(reactor)` on a reactor of its
+  /// own in this simulation, whose sockets are at `ip`. Only on the
+  /// reactor that runs the simulation (not on a node's). The node lives as
+  /// long as this reactor; kill() it before the end if its tasks must end
+  /// as they would when stopped (else its frames are destroyed with it).
+  /// std::invalid_argument for a malformed address or one a live node has.
+  Node& startNode(std::string_view ip, NodeMain main);
+  /// The node started at `ip`; std::invalid_argument if there is none.
+  Node& node(std::string_view ip);
+
+  /// Calls `fault` at virtual time `when`, from the loop, after the
+  /// segments and completions due then (a fault schedule: kill a node,
+  /// partition, restart...). std::invalid_argument if `when` is past.
+  void at(Clock::time_point when, std::function<void()> fault);
+  /// at(now() + delay, fault); std::invalid_argument for a negative delay.
+  void after(Clock::duration delay, std::function<void()> fault) {
+    if (delay < Clock::duration::zero()) throw std::invalid_argument("coio::sim: a fault after a negative delay");
+    at(now() + delay, std::move(fault));
+  }
+
+  ~SimReactor();
+
  private:
   friend class detail::SimDiskRing;
+  friend class Node;
+
+  // A node's reactor, in `runner`'s world at `address`.
+  SimReactor(SimReactor& runner, const detail::SimEndpoint& address)
+      : ReactorLoop(runner.backend_, address), seed_(runner.seed_) {
+    // The simulation has one thread: the node's loop is "entered" for good,
+    // so that what wakes its coroutines queues them directly.
+    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    backend_.reactor = this;
+    backend_.hasReady = [](void* r) noexcept { return static_cast<SimReactor*>(r)->readyCount() != 0; };
+    backend_.turn = [](void* r) {
+      auto& self = *static_cast<SimReactor*>(r);
+      self.readyAndTimers();
+      // A task of the node failed (it stopped its loop): the simulation fails.
+      if (std::exception_ptr failure = self.takeFailure()) std::rethrow_exception(failure);
+    };
+  }
 
   static detail::SimEndpoint host(std::string_view ip) {
     const std::string text(ip);
@@ -386,6 +431,152 @@ class SimReactor : public ReactorLoop<SimReactor> {
   }
 
   std::uint64_t seed_;
+  std::vector<std::unique_ptr<Node>> nodes_;  // the runner's
 };
+
+/// A node of a simulation (SimReactor::startNode): a process of its own,
+/// at its own address, running its main on its own reactor in the
+/// simulation's world, with the files it finds on disk (real files: kept
+/// across restarts).
+///
+/// Guarantees:
+/// - Its sockets are at its address (binding the wildcard binds it, a
+///   connect without bind leaves from it): faults between hosts (partition,
+///   setLink, resetConnections) apply to it by its address.
+/// - Its coroutines take their turns in the simulation's loop, in an order
+///   drawn from the seed among the nodes ready at one instant.
+/// - kill(mode): at once, its connections are reset or go silent (see
+///   KillMode) and its listeners are gone, then its main's stop token is
+///   stopped and its tasks run alone, at that instant, until main returns:
+///   its operations on its sockets fail, a stop cancels the rest, and the
+///   node's frames are gone before kill() returns. A node whose tasks
+///   still wait then (on what no stop cancels: a Baton never posted, an
+///   operation given a token of its own) is an error: sim::Deadlock,
+///   naming it. (A real crash runs no
+///   destructors; a simulated one does, so that the service's own
+///   invariants hold: lost writes are the disk faults' to model.)
+/// - pause() / resume(): as SIGSTOP / SIGCONT: nothing of it runs and its
+///   timers wait; the network still delivers to its sockets (until their
+///   windows are full), so its peers see silence.
+/// - restart(): kill() (reset) if it is alive, then main again on a fresh
+///   reactor at the same address.
+/// - Only from the loop of the reactor that runs the simulation, or a
+///   fault it scheduled (SimReactor::at), or another node: a node's own
+///   tasks cannot kill, pause or restart it (std::logic_error).
+class Node {
+ public:
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  /// Its address, as given to startNode.
+  const std::string& address() const noexcept { return address_; }
+  /// Running: started (or restarted), not killed, its main not returned.
+  bool alive() const noexcept { return reactor_ != nullptr && running_; }
+  bool paused() const noexcept { return reactor_ != nullptr && reactor_->backend_.paused; }
+  /// Its process's reactor (its stats, its random()); std::logic_error once killed.
+  SimReactor& reactor() {
+    if (!reactor_) throw std::logic_error("coio::sim: node " + address_ + " is not running");
+    return *reactor_;
+  }
+
+  /// Kills it (see the class comment); nothing if it is not running.
+  void kill(KillMode mode = KillMode::reset) {
+    if (!reactor_) return;
+    checkNotOwnTurn("killed");
+    detail::SimWorld& world = runner_.backend_.world();
+    detail::SimBackend& backend = reactor_->backend_;
+    backend.paused = false;
+    world.crashSockets(backend, mode == KillMode::silent);
+    if (mode == KillMode::silent) world.silence(backend.host);
+    stop_.request_stop();
+    if (!world.drain(backend, [this] { return !running_; })) {
+      throw Deadlock("coio::sim: node " + address_ + " was killed at " + std::to_string(secondsNow()) +
+                     " s of virtual time and its tasks did not end when stopped: they wait on what no stop "
+                     "cancels (a Baton, an operation given a token of its own)");
+    }
+    reactor_.reset();  // what its tasks spawned and left: destroyed
+  }
+
+  /// Stops it (SIGSTOP); resume() goes on.
+  void pause() {
+    checkNotOwnTurn("paused");
+    reactor().backend_.paused = true;
+  }
+  void resume() { reactor().backend_.paused = false; }
+
+  /// kill() if it runs, then main again, on a fresh reactor at its address.
+  void restart() {
+    kill();
+    start();
+  }
+
+ private:
+  friend class SimReactor;
+
+  Node(SimReactor& runner, std::string address, detail::SimEndpoint host, SimReactor::NodeMain main)
+      : runner_(runner), address_(std::move(address)), host_(host), main_(std::move(main)) {}
+
+  void start() {
+    runner_.backend_.world().unsilence(host_);
+    reactor_.reset(new SimReactor(runner_, host_));
+    stop_ = std::stop_source();
+    running_ = true;
+    reactor_->spawn(run(*this, withStopToken(stop_.get_token(), main_(*reactor_))));
+  }
+
+  static Task<void> run(Node& self, Task<void> main) {
+    co_await std::move(main);
+    self.running_ = false;
+  }
+
+  void checkNotOwnTurn(const char* what) const {
+    if (reactor_ && runner_.backend_.world().turning() == &reactor_->backend_) {
+      throw std::logic_error("coio::sim: node " + address_ + " " + what + " by its own task");
+    }
+  }
+  double secondsNow() const { return std::chrono::duration<double>(runner_.now().time_since_epoch()).count(); }
+
+  SimReactor& runner_;
+  std::string address_;
+  detail::SimEndpoint host_;
+  SimReactor::NodeMain main_;
+  std::unique_ptr<SimReactor> reactor_;
+  std::stop_source stop_;
+  bool running_ = false;
+};
+
+inline Node& SimReactor::startNode(std::string_view ip, NodeMain main) {
+  if (backend_.host.family != AF_UNSPEC) throw std::logic_error("coio::sim: startNode on a node's reactor");
+  const detail::SimEndpoint h = host(ip);
+  for (const auto& n : nodes_) {
+    if (n->host_ == h && n->reactor_) throw std::invalid_argument("coio::sim: a node runs at " + std::string(ip) + " already");
+  }
+  std::erase_if(nodes_, [&](const auto& n) { return n->host_ == h; });  // a dead one's place
+  nodes_.push_back(std::unique_ptr<Node>(new Node(*this, std::string(ip), h, std::move(main))));
+  backend_.world().trace(0x57A7);
+  nodes_.back()->start();
+  return *nodes_.back();
+}
+
+inline Node& SimReactor::node(std::string_view ip) {
+  const detail::SimEndpoint h = host(ip);
+  for (const auto& n : nodes_) {
+    if (n->host_ == h) return *n;
+  }
+  throw std::invalid_argument("coio::sim: no node at " + std::string(ip));
+}
+
+inline void SimReactor::at(Clock::time_point when, std::function<void()> fault) {
+  if (when < now()) {
+    throw std::invalid_argument("coio::sim: a fault at " +
+                                std::to_string(std::chrono::duration<double>(when.time_since_epoch()).count()) +
+                                " s, before now (" +
+                                std::to_string(std::chrono::duration<double>(now().time_since_epoch()).count()) + " s)");
+  }
+  backend_.world().at(when, std::move(fault));
+}
+
+// The nodes go first: their reactors leave the world before the runner's.
+inline SimReactor::~SimReactor() { nodes_.clear(); }
 
 }  // namespace coio::sim

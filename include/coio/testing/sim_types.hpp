@@ -19,6 +19,13 @@ class Deadlock : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+/// How a node dies (Node::kill): `reset`, its process crashed on a
+/// machine that stays up: the kernel resets its connections (their peers
+/// get an RST) and refuses connects to its ports; `silent`, its machine is
+/// gone: nothing answers, what is sent to it is lost and connects to it
+/// time out, until it restarts.
+enum class KillMode { reset, silent };
+
 /// splitmix64: one 64-bit state, the same sequence on every compiler and
 /// standard library (std::shuffle and the distributions are not).
 class Random {

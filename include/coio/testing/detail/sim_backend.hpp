@@ -1,10 +1,13 @@
 #pragma once
-// SimBackend: coio::sim::SimReactor's ReactorBackend. It keeps virtual
+// SimWorld: what the reactors of one simulation share. It keeps virtual
 // time, orders each ready phase by a seeded generator, and is the
 // simulated network: sockets with addresses, listeners, connections whose
 // segments (bytes, FIN, SYN, RST) arrive one link latency after they were
-// sent, each an event in its queue; when nothing is ready the clock jumps
-// to the next event or timer.
+// sent, each an event in its queue; when nothing is ready anywhere the
+// clock jumps to the next event or timer.
+// SimBackend: each SimReactor's ReactorBackend, its window on the world:
+// the world's first reactor runs the loop, and gives the others (its
+// nodes) their turns from its poll.
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
 #include <coio/reactor/detail/loop_core.hpp>
@@ -15,6 +18,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <utility>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -22,7 +26,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <queue>
 #include <set>
@@ -31,12 +37,33 @@
 
 namespace coio::detail {
 
-/// SimReactor's backend (see ReactorBackend) and its network. Loop thread only.
-class SimBackend {
+/// A reactor of the world as the world sees it (SimBackend is one): its
+/// loop's core, its address, and how it takes a turn.
+struct SimLoop {
+  LoopCore& loopCore;
+  /// A node's address (port 0): its sockets are there unless bound
+  /// elsewhere. AF_UNSPEC for the world's runner, whose are at loopback.
+  SimEndpoint host{};
+  /// A paused node takes no turn; its timers wait (SIGSTOP).
+  bool paused = false;
+  /// A node's: whether it has coroutines to resume; its turn (ready
+  /// phase, timers); the reactor both are given.
+  bool (*hasReady)(void* reactor) noexcept = nullptr;
+  void (*turn)(void* reactor) = nullptr;
+  void* reactor = nullptr;
+
+  /// Where its sockets are when they connect or listen unbound.
+  SimEndpoint home(sa_family_t family) const noexcept {
+    return host.family == family ? host : SimEndpoint::loopback(family);
+  }
+};
+
+/// The clock, the generator, the network and the disks' completions of a
+/// simulation, and its reactors (SimBackends: the first runs the loop, the
+/// others are nodes, which take their turns from it). Loop thread only.
+class SimWorld {
  public:
   using Clock = LoopCore::Clock;
-  /// ReactorLoop: the clock is this backend's, and it orders ready phases.
-  static constexpr bool kVirtualTime = true;
 
   /// The first fd number of simulated sockets: far above any real fd, so
   /// that a real fd handed to an operation by mistake is refused.
@@ -46,9 +73,8 @@ class SimBackend {
   /// ETIMEDOUT (Linux's tcp_syn_retries).
   static constexpr int kSynRetries = 6;
 
-  SimBackend(LoopCore& core, std::uint64_t seed) : core_(core), random_(seed) { trace(seed); }
+  explicit SimWorld(std::uint64_t seed) : random_(seed) { trace(seed); }
 
-  LoopCore& core() noexcept { return core_; }
   Clock::time_point now() const noexcept { return now_; }
   sim::Random& random() noexcept { return random_; }
   std::uint64_t traceHash() const noexcept { return trace_; }
@@ -62,17 +88,49 @@ class SimBackend {
     }
   }
 
-  // --- ReactorBackend.
+  // --- The loop (SimBackend's ReactorBackend calls).
 
-  void poll(std::optional<Clock::duration> timeout) {
-    core_.woke(timeout);
+  /// Joins `loop` to the world: the first is the one that runs the loop.
+  void attach(SimLoop& loop) { loops_.push_back(&loop); }
+  /// `loop` is going away (a node killed): its sockets are gone, as a
+  /// process's at exit (what they send was dealt with by kill()).
+  void detach(SimLoop& loop) noexcept {
+    std::erase(loops_, &loop);
+    for (SimSocket& s : sockets_) {
+      if (s.owner != &loop) continue;
+      s.owner = nullptr;
+      if (!s.open) continue;
+      s.reader = s.writer = nullptr;  // their operations' frames are gone
+      if (s.bound) bound_.erase(s.local);
+      s.accepted.clear();
+      s.open = false;
+    }
+  }
+  /// The node whose turn is under way, or null.
+  const SimLoop* turning() const noexcept { return turning_; }
+  /// Whether a node's address is taken by a live node.
+  bool hostTaken(const SimEndpoint& h) const noexcept {
+    return std::any_of(loops_.begin(), loops_.end(), [&](const SimLoop* l) { return l->host == h; });
+  }
+
+  /// The poll of the loop that runs the world: the other reactors (nodes)
+  /// take a turn each if they have work; when nothing anywhere is ready,
+  /// the clock jumps to what happens next; then what is due arrives.
+  void poll(SimLoop& runner, std::optional<Clock::duration> timeout) {
+    LoopCore& core = runner.loopCore;
+    core.woke(timeout);
     // Tasks spawned before the loop ran were handed over as from another
     // thread (the simulation has no other): they start here, in spawn
     // order, and the loop looks at what they made ready before time moves.
-    if (core_.resumeRemote()) return;
-    if (!timeout || *timeout != Clock::duration::zero()) {
-      // Nothing ready: the clock jumps to what happens next.
-      std::optional<Clock::time_point> next = core_.timers().nextDeadline();
+    if (core.resumeRemote()) return;
+    const bool nodesRan = turnNodes(runner);
+    if (!nodesRan && (!timeout || *timeout != Clock::duration::zero())) {
+      // Nothing ready anywhere: the clock jumps to what happens next.
+      std::optional<Clock::time_point> next;
+      for (const SimLoop* l : loops_) {
+        const std::optional<Clock::time_point> t = l->paused ? std::nullopt : l->loopCore.timers().nextDeadline();
+        if (t && (!next || *t < *next)) next = t;
+      }
       if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
       if (!next) {
         throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
@@ -83,10 +141,21 @@ class SimBackend {
     }
     deliverDue();
   }
-  bool armDeadline(Clock::time_point) noexcept { return true; }  // poll reads the timers itself
-  void quiesce() noexcept {}
-  void leaveLoop() noexcept {}
-  std::size_t unsubmitted() const noexcept { return 0; }
+
+  /// Delivers every event due now; whether there was any.
+  bool deliverDue() { return deliverEvents(); }
+
+  /// A node's turns, alone, at this instant (its kill: until `done()`):
+  /// false if it can go no further without time passing.
+  template <typename Done>
+  bool drain(SimLoop& node, Done done) {
+    while (!done()) {
+      const bool ran = hasWork(node);
+      if (ran) turn(node);
+      if (!deliverDue() && !ran) return false;
+    }
+    return true;
+  }
 
   /// ReactorLoop, before each ready phase: the coroutines ready at this
   /// instant run in an order drawn from the seed (Fisher-Yates).
@@ -101,9 +170,9 @@ class SimBackend {
 
   // --- The socket calls ReactorLoop makes here instead of the kernel.
 
-  Result<int> openSocket(int family) {
+  Result<int> openSocket(SimLoop& owner, int family) {
     if (family != AF_INET && family != AF_INET6) return systemError(EAFNOSUPPORT);
-    SimSocket& s = make();
+    SimSocket& s = make(&owner);
     s.local.family = static_cast<sa_family_t>(family);
     return s.fd;
   }
@@ -114,7 +183,7 @@ class SimBackend {
     const std::optional<SimEndpoint> e = SimEndpoint::from(address, length);
     if (!e || e->family != s->local.family) return systemError(e ? EAFNOSUPPORT : EINVAL);
     if (s->bound || s->state != SimSocket::State::fresh) return systemError(EINVAL);
-    return bind(*s, *e);
+    return bind(*s, onHost(*s, *e));
   }
 
   Result<void> listenSocket(int fd, int backlog) {
@@ -122,7 +191,7 @@ class SimBackend {
     if (s == nullptr) return systemError(EBADF);
     if (s->state != SimSocket::State::fresh && s->state != SimSocket::State::listening) return systemError(EINVAL);
     if (!s->bound) {  // as Linux: an ephemeral port on every address
-      if (Result<void> r = bind(*s, SimEndpoint{s->local.family, {}, 0}); !r) return r;
+      if (Result<void> r = bind(*s, onHost(*s, SimEndpoint{s->local.family, {}, 0})); !r) return r;
     }
     s->state = SimSocket::State::listening;
     s->backlog = static_cast<std::size_t>(std::clamp(backlog, 1, 4096));
@@ -222,8 +291,8 @@ class SimBackend {
   /// A connected pair whose bytes take `latency` each way, with windows of
   /// `capacity` bytes.
   std::pair<int, int> socketPair(Clock::duration latency, std::size_t capacity) {
-    SimSocket& a = make();
-    SimSocket& b = make();
+    SimSocket& a = make(nullptr);
+    SimSocket& b = make(nullptr);
     for (auto [s, peer] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
       s->state = SimSocket::State::connected;
       s->peer = peer->fd;
@@ -240,7 +309,7 @@ class SimBackend {
     if (s.state != SimSocket::State::fresh) return s.state == SimSocket::State::connecting ? -EALREADY : -EINVAL;
     if (to.family != s.local.family) return -EAFNOSUPPORT;
     if (!s.bound) {
-      SimEndpoint here = SimEndpoint::loopback(to.family);
+      const SimEndpoint here = s.owner ? s.owner->home(to.family) : SimEndpoint::loopback(to.family);
       if (Result<void> r = bind(s, here); !r) return -r.error().value();
     }
     s.state = SimSocket::State::connecting;
@@ -368,6 +437,53 @@ class SimBackend {
     }
     trace(0xD0A1);
   }
+  /// A fault: host `h` answers nothing, as a machine gone (no RST): what
+  /// is sent to it is lost, connects to it time out; until unsilence(h).
+  void silence(const SimEndpoint& h) {
+    silent_.insert(h);
+    trace(0x5113);
+  }
+  void unsilence(const SimEndpoint& h) { silent_.erase(h); }
+
+  /// Calls `call` at virtual time `when` (not before now), from the poll
+  /// of the loop that runs the world, after what arrives then.
+  void at(Clock::time_point when, std::function<void()> call) {
+    const std::uint64_t id = nextCall_++;
+    calls_.emplace(id, std::move(call));
+    push(Event{.at = when, .kind = Segment::call, .count = id});
+  }
+
+  /// A node's kill: its sockets fail their operations (ECONNRESET) from
+  /// now on, its listeners are gone; its connections' peers get an RST (a
+  /// crashed process's, from its kernel), or nothing with `silent` (its
+  /// machine gone: see silence()).
+  void crashSockets(SimLoop& node, bool silent) {
+    for (SimSocket& s : sockets_) {
+      if (s.owner != &node || !s.open) continue;
+      switch (s.state) {
+        case SimSocket::State::connected:
+          if (s.reset) break;
+          if (!silent) sendReset(s);
+          abortEnd(s);
+          break;
+        case SimSocket::State::listening:  // its unaccepted connections are the node's too: above
+          if (s.bound) bound_.erase(s.local);
+          s.bound = false;
+          s.state = SimSocket::State::failed;
+          s.error = ECONNABORTED;
+          notify(s, true);
+          break;
+        case SimSocket::State::connecting:
+          s.state = SimSocket::State::failed;
+          s.error = ECONNABORTED;
+          notify(s, false);
+          break;
+        default: break;
+      }
+    }
+    trace(silent ? 0xC2A51 : 0xC2A50);
+  }
+
   /// Ends hostDown(h).
   void hostUp(const SimEndpoint& h) {
     down_.erase(h);
@@ -406,8 +522,8 @@ class SimBackend {
   // What travels between sockets: bytes, a FIN, a window update (the room
   // a read freed), a connection's SYN (to an address), its answer
   // (established, or refused with an errno) and RST.
-  // (And a deferred completion, which travels nowhere.)
-  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred };
+  // (And a deferred completion and a scheduled call, which travel nowhere.)
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred, call };
 
   struct Event {
     Clock::time_point at{};  // when it arrives (transmit() sets it)
@@ -440,10 +556,53 @@ class SimBackend {
   SimSocket& at(int fd) noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
   const SimSocket& at(int fd) const noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
 
-  SimSocket& make() {
+  // A node has one address: binding the wildcard binds that.
+  static SimEndpoint onHost(const SimSocket& s, SimEndpoint e) noexcept {
+    if (e.wildcard() && s.owner != nullptr && s.owner->host.family == e.family) e.ip = s.owner->host.ip;
+    return e;
+  }
+
+  SimSocket& make(SimLoop* owner) {
     SimSocket& s = sockets_.emplace_back();
     s.fd = kFirstFd + static_cast<int>(sockets_.size() - 1);
+    s.owner = owner;
     return s;
+  }
+
+  // Node `l`'s turn (turning() says whose is under way).
+  void turn(SimLoop& l) {
+    SimLoop* outer = std::exchange(turning_, &l);
+    struct Restore {
+      SimLoop*& slot;
+      SimLoop* value;
+      ~Restore() { slot = value; }
+    } restore{turning_, outer};
+    l.turn(l.reactor);
+  }
+
+  // Whether node `l` has something to do at this instant.
+  bool hasWork(SimLoop& l) const noexcept {
+    if (l.paused) return false;
+    if (l.hasReady(l.reactor)) return true;
+    const std::optional<Clock::time_point> t = l.loopCore.timers().nextDeadline();
+    return t && *t <= now_;
+  }
+
+  // A turn of each node (every reactor but the runner) with work, in an
+  // order drawn from the seed; whether any ran.
+  bool turnNodes(SimLoop& runner) {
+    std::vector<SimLoop*> due;
+    for (SimLoop* l : loops_) {
+      if (l != &runner && hasWork(*l)) due.push_back(l);
+    }
+    if (due.empty()) return false;
+    for (std::size_t i = due.size(); i > 1; --i) std::swap(due[i - 1], due[random_.below(i)]);
+    trace(0x70DE + due.size());
+    // A turn may kill a node (and detach it): each is looked up again.
+    for (SimLoop* l : due) {
+      if (std::find(loops_.begin(), loops_.end(), l) != loops_.end() && hasWork(*l)) turn(*l);
+    }
+    return true;
   }
 
   void push(Event e) {
@@ -467,8 +626,10 @@ class SimBackend {
   void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
     if (from.family == AF_UNSPEC) {
       e.at = now_ + pairLatency;
-    } else if (down_.contains(from) && e.kind != Segment::refused) {
+    } else if ((down_.contains(from) || silent_.contains(from)) && e.kind != Segment::refused) {
       return;  // its processes are gone: nothing they "send" leaves
+    } else if (silent_.contains(to) && e.kind != Segment::syn) {
+      return;  // a silent host answers nothing (a SYN is retried: arriveSyn)
     } else {
       LinkState& l = linkState(from, to);
       if (l.partitioned) {
@@ -560,16 +721,26 @@ class SimBackend {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
   }
 
-  // Delivers every event due at now_.
-  void deliverDue() {
+  // Delivers every event due at now_; whether there was any.
+  bool deliverEvents() {
+    bool any = false;
     while (!events_.empty() && events_.top().at <= now_) {
       // Moved out before pop(): pop() orders by `at` and `seq`, which a
       // move leaves as they were (only the bytes go).
       Event e = std::move(const_cast<Event&>(events_.top()));
       events_.pop();
-      core_.meter().dispatched(1);
+      any = true;
+      if (e.to >= 0 && at(e.to).owner) at(e.to).owner->loopCore.meter().dispatched(1);
       if (e.kind == Segment::syn) {
         arriveSyn(e);
+        continue;
+      }
+      if (e.kind == Segment::call) {
+        auto it = calls_.find(e.count);
+        std::function<void()> call = std::move(it->second);
+        calls_.erase(it);
+        trace(0xCA11);
+        call();
         continue;
       }
       if (e.kind == Segment::deferred) {
@@ -626,9 +797,11 @@ class SimBackend {
         case Segment::syn:
         case Segment::window:
         case Segment::deferred:
+        case Segment::call:
           break;
       }
     }
+    return any;
   }
 
   // A SYN reached its address: a listener with room makes the connection
@@ -637,20 +810,23 @@ class SimBackend {
   void arriveSyn(Event& e) {
     SimSocket& client = at(e.from);
     if (!client.open || client.state != SimSocket::State::connecting) return;
-    SimSocket* listener = down_.contains(host(e.endpoint)) ? nullptr : listenerAt(e.endpoint);
+    const bool silent = silent_.contains(host(e.endpoint));
+    SimSocket* listener = silent || down_.contains(host(e.endpoint)) ? nullptr : listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
-    if (listener == nullptr || e.attempt > kSynRetries) {
-      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
-               host(e.endpoint), host(client.local), {});
-      return;
-    }
-    if (listener->accepted.size() >= listener->backlog) {
+    // Unanswered (a silent host, a full backlog): sent again later, until ETIMEDOUT.
+    const bool unanswered = silent || (listener != nullptr && listener->accepted.size() >= listener->backlog);
+    if (unanswered && e.attempt <= kSynRetries) {
       e.at = now_ + std::chrono::seconds(1 << e.attempt);
       ++e.attempt;
       push(std::move(e));
       return;
     }
-    SimSocket& server = make();  // a deque: `client` and `listener` stay where they are
+    if (listener == nullptr || unanswered) {
+      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = unanswered ? ETIMEDOUT : ECONNREFUSED},
+               host(e.endpoint), host(client.local), {});
+      return;
+    }
+    SimSocket& server = make(listener->owner);  // a deque: `client` and `listener` stay where they are
     server.state = SimSocket::State::connected;
     server.peer = client.fd;
     server.local = e.endpoint;
@@ -664,7 +840,8 @@ class SimBackend {
   static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
   static constexpr std::uint16_t kLastEphemeral = 60999;
 
-  LoopCore& core_;
+  std::vector<SimLoop*> loops_;  // the runner first, then the nodes
+  SimLoop* turning_ = nullptr;
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
@@ -672,7 +849,10 @@ class SimBackend {
   sim::Link defaultLink_;
   std::optional<std::pair<sim::Link, sim::Link>> range_;
   std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
-  std::set<SimEndpoint> down_;  // hostDown
+  std::set<SimEndpoint> down_;    // hostDown
+  std::set<SimEndpoint> silent_;  // silence
+  std::map<std::uint64_t, std::function<void()>> calls_;  // at(): by event id
+  std::uint64_t nextCall_ = 0;
   struct Deferred {
     std::uint64_t id;  // of its current completion event
     Fire fire;
@@ -685,6 +865,65 @@ class SimBackend {
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+};
+
+/// SimReactor's backend (see ReactorBackend): its window on the world. The
+/// first reactor of a world (SimReactor(seed)) makes the world and runs
+/// its loop; a node's shares its runner's world and takes turns in it.
+class SimBackend : public SimLoop {
+ public:
+  using Clock = LoopCore::Clock;
+  /// ReactorLoop: the clock is the world's, and it orders ready phases.
+  static constexpr bool kVirtualTime = true;
+  static constexpr int kFirstFd = SimWorld::kFirstFd;
+
+  /// A world of its own, whose loop this reactor runs.
+  SimBackend(LoopCore& core, std::uint64_t seed)
+      : SimLoop{core}, own_(std::make_unique<SimWorld>(seed)), world_(own_.get()) {
+    world_->attach(*this);
+  }
+  /// A node at `host` in the world `runner` runs.
+  SimBackend(LoopCore& core, SimBackend& runner, const SimEndpoint& host) : SimLoop{core, host}, world_(runner.world_) {
+    world_->attach(*this);
+  }
+  SimBackend(const SimBackend&) = delete;
+  SimBackend& operator=(const SimBackend&) = delete;
+  ~SimBackend() { world_->detach(*this); }
+
+  LoopCore& core() noexcept { return loopCore; }
+  SimWorld& world() noexcept { return *world_; }
+  const SimWorld& world() const noexcept { return *world_; }
+  Clock::time_point now() const noexcept { return world_->now(); }
+
+  // --- ReactorBackend.
+
+  void poll(std::optional<Clock::duration> timeout) { world_->poll(*this, timeout); }
+  bool armDeadline(Clock::time_point) noexcept { return true; }  // poll reads the timers itself
+  void quiesce() noexcept {}
+  void leaveLoop() noexcept {}
+  std::size_t unsubmitted() const noexcept { return 0; }
+  void order(std::vector<std::coroutine_handle<>>& ready) noexcept { world_->order(ready); }
+
+  // --- The socket calls ReactorLoop makes here instead of the kernel.
+
+  Result<int> openSocket(int family) { return world_->openSocket(*this, family); }
+  Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) {
+    return world_->bindSocket(fd, address, length);
+  }
+  Result<void> listenSocket(int fd, int backlog) { return world_->listenSocket(fd, backlog); }
+  Result<void> setSocketOption(int fd, int level, int name, const void* value, socklen_t length) noexcept {
+    return world_->setSocketOption(fd, level, name, value, length);
+  }
+  Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    return world_->socketName(fd, peer, out);
+  }
+  Result<void> shutdownSocket(int fd, int how) { return world_->shutdownSocket(fd, how); }
+  Result<void> resetSocket(int fd) { return world_->resetSocket(fd); }
+  void closeSocket(int fd) { world_->closeSocket(fd); }
+
+ private:
+  std::unique_ptr<SimWorld> own_;  // the runner's
+  SimWorld* world_;
 };
 
 }  // namespace coio::detail

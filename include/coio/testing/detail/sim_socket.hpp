@@ -1,5 +1,5 @@
 #pragma once
-// The simulated network's sockets (SimBackend holds them): a socket's
+// The simulated network's sockets (SimWorld holds them): a socket's
 // state, its address, the bytes it has not read, and the operation waiting
 // on it.
 #include <netinet/in.h>
@@ -16,6 +16,8 @@
 #include <vector>
 
 namespace coio::detail {
+
+struct SimLoop;
 
 /// A simulated socket's waiting operation (recv, send, accept, connect,
 /// readable, writable): `onEvent` is called when the socket's state changed
@@ -56,8 +58,8 @@ struct SimEndpoint {
     return std::nullopt;
   }
 
-  /// The loopback address of `family` (where a socket that connects
-  /// without binding is, until nodes give hosts their own addresses).
+  /// The loopback address of `family` (where a socket of the reactor that
+  /// runs the simulation is when it connects without binding).
   static SimEndpoint loopback(sa_family_t family) noexcept {
     SimEndpoint e;
     e.family = family;
@@ -149,6 +151,7 @@ struct SimSocket {
   std::chrono::steady_clock::time_point lastArrival{};  // of the segments to it: they arrive in order
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
+  SimLoop* owner = nullptr;     // the reactor (process) it belongs to; socketPair's: none
 };
 
 }  // namespace coio::detail
