@@ -7078,6 +7078,26 @@ class ReactorLoop : public detail::LoopCore {
   /// What waits for I/O: the reactor's operations submit to it.
   Backend backend_;
 
+  /// A turn of the loop but its wait: the ready phase, then the due
+  /// timers. (A simulation's nodes take their turns through it, inside
+  /// the loop of the reactor that runs them all.)
+  void readyAndTimers() {
+    meter_.iteration();
+    inlineTurns_ = kInlineTurnsPerIteration;
+    if constexpr (kVirtualTime) backend_.order(ready_);
+    const bool resumed = runReady();
+    // No clock read without timers, one with (waitTimeout reads it only
+    // if no deadline could be armed): where the clock is not in the vDSO
+    // (e.g. a TCG guest's), each read is a system call. Timed, that read
+    // is the ready phase's end.
+    if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
+    if (timers_.size() != 0) {
+      const bool fired = timers_.fireDue(timersNow());
+      if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
+    }
+    if (meter_.timed()) meter_.endTurn();  // before the loop's check: the stall handler may stop it
+  }
+
  private:
   template <typename Done>
   void loop(Done done, std::coroutine_handle<> first) {
@@ -7096,20 +7116,7 @@ class ReactorLoop : public detail::LoopCore {
     // returned (in poll), then the ready phase, then the timers. Timed
     // (LoopMeter), each phase that ran something ends with a clock read.
     while (!done() && !stopRequested()) {
-      meter_.iteration();
-      inlineTurns_ = kInlineTurnsPerIteration;
-      if constexpr (kVirtualTime) backend_.order(ready_);
-      const bool resumed = runReady();
-      // No clock read without timers, one with (waitTimeout reads it only
-      // if no deadline could be armed): where the clock is not in the vDSO
-      // (e.g. a TCG guest's), each read is a system call. Timed, that read
-      // is the ready phase's end.
-      if (meter_.timed() && (resumed || timers_.size() != 0)) meter_.phaseEnded(LoopPhase::ready);
-      if (timers_.size() != 0) {
-        const bool fired = timers_.fireDue(timersNow());
-        if (meter_.timed() && fired) meter_.phaseEnded(LoopPhase::timers);
-      }
-      if (meter_.timed()) meter_.endTurn();  // before the check: the stall handler may stop the loop
+      readyAndTimers();
       if (done() || stopRequested()) break;
       backend_.poll(waitTimeout());
       if (meter_.timed() && meter_.dispatchedThisTurn()) meter_.phaseEnded(LoopPhase::completions);
@@ -7878,16 +7885,19 @@ inline std::string thisProgram() {
 // begin <coio/testing/detail/sim_backend.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
-// SimBackend: coio::sim::SimReactor's ReactorBackend. It keeps virtual
+// SimWorld: what the reactors of one simulation share. It keeps virtual
 // time, orders each ready phase by a seeded generator, and is the
 // simulated network: sockets with addresses, listeners, connections whose
 // segments (bytes, FIN, SYN, RST) arrive one link latency after they were
-// sent, each an event in its queue; when nothing is ready the clock jumps
-// to the next event or timer.
+// sent, each an event in its queue; when nothing is ready anywhere the
+// clock jumps to the next event or timer.
+// SimBackend: each SimReactor's ReactorBackend, its window on the world:
+// the world's first reactor runs the loop, and gives the others (its
+// nodes) their turns from its poll.
 // begin <coio/testing/detail/sim_socket.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_SOCKET_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_SOCKET_HPP
-// The simulated network's sockets (SimBackend holds them): a socket's
+// The simulated network's sockets (SimWorld holds them): a socket's
 // state, its address, the bytes it has not read, and the operation waiting
 // on it.
 #include <netinet/in.h>
@@ -7904,6 +7914,8 @@ inline std::string thisProgram() {
 #include <vector>
 
 namespace coio::detail {
+
+struct SimLoop;
 
 /// A simulated socket's waiting operation (recv, send, accept, connect,
 /// readable, writable): `onEvent` is called when the socket's state changed
@@ -7944,8 +7956,8 @@ struct SimEndpoint {
     return std::nullopt;
   }
 
-  /// The loopback address of `family` (where a socket that connects
-  /// without binding is, until nodes give hosts their own addresses).
+  /// The loopback address of `family` (where a socket of the reactor that
+  /// runs the simulation is when it connects without binding).
   static SimEndpoint loopback(sa_family_t family) noexcept {
     SimEndpoint e;
     e.family = family;
@@ -8037,6 +8049,7 @@ struct SimSocket {
   std::chrono::steady_clock::time_point lastArrival{};  // of the segments to it: they arrive in order
   SimWaiter* reader = nullptr;
   SimWaiter* writer = nullptr;
+  SimLoop* owner = nullptr;     // the reactor (process) it belongs to; socketPair's: none
 };
 
 }  // namespace coio::detail
@@ -8064,6 +8077,13 @@ class Deadlock : public std::logic_error {
  public:
   using std::logic_error::logic_error;
 };
+
+/// How a node dies (Node::kill): `reset`, its process crashed on a
+/// machine that stays up: the kernel resets its connections (their peers
+/// get an RST) and refuses connects to its ports; `silent`, its machine is
+/// gone: nothing answers, what is sent to it is lost and connects to it
+/// time out, until it restarts.
+enum class KillMode { reset, silent };
 
 /// splitmix64: one 64-bit state, the same sequence on every compiler and
 /// standard library (std::shuffle and the distributions are not).
@@ -8116,6 +8136,7 @@ struct DiskFaults {
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <utility>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -8123,7 +8144,9 @@ struct DiskFaults {
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <queue>
 #include <set>
@@ -8132,12 +8155,33 @@ struct DiskFaults {
 
 namespace coio::detail {
 
-/// SimReactor's backend (see ReactorBackend) and its network. Loop thread only.
-class SimBackend {
+/// A reactor of the world as the world sees it (SimBackend is one): its
+/// loop's core, its address, and how it takes a turn.
+struct SimLoop {
+  LoopCore& loopCore;
+  /// A node's address (port 0): its sockets are there unless bound
+  /// elsewhere. AF_UNSPEC for the world's runner, whose are at loopback.
+  SimEndpoint host{};
+  /// A paused node takes no turn; its timers wait (SIGSTOP).
+  bool paused = false;
+  /// A node's: whether it has coroutines to resume; its turn (ready
+  /// phase, timers); the reactor both are given.
+  bool (*hasReady)(void* reactor) noexcept = nullptr;
+  void (*turn)(void* reactor) = nullptr;
+  void* reactor = nullptr;
+
+  /// Where its sockets are when they connect or listen unbound.
+  SimEndpoint home(sa_family_t family) const noexcept {
+    return host.family == family ? host : SimEndpoint::loopback(family);
+  }
+};
+
+/// The clock, the generator, the network and the disks' completions of a
+/// simulation, and its reactors (SimBackends: the first runs the loop, the
+/// others are nodes, which take their turns from it). Loop thread only.
+class SimWorld {
  public:
   using Clock = LoopCore::Clock;
-  /// ReactorLoop: the clock is this backend's, and it orders ready phases.
-  static constexpr bool kVirtualTime = true;
 
   /// The first fd number of simulated sockets: far above any real fd, so
   /// that a real fd handed to an operation by mistake is refused.
@@ -8147,9 +8191,8 @@ class SimBackend {
   /// ETIMEDOUT (Linux's tcp_syn_retries).
   static constexpr int kSynRetries = 6;
 
-  SimBackend(LoopCore& core, std::uint64_t seed) : core_(core), random_(seed) { trace(seed); }
+  explicit SimWorld(std::uint64_t seed) : random_(seed) { trace(seed); }
 
-  LoopCore& core() noexcept { return core_; }
   Clock::time_point now() const noexcept { return now_; }
   sim::Random& random() noexcept { return random_; }
   std::uint64_t traceHash() const noexcept { return trace_; }
@@ -8163,17 +8206,49 @@ class SimBackend {
     }
   }
 
-  // --- ReactorBackend.
+  // --- The loop (SimBackend's ReactorBackend calls).
 
-  void poll(std::optional<Clock::duration> timeout) {
-    core_.woke(timeout);
+  /// Joins `loop` to the world: the first is the one that runs the loop.
+  void attach(SimLoop& loop) { loops_.push_back(&loop); }
+  /// `loop` is going away (a node killed): its sockets are gone, as a
+  /// process's at exit (what they send was dealt with by kill()).
+  void detach(SimLoop& loop) noexcept {
+    std::erase(loops_, &loop);
+    for (SimSocket& s : sockets_) {
+      if (s.owner != &loop) continue;
+      s.owner = nullptr;
+      if (!s.open) continue;
+      s.reader = s.writer = nullptr;  // their operations' frames are gone
+      if (s.bound) bound_.erase(s.local);
+      s.accepted.clear();
+      s.open = false;
+    }
+  }
+  /// The node whose turn is under way, or null.
+  const SimLoop* turning() const noexcept { return turning_; }
+  /// Whether a node's address is taken by a live node.
+  bool hostTaken(const SimEndpoint& h) const noexcept {
+    return std::any_of(loops_.begin(), loops_.end(), [&](const SimLoop* l) { return l->host == h; });
+  }
+
+  /// The poll of the loop that runs the world: the other reactors (nodes)
+  /// take a turn each if they have work; when nothing anywhere is ready,
+  /// the clock jumps to what happens next; then what is due arrives.
+  void poll(SimLoop& runner, std::optional<Clock::duration> timeout) {
+    LoopCore& core = runner.loopCore;
+    core.woke(timeout);
     // Tasks spawned before the loop ran were handed over as from another
     // thread (the simulation has no other): they start here, in spawn
     // order, and the loop looks at what they made ready before time moves.
-    if (core_.resumeRemote()) return;
-    if (!timeout || *timeout != Clock::duration::zero()) {
-      // Nothing ready: the clock jumps to what happens next.
-      std::optional<Clock::time_point> next = core_.timers().nextDeadline();
+    if (core.resumeRemote()) return;
+    const bool nodesRan = turnNodes(runner);
+    if (!nodesRan && (!timeout || *timeout != Clock::duration::zero())) {
+      // Nothing ready anywhere: the clock jumps to what happens next.
+      std::optional<Clock::time_point> next;
+      for (const SimLoop* l : loops_) {
+        const std::optional<Clock::time_point> t = l->paused ? std::nullopt : l->loopCore.timers().nextDeadline();
+        if (t && (!next || *t < *next)) next = t;
+      }
       if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
       if (!next) {
         throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
@@ -8184,10 +8259,21 @@ class SimBackend {
     }
     deliverDue();
   }
-  bool armDeadline(Clock::time_point) noexcept { return true; }  // poll reads the timers itself
-  void quiesce() noexcept {}
-  void leaveLoop() noexcept {}
-  std::size_t unsubmitted() const noexcept { return 0; }
+
+  /// Delivers every event due now; whether there was any.
+  bool deliverDue() { return deliverEvents(); }
+
+  /// A node's turns, alone, at this instant (its kill: until `done()`):
+  /// false if it can go no further without time passing.
+  template <typename Done>
+  bool drain(SimLoop& node, Done done) {
+    while (!done()) {
+      const bool ran = hasWork(node);
+      if (ran) turn(node);
+      if (!deliverDue() && !ran) return false;
+    }
+    return true;
+  }
 
   /// ReactorLoop, before each ready phase: the coroutines ready at this
   /// instant run in an order drawn from the seed (Fisher-Yates).
@@ -8202,9 +8288,9 @@ class SimBackend {
 
   // --- The socket calls ReactorLoop makes here instead of the kernel.
 
-  Result<int> openSocket(int family) {
+  Result<int> openSocket(SimLoop& owner, int family) {
     if (family != AF_INET && family != AF_INET6) return systemError(EAFNOSUPPORT);
-    SimSocket& s = make();
+    SimSocket& s = make(&owner);
     s.local.family = static_cast<sa_family_t>(family);
     return s.fd;
   }
@@ -8215,7 +8301,7 @@ class SimBackend {
     const std::optional<SimEndpoint> e = SimEndpoint::from(address, length);
     if (!e || e->family != s->local.family) return systemError(e ? EAFNOSUPPORT : EINVAL);
     if (s->bound || s->state != SimSocket::State::fresh) return systemError(EINVAL);
-    return bind(*s, *e);
+    return bind(*s, onHost(*s, *e));
   }
 
   Result<void> listenSocket(int fd, int backlog) {
@@ -8223,7 +8309,7 @@ class SimBackend {
     if (s == nullptr) return systemError(EBADF);
     if (s->state != SimSocket::State::fresh && s->state != SimSocket::State::listening) return systemError(EINVAL);
     if (!s->bound) {  // as Linux: an ephemeral port on every address
-      if (Result<void> r = bind(*s, SimEndpoint{s->local.family, {}, 0}); !r) return r;
+      if (Result<void> r = bind(*s, onHost(*s, SimEndpoint{s->local.family, {}, 0})); !r) return r;
     }
     s->state = SimSocket::State::listening;
     s->backlog = static_cast<std::size_t>(std::clamp(backlog, 1, 4096));
@@ -8323,8 +8409,8 @@ class SimBackend {
   /// A connected pair whose bytes take `latency` each way, with windows of
   /// `capacity` bytes.
   std::pair<int, int> socketPair(Clock::duration latency, std::size_t capacity) {
-    SimSocket& a = make();
-    SimSocket& b = make();
+    SimSocket& a = make(nullptr);
+    SimSocket& b = make(nullptr);
     for (auto [s, peer] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
       s->state = SimSocket::State::connected;
       s->peer = peer->fd;
@@ -8341,7 +8427,7 @@ class SimBackend {
     if (s.state != SimSocket::State::fresh) return s.state == SimSocket::State::connecting ? -EALREADY : -EINVAL;
     if (to.family != s.local.family) return -EAFNOSUPPORT;
     if (!s.bound) {
-      SimEndpoint here = SimEndpoint::loopback(to.family);
+      const SimEndpoint here = s.owner ? s.owner->home(to.family) : SimEndpoint::loopback(to.family);
       if (Result<void> r = bind(s, here); !r) return -r.error().value();
     }
     s.state = SimSocket::State::connecting;
@@ -8469,6 +8555,53 @@ class SimBackend {
     }
     trace(0xD0A1);
   }
+  /// A fault: host `h` answers nothing, as a machine gone (no RST): what
+  /// is sent to it is lost, connects to it time out; until unsilence(h).
+  void silence(const SimEndpoint& h) {
+    silent_.insert(h);
+    trace(0x5113);
+  }
+  void unsilence(const SimEndpoint& h) { silent_.erase(h); }
+
+  /// Calls `call` at virtual time `when` (not before now), from the poll
+  /// of the loop that runs the world, after what arrives then.
+  void at(Clock::time_point when, std::function<void()> call) {
+    const std::uint64_t id = nextCall_++;
+    calls_.emplace(id, std::move(call));
+    push(Event{.at = when, .kind = Segment::call, .count = id});
+  }
+
+  /// A node's kill: its sockets fail their operations (ECONNRESET) from
+  /// now on, its listeners are gone; its connections' peers get an RST (a
+  /// crashed process's, from its kernel), or nothing with `silent` (its
+  /// machine gone: see silence()).
+  void crashSockets(SimLoop& node, bool silent) {
+    for (SimSocket& s : sockets_) {
+      if (s.owner != &node || !s.open) continue;
+      switch (s.state) {
+        case SimSocket::State::connected:
+          if (s.reset) break;
+          if (!silent) sendReset(s);
+          abortEnd(s);
+          break;
+        case SimSocket::State::listening:  // its unaccepted connections are the node's too: above
+          if (s.bound) bound_.erase(s.local);
+          s.bound = false;
+          s.state = SimSocket::State::failed;
+          s.error = ECONNABORTED;
+          notify(s, true);
+          break;
+        case SimSocket::State::connecting:
+          s.state = SimSocket::State::failed;
+          s.error = ECONNABORTED;
+          notify(s, false);
+          break;
+        default: break;
+      }
+    }
+    trace(silent ? 0xC2A51 : 0xC2A50);
+  }
+
   /// Ends hostDown(h).
   void hostUp(const SimEndpoint& h) {
     down_.erase(h);
@@ -8507,8 +8640,8 @@ class SimBackend {
   // What travels between sockets: bytes, a FIN, a window update (the room
   // a read freed), a connection's SYN (to an address), its answer
   // (established, or refused with an errno) and RST.
-  // (And a deferred completion, which travels nowhere.)
-  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred };
+  // (And a deferred completion and a scheduled call, which travel nowhere.)
+  enum class Segment : std::uint8_t { data, fin, window, syn, established, refused, rst, deferred, call };
 
   struct Event {
     Clock::time_point at{};  // when it arrives (transmit() sets it)
@@ -8541,10 +8674,53 @@ class SimBackend {
   SimSocket& at(int fd) noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
   const SimSocket& at(int fd) const noexcept { return sockets_[static_cast<std::size_t>(fd - kFirstFd)]; }
 
-  SimSocket& make() {
+  // A node has one address: binding the wildcard binds that.
+  static SimEndpoint onHost(const SimSocket& s, SimEndpoint e) noexcept {
+    if (e.wildcard() && s.owner != nullptr && s.owner->host.family == e.family) e.ip = s.owner->host.ip;
+    return e;
+  }
+
+  SimSocket& make(SimLoop* owner) {
     SimSocket& s = sockets_.emplace_back();
     s.fd = kFirstFd + static_cast<int>(sockets_.size() - 1);
+    s.owner = owner;
     return s;
+  }
+
+  // Node `l`'s turn (turning() says whose is under way).
+  void turn(SimLoop& l) {
+    SimLoop* outer = std::exchange(turning_, &l);
+    struct Restore {
+      SimLoop*& slot;
+      SimLoop* value;
+      ~Restore() { slot = value; }
+    } restore{turning_, outer};
+    l.turn(l.reactor);
+  }
+
+  // Whether node `l` has something to do at this instant.
+  bool hasWork(SimLoop& l) const noexcept {
+    if (l.paused) return false;
+    if (l.hasReady(l.reactor)) return true;
+    const std::optional<Clock::time_point> t = l.loopCore.timers().nextDeadline();
+    return t && *t <= now_;
+  }
+
+  // A turn of each node (every reactor but the runner) with work, in an
+  // order drawn from the seed; whether any ran.
+  bool turnNodes(SimLoop& runner) {
+    std::vector<SimLoop*> due;
+    for (SimLoop* l : loops_) {
+      if (l != &runner && hasWork(*l)) due.push_back(l);
+    }
+    if (due.empty()) return false;
+    for (std::size_t i = due.size(); i > 1; --i) std::swap(due[i - 1], due[random_.below(i)]);
+    trace(0x70DE + due.size());
+    // A turn may kill a node (and detach it): each is looked up again.
+    for (SimLoop* l : due) {
+      if (std::find(loops_.begin(), loops_.end(), l) != loops_.end() && hasWork(*l)) turn(*l);
+    }
+    return true;
   }
 
   void push(Event e) {
@@ -8568,8 +8744,10 @@ class SimBackend {
   void transmit(Event e, const SimEndpoint& from, const SimEndpoint& to, Clock::duration pairLatency) {
     if (from.family == AF_UNSPEC) {
       e.at = now_ + pairLatency;
-    } else if (down_.contains(from) && e.kind != Segment::refused) {
+    } else if ((down_.contains(from) || silent_.contains(from)) && e.kind != Segment::refused) {
       return;  // its processes are gone: nothing they "send" leaves
+    } else if (silent_.contains(to) && e.kind != Segment::syn) {
+      return;  // a silent host answers nothing (a SYN is retried: arriveSyn)
     } else {
       LinkState& l = linkState(from, to);
       if (l.partitioned) {
@@ -8661,16 +8839,26 @@ class SimBackend {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
   }
 
-  // Delivers every event due at now_.
-  void deliverDue() {
+  // Delivers every event due at now_; whether there was any.
+  bool deliverEvents() {
+    bool any = false;
     while (!events_.empty() && events_.top().at <= now_) {
       // Moved out before pop(): pop() orders by `at` and `seq`, which a
       // move leaves as they were (only the bytes go).
       Event e = std::move(const_cast<Event&>(events_.top()));
       events_.pop();
-      core_.meter().dispatched(1);
+      any = true;
+      if (e.to >= 0 && at(e.to).owner) at(e.to).owner->loopCore.meter().dispatched(1);
       if (e.kind == Segment::syn) {
         arriveSyn(e);
+        continue;
+      }
+      if (e.kind == Segment::call) {
+        auto it = calls_.find(e.count);
+        std::function<void()> call = std::move(it->second);
+        calls_.erase(it);
+        trace(0xCA11);
+        call();
         continue;
       }
       if (e.kind == Segment::deferred) {
@@ -8727,9 +8915,11 @@ class SimBackend {
         case Segment::syn:
         case Segment::window:
         case Segment::deferred:
+        case Segment::call:
           break;
       }
     }
+    return any;
   }
 
   // A SYN reached its address: a listener with room makes the connection
@@ -8738,20 +8928,23 @@ class SimBackend {
   void arriveSyn(Event& e) {
     SimSocket& client = at(e.from);
     if (!client.open || client.state != SimSocket::State::connecting) return;
-    SimSocket* listener = down_.contains(host(e.endpoint)) ? nullptr : listenerAt(e.endpoint);
+    const bool silent = silent_.contains(host(e.endpoint));
+    SimSocket* listener = silent || down_.contains(host(e.endpoint)) ? nullptr : listenerAt(e.endpoint);
     trace(listener == nullptr ? 0 : listener->accepted.size() + 1);
-    if (listener == nullptr || e.attempt > kSynRetries) {
-      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = listener == nullptr ? ECONNREFUSED : ETIMEDOUT},
-               host(e.endpoint), host(client.local), {});
-      return;
-    }
-    if (listener->accepted.size() >= listener->backlog) {
+    // Unanswered (a silent host, a full backlog): sent again later, until ETIMEDOUT.
+    const bool unanswered = silent || (listener != nullptr && listener->accepted.size() >= listener->backlog);
+    if (unanswered && e.attempt <= kSynRetries) {
       e.at = now_ + std::chrono::seconds(1 << e.attempt);
       ++e.attempt;
       push(std::move(e));
       return;
     }
-    SimSocket& server = make();  // a deque: `client` and `listener` stay where they are
+    if (listener == nullptr || unanswered) {
+      transmit(Event{.to = client.fd, .kind = Segment::refused, .attempt = unanswered ? ETIMEDOUT : ECONNREFUSED},
+               host(e.endpoint), host(client.local), {});
+      return;
+    }
+    SimSocket& server = make(listener->owner);  // a deque: `client` and `listener` stay where they are
     server.state = SimSocket::State::connected;
     server.peer = client.fd;
     server.local = e.endpoint;
@@ -8765,7 +8958,8 @@ class SimBackend {
   static constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
   static constexpr std::uint16_t kLastEphemeral = 60999;
 
-  LoopCore& core_;
+  std::vector<SimLoop*> loops_;  // the runner first, then the nodes
+  SimLoop* turning_ = nullptr;
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
@@ -8773,7 +8967,10 @@ class SimBackend {
   sim::Link defaultLink_;
   std::optional<std::pair<sim::Link, sim::Link>> range_;
   std::map<std::pair<SimEndpoint, SimEndpoint>, LinkState> links_;
-  std::set<SimEndpoint> down_;  // hostDown
+  std::set<SimEndpoint> down_;    // hostDown
+  std::set<SimEndpoint> silent_;  // silence
+  std::map<std::uint64_t, std::function<void()>> calls_;  // at(): by event id
+  std::uint64_t nextCall_ = 0;
   struct Deferred {
     std::uint64_t id;  // of its current completion event
     Fire fire;
@@ -8788,6 +8985,65 @@ class SimBackend {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
 };
 
+/// SimReactor's backend (see ReactorBackend): its window on the world. The
+/// first reactor of a world (SimReactor(seed)) makes the world and runs
+/// its loop; a node's shares its runner's world and takes turns in it.
+class SimBackend : public SimLoop {
+ public:
+  using Clock = LoopCore::Clock;
+  /// ReactorLoop: the clock is the world's, and it orders ready phases.
+  static constexpr bool kVirtualTime = true;
+  static constexpr int kFirstFd = SimWorld::kFirstFd;
+
+  /// A world of its own, whose loop this reactor runs.
+  SimBackend(LoopCore& core, std::uint64_t seed)
+      : SimLoop{core}, own_(std::make_unique<SimWorld>(seed)), world_(own_.get()) {
+    world_->attach(*this);
+  }
+  /// A node at `host` in the world `runner` runs.
+  SimBackend(LoopCore& core, SimBackend& runner, const SimEndpoint& host) : SimLoop{core, host}, world_(runner.world_) {
+    world_->attach(*this);
+  }
+  SimBackend(const SimBackend&) = delete;
+  SimBackend& operator=(const SimBackend&) = delete;
+  ~SimBackend() { world_->detach(*this); }
+
+  LoopCore& core() noexcept { return loopCore; }
+  SimWorld& world() noexcept { return *world_; }
+  const SimWorld& world() const noexcept { return *world_; }
+  Clock::time_point now() const noexcept { return world_->now(); }
+
+  // --- ReactorBackend.
+
+  void poll(std::optional<Clock::duration> timeout) { world_->poll(*this, timeout); }
+  bool armDeadline(Clock::time_point) noexcept { return true; }  // poll reads the timers itself
+  void quiesce() noexcept {}
+  void leaveLoop() noexcept {}
+  std::size_t unsubmitted() const noexcept { return 0; }
+  void order(std::vector<std::coroutine_handle<>>& ready) noexcept { world_->order(ready); }
+
+  // --- The socket calls ReactorLoop makes here instead of the kernel.
+
+  Result<int> openSocket(int family) { return world_->openSocket(*this, family); }
+  Result<void> bindSocket(int fd, const sockaddr* address, socklen_t length) {
+    return world_->bindSocket(fd, address, length);
+  }
+  Result<void> listenSocket(int fd, int backlog) { return world_->listenSocket(fd, backlog); }
+  Result<void> setSocketOption(int fd, int level, int name, const void* value, socklen_t length) noexcept {
+    return world_->setSocketOption(fd, level, name, value, length);
+  }
+  Result<socklen_t> socketName(int fd, bool peer, sockaddr_storage& out) noexcept {
+    return world_->socketName(fd, peer, out);
+  }
+  Result<void> shutdownSocket(int fd, int how) { return world_->shutdownSocket(fd, how); }
+  Result<void> resetSocket(int fd) { return world_->resetSocket(fd); }
+  void closeSocket(int fd) { world_->closeSocket(fd); }
+
+ private:
+  std::unique_ptr<SimWorld> own_;  // the runner's
+  SimWorld* world_;
+};
+
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_BACKEND_HPP
 // end <coio/testing/detail/sim_backend.hpp>
@@ -8800,17 +9056,21 @@ class SimBackend {
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <stop_token>
 #include <utility>
 #include <vector>
 
 namespace coio::sim {
 class SimReactor;
+class Node;
 }  // namespace coio::sim
 
 namespace coio::detail {
@@ -8830,7 +9090,7 @@ struct SimRecvAttempt {
   static constexpr bool read = true;
   static constexpr OpKind kind = OpKind::recv;
   std::span<std::byte> buffer;
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (buffer.empty() || s.readShut) return 0;
     if (!s.inbox.empty()) return static_cast<long>(b.receive(s, buffer.data(), buffer.size()));
@@ -8843,7 +9103,7 @@ struct SimSendAttempt {
   static constexpr OpKind kind = OpKind::send;
   std::span<const std::byte> bytes;
   std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
@@ -8859,7 +9119,7 @@ struct SimSendAttempt {
 struct SimReadinessAttempt {
   bool read;
   static constexpr OpKind kind = OpKind::poll;
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     switch (s.state) {
       case SimSocket::State::listening: return read && !s.accepted.empty() ? 0 : kWouldBlock;
       case SimSocket::State::connecting: return kWouldBlock;
@@ -8874,7 +9134,7 @@ struct SimReadinessAttempt {
 struct SimAcceptAttempt {
   static constexpr bool read = true;
   static constexpr OpKind kind = OpKind::accept;
-  long run(SimBackend& b, SimSocket& s) const {
+  long run(SimWorld& b, SimSocket& s) const {
     if (s.state != SimSocket::State::listening) return -EINVAL;
     const long fd = b.acceptOne(s);
     return fd == -EAGAIN ? kWouldBlock : fd;
@@ -8887,7 +9147,7 @@ struct SimConnectAttempt {
   static constexpr OpKind kind = OpKind::connect;
   std::optional<SimEndpoint> to;
   bool sent = false;
-  long run(SimBackend& b, SimSocket& s) {
+  long run(SimWorld& b, SimSocket& s) {
     if (!sent) {
       if (!to) return -EINVAL;
       if (const long r = b.connect(s, *to); r < 0) return r;
@@ -8922,10 +9182,10 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
   OpKind kind() const noexcept { return attempt_.kind; }
 
   long attempt() {
-    SimSocket* s = backend_.socket(fd_);
+    SimSocket* s = backend_.world().socket(fd_);
     if (s == nullptr) return -EBADF;
     if (s->reset) return -ECONNRESET;
-    return attempt_.run(backend_, *s);
+    return attempt_.run(backend_.world(), *s);
   }
 
   bool tryNow() noexcept {
@@ -8933,7 +9193,7 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
     return this->result_ != kWouldBlock;
   }
   bool start() {
-    SimSocket* s = backend_.socket(fd_);  // tryNow found it
+    SimSocket* s = backend_.world().socket(fd_);  // tryNow found it
     (reads() ? s->reader : s->writer) = this;
     waiting_ = true;
     backend_.core().meter().submitted(static_cast<std::uint8_t>(kind()));
@@ -8951,7 +9211,7 @@ class [[nodiscard]] SimOperation : SimWaiter, public CancellableOperation<SimOpe
     if (!waiting_) return;
     waiting_ = false;
     backend_.core().meter().completed(static_cast<std::uint8_t>(kind()));
-    if (SimSocket* s = backend_.socket(fd_)) {
+    if (SimSocket* s = backend_.world().socket(fd_)) {
       SimWaiter*& slot = reads() ? s->reader : s->writer;
       if (slot == this) slot = nullptr;
     }
@@ -9067,53 +9327,53 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// The seed it was made with (for the replay line of a failing run).
   std::uint64_t seed() const noexcept { return seed_; }
   /// What the run did so far, summed up (see the class comment).
-  std::uint64_t traceHash() const noexcept { return backend_.traceHash(); }
+  std::uint64_t traceHash() const noexcept { return backend_.world().traceHash(); }
   /// The seed's generator: a test's own draws, so that they replay too.
-  Random& random() noexcept { return backend_.random(); }
+  Random& random() noexcept { return backend_.world().random(); }
 
   /// A connected pair of simulated sockets (see the class comment).
-  std::pair<int, int> socketPair(Link link = {}) { return backend_.socketPair(link.latency, link.window); }
+  std::pair<int, int> socketPair(Link link = {}) { return backend_.world().socketPair(link.latency, link.window); }
   /// The link between hosts that have none of their own (both ways;
   /// windows are fixed when a connection is made, the rest applies to the
   /// next segment on).
-  void setLink(const Link& link) noexcept { backend_.setLink(link); }
+  void setLink(const Link& link) noexcept { backend_.world().setLink(link); }
   /// The link between hosts `a` and `b` (IP addresses, "10.0.0.1" or
   /// "::1"), both ways. std::invalid_argument for a malformed address.
   void setLink(std::string_view a, std::string_view b, const Link& link) {
-    backend_.setLink(host(a), host(b), link);
+    backend_.world().setLink(host(a), host(b), link);
   }
   /// A fault drawn from the seed: each pair of hosts without a link of its
   /// own gets one between `low` and `high` (each field uniformly) when its
   /// first segment goes.
-  void drawLinks(const Link& low, const Link& high) noexcept { backend_.drawLinks(low, high); }
+  void drawLinks(const Link& low, const Link& high) noexcept { backend_.world().drawLinks(low, high); }
   /// A fault: a partition between hosts `a` and `b`. Bytes, FINs,
   /// connects and RSTs between them stop (nothing is reset: each side sees
   /// silence) until heal(a, b), then arrive in order, as TCP's
   /// retransmissions would deliver them.
-  void partition(std::string_view a, std::string_view b) { backend_.partition(host(a), host(b)); }
+  void partition(std::string_view a, std::string_view b) { backend_.world().partition(host(a), host(b)); }
   /// Ends partition(a, b).
-  void heal(std::string_view a, std::string_view b) { backend_.heal(host(a), host(b)); }
+  void heal(std::string_view a, std::string_view b) { backend_.world().heal(host(a), host(b)); }
   /// A fault: the processes of host `ip` crash (its machine stays up):
   /// every connection to or from it is reset, connects to it are refused
   /// and what its sockets send is lost, until hostUp(ip). Its tasks keep
   /// running (a simulation cannot kill them yet): they see their
   /// connections reset, and its listeners accept again after hostUp, as a
   /// restarted process would.
-  void hostDown(std::string_view ip) { backend_.hostDown(host(ip)); }
+  void hostDown(std::string_view ip) { backend_.world().hostDown(host(ip)); }
   /// Ends hostDown(ip).
-  void hostUp(std::string_view ip) { backend_.hostUp(host(ip)); }
+  void hostUp(std::string_view ip) { backend_.world().hostUp(host(ip)); }
   /// A fault: every connection between hosts `a` and `b` is reset at once,
   /// both ends (as reset(fd) for each); how many there were.
   std::size_t resetConnections(std::string_view a, std::string_view b) {
-    return backend_.resetBetween(host(a), host(b));
+    return backend_.world().resetBetween(host(a), host(b));
   }
 
   /// What the simulated disks on this reactor (<coio/testing/sim_disk.hpp>)
   /// do to the operations submitted from now on: latency and faults.
-  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.diskFaults() = faults; }
+  void setDiskFaults(const DiskFaults& faults) noexcept { backend_.world().diskFaults() = faults; }
   /// A fault: the connection of `fd` is reset at once; both ends fail
   /// every operation with ECONNRESET, bytes on their way are lost.
-  void reset(int fd) { backend_.reset(fd); }
+  void reset(int fd) { backend_.world().reset(fd); }
 
   /// Completes once `fd` has bytes to read or its peer's FIN arrived.
   ReadinessAwaitable readable(int fd, std::stop_token stop = {}) noexcept {
@@ -9151,8 +9411,49 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// Nothing to forget: a simulated fd number is never reused.
   void forget(int) noexcept {}
 
+  /// What a node runs: its process's main, given the node's own reactor.
+  using NodeMain = std::function<Task<void>(SimReactor&)>;
+  /// Starts a node at `ip` (see Node): `main(reactor)` on a reactor of its
+  /// own in this simulation, whose sockets are at `ip`. Only on the
+  /// reactor that runs the simulation (not on a node's). The node lives as
+  /// long as this reactor; kill() it before the end if its tasks must end
+  /// as they would when stopped (else its frames are destroyed with it).
+  /// std::invalid_argument for a malformed address or one a live node has.
+  Node& startNode(std::string_view ip, NodeMain main);
+  /// The node started at `ip`; std::invalid_argument if there is none.
+  Node& node(std::string_view ip);
+
+  /// Calls `fault` at virtual time `when`, from the loop, after the
+  /// segments and completions due then (a fault schedule: kill a node,
+  /// partition, restart...). std::invalid_argument if `when` is past.
+  void at(Clock::time_point when, std::function<void()> fault);
+  /// at(now() + delay, fault); std::invalid_argument for a negative delay.
+  void after(Clock::duration delay, std::function<void()> fault) {
+    if (delay < Clock::duration::zero()) throw std::invalid_argument("coio::sim: a fault after a negative delay");
+    at(now() + delay, std::move(fault));
+  }
+
+  ~SimReactor();
+
  private:
   friend class detail::SimDiskRing;
+  friend class Node;
+
+  // A node's reactor, in `runner`'s world at `address`.
+  SimReactor(SimReactor& runner, const detail::SimEndpoint& address)
+      : ReactorLoop(runner.backend_, address), seed_(runner.seed_) {
+    // The simulation has one thread: the node's loop is "entered" for good,
+    // so that what wakes its coroutines queues them directly.
+    loopThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    backend_.reactor = this;
+    backend_.hasReady = [](void* r) noexcept { return static_cast<SimReactor*>(r)->readyCount() != 0; };
+    backend_.turn = [](void* r) {
+      auto& self = *static_cast<SimReactor*>(r);
+      self.readyAndTimers();
+      // A task of the node failed (it stopped its loop): the simulation fails.
+      if (std::exception_ptr failure = self.takeFailure()) std::rethrow_exception(failure);
+    };
+  }
 
   static detail::SimEndpoint host(std::string_view ip) {
     const std::string text(ip);
@@ -9168,7 +9469,153 @@ class SimReactor : public ReactorLoop<SimReactor> {
   }
 
   std::uint64_t seed_;
+  std::vector<std::unique_ptr<Node>> nodes_;  // the runner's
 };
+
+/// A node of a simulation (SimReactor::startNode): a process of its own,
+/// at its own address, running its main on its own reactor in the
+/// simulation's world, with the files it finds on disk (real files: kept
+/// across restarts).
+///
+/// Guarantees:
+/// - Its sockets are at its address (binding the wildcard binds it, a
+///   connect without bind leaves from it): faults between hosts (partition,
+///   setLink, resetConnections) apply to it by its address.
+/// - Its coroutines take their turns in the simulation's loop, in an order
+///   drawn from the seed among the nodes ready at one instant.
+/// - kill(mode): at once, its connections are reset or go silent (see
+///   KillMode) and its listeners are gone, then its main's stop token is
+///   stopped and its tasks run alone, at that instant, until main returns:
+///   its operations on its sockets fail, a stop cancels the rest, and the
+///   node's frames are gone before kill() returns. A node whose tasks
+///   still wait then (on what no stop cancels: a Baton never posted, an
+///   operation given a token of its own) is an error: sim::Deadlock,
+///   naming it. (A real crash runs no
+///   destructors; a simulated one does, so that the service's own
+///   invariants hold: lost writes are the disk faults' to model.)
+/// - pause() / resume(): as SIGSTOP / SIGCONT: nothing of it runs and its
+///   timers wait; the network still delivers to its sockets (until their
+///   windows are full), so its peers see silence.
+/// - restart(): kill() (reset) if it is alive, then main again on a fresh
+///   reactor at the same address.
+/// - Only from the loop of the reactor that runs the simulation, or a
+///   fault it scheduled (SimReactor::at), or another node: a node's own
+///   tasks cannot kill, pause or restart it (std::logic_error).
+class Node {
+ public:
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  /// Its address, as given to startNode.
+  const std::string& address() const noexcept { return address_; }
+  /// Running: started (or restarted), not killed, its main not returned.
+  bool alive() const noexcept { return reactor_ != nullptr && running_; }
+  bool paused() const noexcept { return reactor_ != nullptr && reactor_->backend_.paused; }
+  /// Its process's reactor (its stats, its random()); std::logic_error once killed.
+  SimReactor& reactor() {
+    if (!reactor_) throw std::logic_error("coio::sim: node " + address_ + " is not running");
+    return *reactor_;
+  }
+
+  /// Kills it (see the class comment); nothing if it is not running.
+  void kill(KillMode mode = KillMode::reset) {
+    if (!reactor_) return;
+    checkNotOwnTurn("killed");
+    detail::SimWorld& world = runner_.backend_.world();
+    detail::SimBackend& backend = reactor_->backend_;
+    backend.paused = false;
+    world.crashSockets(backend, mode == KillMode::silent);
+    if (mode == KillMode::silent) world.silence(backend.host);
+    stop_.request_stop();
+    if (!world.drain(backend, [this] { return !running_; })) {
+      throw Deadlock("coio::sim: node " + address_ + " was killed at " + std::to_string(secondsNow()) +
+                     " s of virtual time and its tasks did not end when stopped: they wait on what no stop "
+                     "cancels (a Baton, an operation given a token of its own)");
+    }
+    reactor_.reset();  // what its tasks spawned and left: destroyed
+  }
+
+  /// Stops it (SIGSTOP); resume() goes on.
+  void pause() {
+    checkNotOwnTurn("paused");
+    reactor().backend_.paused = true;
+  }
+  void resume() { reactor().backend_.paused = false; }
+
+  /// kill() if it runs, then main again, on a fresh reactor at its address.
+  void restart() {
+    kill();
+    start();
+  }
+
+ private:
+  friend class SimReactor;
+
+  Node(SimReactor& runner, std::string address, detail::SimEndpoint host, SimReactor::NodeMain main)
+      : runner_(runner), address_(std::move(address)), host_(host), main_(std::move(main)) {}
+
+  void start() {
+    runner_.backend_.world().unsilence(host_);
+    reactor_.reset(new SimReactor(runner_, host_));
+    stop_ = std::stop_source();
+    running_ = true;
+    reactor_->spawn(run(*this, withStopToken(stop_.get_token(), main_(*reactor_))));
+  }
+
+  static Task<void> run(Node& self, Task<void> main) {
+    co_await std::move(main);
+    self.running_ = false;
+  }
+
+  void checkNotOwnTurn(const char* what) const {
+    if (reactor_ && runner_.backend_.world().turning() == &reactor_->backend_) {
+      throw std::logic_error("coio::sim: node " + address_ + " " + what + " by its own task");
+    }
+  }
+  double secondsNow() const { return std::chrono::duration<double>(runner_.now().time_since_epoch()).count(); }
+
+  SimReactor& runner_;
+  std::string address_;
+  detail::SimEndpoint host_;
+  SimReactor::NodeMain main_;
+  std::unique_ptr<SimReactor> reactor_;
+  std::stop_source stop_;
+  bool running_ = false;
+};
+
+inline Node& SimReactor::startNode(std::string_view ip, NodeMain main) {
+  if (backend_.host.family != AF_UNSPEC) throw std::logic_error("coio::sim: startNode on a node's reactor");
+  const detail::SimEndpoint h = host(ip);
+  for (const auto& n : nodes_) {
+    if (n->host_ == h && n->reactor_) throw std::invalid_argument("coio::sim: a node runs at " + std::string(ip) + " already");
+  }
+  std::erase_if(nodes_, [&](const auto& n) { return n->host_ == h; });  // a dead one's place
+  nodes_.push_back(std::unique_ptr<Node>(new Node(*this, std::string(ip), h, std::move(main))));
+  backend_.world().trace(0x57A7);
+  nodes_.back()->start();
+  return *nodes_.back();
+}
+
+inline Node& SimReactor::node(std::string_view ip) {
+  const detail::SimEndpoint h = host(ip);
+  for (const auto& n : nodes_) {
+    if (n->host_ == h) return *n;
+  }
+  throw std::invalid_argument("coio::sim: no node at " + std::string(ip));
+}
+
+inline void SimReactor::at(Clock::time_point when, std::function<void()> fault) {
+  if (when < now()) {
+    throw std::invalid_argument("coio::sim: a fault at " +
+                                std::to_string(std::chrono::duration<double>(when.time_since_epoch()).count()) +
+                                " s, before now (" +
+                                std::to_string(std::chrono::duration<double>(now().time_since_epoch()).count()) + " s)");
+  }
+  backend_.world().at(when, std::move(fault));
+}
+
+// The nodes go first: their reactors leave the world before the runner's.
+inline SimReactor::~SimReactor() { nodes_.clear(); }
 
 }  // namespace coio::sim
 #endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_SIM_REACTOR_HPP

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -184,25 +185,28 @@ struct ClusterFaults {
   bool tight = false;
 };
 
-// A client reads `batches` batches of 16 random IOs from the cluster, under
-// `faults`; the servers' and the client's reports.
-// The three servers, serving on 10.0.0.1..3:9000 (listeners kept here).
-struct Servers {
-  std::vector<std::unique_ptr<StorageServer<R>>> servers;
-  std::vector<coio::TcpListener<R>> listeners;
-};
-inline Servers startServers(R& reactor, ClusterData& data, const ServerOptions& options) {
-  Servers cluster;
+// Server s while its process runs (null while it is down).
+using LiveServers = std::array<StorageServer<R>*, kServers>;
+
+// The three servers, each a node (a process of its own) at 10.0.0.1..3
+// serving on port 9000 until it is killed: then it shuts down, as a
+// stopped process does. A restart opens its targets afresh.
+inline void startServers(R& reactor, ClusterData& data, const ServerOptions& options, LiveServers& live) {
   for (std::size_t s = 0; s < kServers; ++s) {
-    auto server = StorageServer<R>::open(reactor, data.targetsOf(s), options);
-    if (!server) throw std::runtime_error("server " + host(s) + ": " + server.error().message());
-    auto bound = coio::TcpListener<R>::bind(reactor, *coio::SocketAddress::parse(host(s) + ":9000"));
-    if (!bound) throw std::runtime_error("listen on " + host(s) + ": " + bound.error().message());
-    cluster.listeners.push_back(std::move(*bound));
-    cluster.servers.push_back(std::move(*server));
+    live[s] = nullptr;
+    reactor.startNode(host(s), [&data, options, s, &live](R& r) -> Task<void> {
+      auto server = StorageServer<R>::open(r, data.targetsOf(s), options);
+      if (!server) throw std::runtime_error("server " + host(s) + ": " + server.error().message());
+      auto bound = coio::TcpListener<R>::bind(r, *coio::SocketAddress::parse("0.0.0.0:9000"));
+      if (!bound) throw std::runtime_error("listen on " + host(s) + ": " + bound.error().message());
+      (*server)->serve(*bound);
+      live[s] = server->get();
+      const std::stop_token killed = co_await coio::currentStopToken();
+      co_await r.sleepFor(std::chrono::hours(24 * 365), killed);
+      live[s] = nullptr;
+      co_await (*server)->shutdown();
+    });
   }
-  for (std::size_t s = 0; s < kServers; ++s) cluster.servers[s]->serve(cluster.listeners[s]);
-  return cluster;
 }
 
 // A ClusterClient's connections: TCP streams on the simulated network.
@@ -247,17 +251,19 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
   options.pieceSize = 16 * 1024;
   options.poolBytes = faults.tight ? 256u << 10 : 2u << 20;
   options.transmitTimeout = faults.tight ? 100ms : 2s;
-  Servers cluster = startServers(reactor, data, options);
-  std::vector<std::unique_ptr<StorageServer<R>>>& servers = cluster.servers;
+  LiveServers servers;
+  startServers(reactor, data, options, servers);
   ChainTable table = *ChainTable::parse(tableText(), "cluster");
   RunReport report;
   const auto start = reactor.now();
 
   // The fault schedule, beside the reads: every 0-200 ms the client loses
   // one server for 50-500 ms (one at a time: each chain keeps a replica),
-  // or its connections to one server are reset, or one server crashes and
-  // comes back 50-500 ms later, or its link to one gets slow (100-400 ms
-  // each way) for a while.
+  // or its connections to one server are reset, or one server's process
+  // crashes (its connections reset, or its machine silent) and restarts
+  // 50-500 ms later with nothing of its state, or it stops (SIGSTOP) for
+  // as long, or its link to one gets slow (100-400 ms each way) for a
+  // while.
   auto partitions = [](R& r, std::stop_token stop) -> Task<void> {
     while (co_await r.sleepFor(std::chrono::milliseconds(r.random().below(200)), stop)) {
       const std::string server = host(r.random().below(kServers));
@@ -266,12 +272,24 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
           simLog(r, "fault: connections to " + server + " reset");
           (void)r.resetConnections("127.0.0.1", server);
           continue;
-        case 2: {  // the server's process crashes and is back 50-500 ms later
-          simLog(r, "fault: " + server + " crashes");
-          r.hostDown(server);
+        case 2: {
+          const bool silent = r.random().below(2) == 0;
+          simLog(r, "fault: " + server + (silent ? " goes silent (its machine is gone)" : " crashes"));
+          coio::sim::Node& node = r.node(server);
+          node.kill(silent ? coio::sim::KillMode::silent : coio::sim::KillMode::reset);
           const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
-          r.hostUp(server);
-          simLog(r, "fault: " + server + " is back");
+          node.restart();
+          simLog(r, "fault: " + server + " restarted");
+          if (!on) co_return;
+          continue;
+        }
+        case 3: {
+          simLog(r, "fault: " + server + " stops (SIGSTOP)");
+          coio::sim::Node& node = r.node(server);
+          node.pause();
+          const bool on = co_await r.sleepFor(std::chrono::milliseconds(50 + r.random().below(450)), stop);
+          node.resume();
+          simLog(r, "fault: " + server + " goes on");
           if (!on) co_return;
           continue;
         }
@@ -358,8 +376,7 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
   };
 
   std::exception_ptr failure;
-  reactor.runUntil([](R& r, Task<void> b, std::vector<std::unique_ptr<StorageServer<R>>>& all,
-                      std::exception_ptr& f, RunReport& out) -> Task<void> {
+  reactor.runUntil([](R& r, Task<void> b, LiveServers& live, std::exception_ptr& f, RunReport& out) -> Task<void> {
     try {
       co_await std::move(b);
     } catch (...) {
@@ -369,8 +386,11 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
     // back (a request of a closed connection, even one whose disk read
     // hangs, lets go of them), before anything is shut down.
     co_await r.sleepFor(1s);
-    for (auto& server : all) out.buffersInUse += server->buffersInUse();
-    for (auto& server : all) co_await server->shutdown();
+    for (StorageServer<R>* server : live) {
+      if (server == nullptr) throw std::logic_error("a server is down at the end of a run");
+      out.buffersInUse += server->buffersInUse();
+    }
+    for (std::size_t s = 0; s < kServers; ++s) r.node(host(s)).kill();
   }(reactor, body(reactor, reads(reactor, std::move(table), data, batches, maxGap, faults.tight, report),
                   faults.partitions ? std::optional<Task<void>>(partitions(reactor, {})) : std::nullopt),
     servers, failure, report));

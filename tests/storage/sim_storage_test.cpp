@@ -260,7 +260,9 @@ TEST_CASE("Cluster on the simulation: a server whose slow link recovers is found
   // Found by 100,000 seeds: the probes of a server marked down reused its
   // connection, whose stream still held what the slow link had queued
   // (TCP keeps order), so every probe timed out behind it; an IO whose only
-  // good replica was there ran out of its retry budget.
+  // good replica was there ran out of its retry budget. (Since servers
+  // crash as nodes, 2026-11-29, these seeds draw other schedules; the
+  // scenario below is the regression test proper.)
   ClusterData data;
   for (const std::uint64_t seed : {5874u, 8207u}) {
     const RunReport r = clusterRun(seed, data, {.partitions = true, .corruptOne = true, .tight = true});
@@ -273,8 +275,9 @@ TEST_CASE("Cluster on the simulation: a server whose slow link recovers is found
   R reactor(1);
   storage::ServerOptions serverOptions;
   serverOptions.directIo = false;
-  Servers cluster = startServers(reactor, data, serverOptions);
-  reactor.runUntil([](R& r, Servers& c) -> Task<void> {
+  LiveServers live;
+  startServers(reactor, data, serverOptions, live);
+  reactor.runUntil([](R& r) -> Task<void> {
     storage::ClusterOptions o;
     o.requestTimeout = 30ms;
     o.reconnectMin = 20ms;
@@ -307,6 +310,6 @@ TEST_CASE("Cluster on the simulation: a server whose slow link recovers is found
     CHECK(ups() > upsBefore);
     CHECK(r.now() - fast <= 250ms);
     co_await client->close();
-    for (auto& server : c.servers) co_await server->shutdown();
-  }(reactor, cluster));
+    for (std::size_t s = 0; s < kServers; ++s) r.node(host(s)).kill();
+  }(reactor));
 }
