@@ -374,7 +374,51 @@ TEST_CASE("SimReactor: bad input to the simulation API is a clear error", "[sim]
   REQUIRE(report.failures.size() == 1);
   CHECK(report.failures[0].seed == 3);
   CHECK(report.failures[0].what == "stuck");
-  CHECK(written.find("replay: COIO_SIM_SEED=3 ./t '[x]'") != std::string::npos);
+  CHECK(written.find("replay: COIO_SIM_SEED=3 COIO_SIM_TRACE=") != std::string::npos);
+  CHECK(written.find(" ./t '[x]'") != std::string::npos);
+
+  // A replay checks the trace: a failed run's is in its replay line (the
+  // trace its reactor had when the run threw), and a run whose trace is not
+  // the one asked for fails, saying the seed no longer replays.
+  const auto simulated = [](std::uint64_t seed) -> std::uint64_t {
+    SimReactor r(seed);
+    r.runUntil([](SimReactor& sim) -> coio::Task<void> {
+      co_await sim.sleepFor(std::chrono::milliseconds(sim.random().below(100)));
+    }(r));
+    if (seed == 8) throw std::runtime_error("seed 8 breaks an invariant");
+    return r.traceHash();
+  };
+  const std::uint64_t seven = simulated(7);
+  CHECK(coio::sim::runSeeds({.first = 7, .count = 1, .expectedTrace = seven}, simulated, "t", nullptr).failures.empty());
+  const coio::sim::SeedReport changed =
+      coio::sim::runSeeds({.first = 7, .count = 1, .expectedTrace = seven + 1}, simulated, "t", nullptr);
+  REQUIRE(changed.failures.size() == 1);
+  CHECK_THAT(changed.failures[0].what, Catch::Contains("this seed no longer replays the run asked for") &&
+                                           Catch::Contains("this run passed"));
+  char* text8 = nullptr;
+  std::size_t size8 = 0;
+  std::FILE* log8 = ::open_memstream(&text8, &size8);
+  const coio::sim::SeedReport eight = coio::sim::runSeeds({.first = 8, .count = 1}, simulated, "t", log8);
+  std::fclose(log8);
+  const std::string written8(text8, size8);
+  std::free(text8);
+  REQUIRE(eight.failures.size() == 1);
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "COIO_SIM_TRACE=%016llx",
+                static_cast<unsigned long long>(coio::sim::lastTraceHash()));
+  CHECK(written8.find(expected) != std::string::npos);
+  // ... and replaying it with that trace fails the same way, not as changed.
+  const coio::sim::SeedReport again =
+      coio::sim::runSeeds({.first = 8, .count = 1, .expectedTrace = coio::sim::lastTraceHash()}, simulated, "t", nullptr);
+  REQUIRE(again.failures.size() == 1);
+  CHECK(again.failures[0].what == "seed 8 breaks an invariant");
+  ::setenv("COIO_SIM_SEED", "8", 1);
+  ::setenv("COIO_SIM_TRACE", "0x12g", 1);
+  CHECK_THROWS_WITH(coio::sim::SeedRange::fromEnvironment(5), Catch::Contains("COIO_SIM_TRACE='0x12g' is not a trace hash"));
+  ::setenv("COIO_SIM_TRACE", "00ff", 1);
+  CHECK(coio::sim::SeedRange::fromEnvironment(5).expectedTrace == 0xffu);
+  ::unsetenv("COIO_SIM_SEED");
+  ::unsetenv("COIO_SIM_TRACE");
 }
 
 TEST_CASE("SimReactor faults: a host whose processes crash: its connections reset, connects refused until it is up",

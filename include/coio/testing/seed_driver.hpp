@@ -1,6 +1,8 @@
 #pragma once
 // runSeeds: a simulation run over many seeds, each failure with the line
 // that replays it.
+#include <coio/testing/sim_reactor.hpp>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,26 +24,33 @@ namespace coio::sim {
 struct SeedRange {
   std::uint64_t first = 1;  ///< the first seed
   std::uint64_t count = 0;  ///< how many seeds, first, first + 1, ...
+  /// A replay's: the trace hash the run had when it failed. runSeeds fails
+  /// a run whose trace differs: the program changed since, and the seed no
+  /// longer replays that failure.
+  std::optional<std::uint64_t> expectedTrace{};
 
   /// From the environment, so that CI and a developer run more seeds, or
   /// one, with the same binary: COIO_SIM_SEED=N runs seed N alone (a
-  /// replay); else COIO_SIM_SEEDS=N runs N seeds (default `defaultCount`)
-  /// from COIO_SIM_FIRST_SEED (default 1). A value that is not a number
-  /// throws std::invalid_argument naming the variable.
+  /// replay; with COIO_SIM_TRACE set to a trace hash in hexadecimal, the
+  /// trace it must have); else
+  /// COIO_SIM_SEEDS=N runs N seeds (default `defaultCount`) from
+  /// COIO_SIM_FIRST_SEED (default 1). A value that is not a number throws
+  /// std::invalid_argument naming the variable.
   static SeedRange fromEnvironment(std::uint64_t defaultCount) {
-    if (const std::optional<std::uint64_t> one = number("COIO_SIM_SEED")) return {*one, 1};
+    if (const std::optional<std::uint64_t> one = number("COIO_SIM_SEED")) return {*one, 1, number("COIO_SIM_TRACE", 16)};
     return {number("COIO_SIM_FIRST_SEED").value_or(1), number("COIO_SIM_SEEDS").value_or(defaultCount)};
   }
 
  private:
-  static std::optional<std::uint64_t> number(const char* name) {
+  static std::optional<std::uint64_t> number(const char* name, int base = 10) {
     const char* text = std::getenv(name);
     if (text == nullptr || *text == '\0') return std::nullopt;
     char* end = nullptr;
     errno = 0;
-    const unsigned long long value = std::strtoull(text, &end, 10);
+    const unsigned long long value = std::strtoull(text, &end, base);
     if (*end != '\0' || errno != 0 || *text == '-') {
-      throw std::invalid_argument(std::string("coio::sim: ") + name + "='" + text + "' is not a seed number");
+      throw std::invalid_argument(std::string("coio::sim: ") + name + "='" + text + "' is not a " +
+                                  (base == 10 ? "seed number" : "trace hash (hexadecimal)"));
     }
     return value;
   }
@@ -69,10 +78,13 @@ struct SeedReport {
 /// invariant held, or throws: a std::exception's what() (e.g. a
 /// sim::Deadlock's) is the failure, anything else is "an exception (a
 /// test assertion?)". Each failure is written to `log` at once, with the
-/// line that replays it: `COIO_SIM_SEED=<seed> <replay>` (`replay`: the
-/// command and arguments that run this again, e.g. the test binary and its
-/// filter). Stops after `maxFailures` failures. Guarantees: seeds run in
-/// order, each alone; nothing is retried.
+/// line that replays it: `COIO_SIM_SEED=seed COIO_SIM_TRACE=hash
+/// replay` (`replay`: the command and arguments that run this again,
+/// e.g. the test binary and its filter; the hash: the failed run's trace,
+/// lastTraceHash()). With `seeds.expectedTrace`, a run whose trace differs
+/// fails, saying the seed no longer replays. Stops after `maxFailures`
+/// failures. Guarantees: seeds run in order, each alone; nothing is
+/// retried.
 template <typename Run>
 SeedReport runSeeds(SeedRange seeds, Run&& run, std::string_view replay, std::FILE* log = stderr,
                     std::size_t maxFailures = 10) {
@@ -81,20 +93,31 @@ SeedReport runSeeds(SeedRange seeds, Run&& run, std::string_view replay, std::FI
   for (std::uint64_t i = 0; i < seeds.count && report.failures.size() < maxFailures; ++i) {
     const std::uint64_t seed = seeds.first + i;
     std::optional<std::string> failure;
+    std::uint64_t hash = 0;
     try {
-      const std::uint64_t hash = run(seed);
+      hash = run(seed);
       report.trace = (report.trace ^ hash) * 0x100000001B3ull;
     } catch (const std::exception& e) {
       failure = e.what();
+      hash = lastTraceHash();
     } catch (...) {
       failure = "an exception (a test assertion?)";
+      hash = lastTraceHash();
     }
     ++report.runs;
+    if (seeds.expectedTrace && hash != *seeds.expectedTrace) {
+      char traces[80];
+      std::snprintf(traces, sizeof traces, "its trace is %016llx, not %016llx",
+                    static_cast<unsigned long long>(hash), static_cast<unsigned long long>(*seeds.expectedTrace));
+      failure = "this seed no longer replays the run asked for (" + std::string(traces) +
+                "): the program changed since, or its build; this run " +
+                (failure ? "failed too: " + *failure : std::string("passed"));
+    }
     if (failure) {
       if (log != nullptr) {
-        std::fprintf(log, "coio::sim: seed %llu failed: %s\n  replay: COIO_SIM_SEED=%llu %.*s\n",
+        std::fprintf(log, "coio::sim: seed %llu failed: %s\n  replay: COIO_SIM_SEED=%llu COIO_SIM_TRACE=%016llx %.*s\n",
                      static_cast<unsigned long long>(seed), failure->c_str(), static_cast<unsigned long long>(seed),
-                     static_cast<int>(replay.size()), replay.data());
+                     static_cast<unsigned long long>(hash), static_cast<int>(replay.size()), replay.data());
       }
       report.failures.push_back({seed, std::move(*failure)});
     }

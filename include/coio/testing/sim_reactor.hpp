@@ -260,6 +260,9 @@ namespace coio::sim {
 ///   and holds its sender.
 /// - Each socket operation resumes in the ready phase after its socket let
 ///   it complete (never inline from another coroutine's operation).
+/// - Nodes: startNode(ip, main) runs a process of its own at `ip`, on a
+///   reactor of its own in this simulation, that can be killed, paused and
+///   restarted (see Node); at() schedules faults at virtual times.
 /// - A disk: coio::Disk on it (<coio/testing/sim_disk.hpp>) does each
 ///   operation on the real file and completes it in virtual time, with
 ///   the faults of setDiskFaults().
@@ -315,12 +318,11 @@ class SimReactor : public ReactorLoop<SimReactor> {
   void partition(std::string_view a, std::string_view b) { backend_.world().partition(host(a), host(b)); }
   /// Ends partition(a, b).
   void heal(std::string_view a, std::string_view b) { backend_.world().heal(host(a), host(b)); }
-  /// A fault: the processes of host `ip` crash (its machine stays up):
-  /// every connection to or from it is reset, connects to it are refused
-  /// and what its sockets send is lost, until hostUp(ip). Its tasks keep
-  /// running (a simulation cannot kill them yet): they see their
-  /// connections reset, and its listeners accept again after hostUp, as a
-  /// restarted process would.
+  /// A fault of the network side of a crash: every connection to or from
+  /// host `ip` is reset, connects to it are refused and what its sockets
+  /// send is lost, until hostUp(ip). Its tasks keep running (they see
+  /// their connections reset; its listeners accept again after hostUp):
+  /// to kill a process and restart it afresh, make it a Node.
   void hostDown(std::string_view ip) { backend_.world().hostDown(host(ip)); }
   /// Ends hostDown(ip).
   void hostUp(std::string_view ip) { backend_.world().hostUp(host(ip)); }
@@ -472,6 +474,7 @@ class Node {
   const std::string& address() const noexcept { return address_; }
   /// Running: started (or restarted), not killed, its main not returned.
   bool alive() const noexcept { return reactor_ != nullptr && running_; }
+  /// Stopped by pause(), not resumed yet.
   bool paused() const noexcept { return reactor_ != nullptr && reactor_->backend_.paused; }
   /// Its process's reactor (its stats, its random()); std::logic_error once killed.
   SimReactor& reactor() {
@@ -502,6 +505,7 @@ class Node {
     checkNotOwnTurn("paused");
     reactor().backend_.paused = true;
   }
+  /// Goes on after pause() (SIGCONT): its overdue timers fire now.
   void resume() { reactor().backend_.paused = false; }
 
   /// kill() if it runs, then main again, on a fresh reactor at its address.
@@ -576,7 +580,22 @@ inline void SimReactor::at(Clock::time_point when, std::function<void()> fault) 
   backend_.world().at(when, std::move(fault));
 }
 
+namespace detail {
+inline std::uint64_t& lastTraceSlot() noexcept {
+  thread_local std::uint64_t trace = 0;
+  return trace;
+}
+}  // namespace detail
+
+/// The trace hash of the simulation that ended last on this thread (when
+/// the SimReactor that ran it was destroyed): a run that threw has no
+/// other, and runSeeds puts it in the failure's replay line.
+inline std::uint64_t lastTraceHash() noexcept { return detail::lastTraceSlot(); }
+
 // The nodes go first: their reactors leave the world before the runner's.
-inline SimReactor::~SimReactor() { nodes_.clear(); }
+inline SimReactor::~SimReactor() {
+  nodes_.clear();
+  if (backend_.host.family == AF_UNSPEC) detail::lastTraceSlot() = traceHash();
+}
 
 }  // namespace coio::sim
