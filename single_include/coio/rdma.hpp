@@ -8114,10 +8114,6 @@ class SimWorld {
   }
   /// The node whose turn is under way, or null.
   const SimLoop* turning() const noexcept { return turning_; }
-  /// Whether a node's address is taken by a live node.
-  bool hostTaken(const SimEndpoint& h) const noexcept {
-    return std::any_of(loops_.begin(), loops_.end(), [&](const SimLoop* l) { return l->host == h; });
-  }
 
   /// The poll of the loop that runs the world: the other reactors (nodes)
   /// take a turn each if they have work; when nothing anywhere is ready,
