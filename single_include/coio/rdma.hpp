@@ -9502,12 +9502,16 @@ inline void SimReactor::at(Clock::time_point when, std::function<void()> fault) 
   backend_.world().at(when, std::move(fault));
 }
 
-namespace detail {
+}  // namespace coio::sim
+
+namespace coio::detail {
 inline std::uint64_t& lastTraceSlot() noexcept {
   thread_local std::uint64_t trace = 0;
   return trace;
 }
-}  // namespace detail
+}  // namespace coio::detail
+
+namespace coio::sim {
 
 /// The trace hash of the simulation that ended last on this thread (when
 /// the SimReactor that ran it was destroyed): a run that threw has no
