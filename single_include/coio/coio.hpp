@@ -8338,10 +8338,14 @@ class SimWorld {
   /// Sends what fits of `data` from `from` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
-    SimSocket& to = at(from.peer);
-    n = std::min(n, room(from));
-    to.inFlight += n;
-    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::vector<std::byte>(data, data + n)});
+    return send(from, std::vector<std::byte>(data, data + std::min(n, room(from))));
+  }
+  /// send() of bytes the caller gives up (a sendv's, gathered): no copy.
+  std::size_t send(SimSocket& from, std::vector<std::byte>&& bytes) {
+    bytes.resize(std::min(bytes.size(), room(from)));
+    const std::size_t n = bytes.size();
+    at(from.peer).inFlight += n;
+    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::move(bytes)});
     trace(n);
     return n;
   }
@@ -8981,14 +8985,14 @@ struct SimSendAttempt {
   static constexpr bool read = false;
   static constexpr OpKind kind = OpKind::send;
   std::span<const std::byte> bytes;
-  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
-  long run(SimWorld& b, SimSocket& s) const {
-    const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
+  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty), sent as they are
+  long run(SimWorld& b, SimSocket& s) {
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
-    if (out.empty()) return 0;
+    if (bytes.empty() && gathered.empty()) return 0;
     if (b.room(s) == 0) return kWouldBlock;
-    return static_cast<long>(b.send(s, out.data(), out.size()));
+    // One send completes the attempt (a partial one too): the parts go once.
+    return static_cast<long>(gathered.empty() ? b.send(s, bytes.data(), bytes.size()) : b.send(s, std::move(gathered)));
   }
 };
 

@@ -64,14 +64,14 @@ struct SimSendAttempt {
   static constexpr bool read = false;
   static constexpr OpKind kind = OpKind::send;
   std::span<const std::byte> bytes;
-  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty)
-  long run(SimWorld& b, SimSocket& s) const {
-    const std::span<const std::byte> out = gathered.empty() ? bytes : std::span<const std::byte>(gathered);
+  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty), sent as they are
+  long run(SimWorld& b, SimSocket& s) {
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
-    if (out.empty()) return 0;
+    if (bytes.empty() && gathered.empty()) return 0;
     if (b.room(s) == 0) return kWouldBlock;
-    return static_cast<long>(b.send(s, out.data(), out.size()));
+    // One send completes the attempt (a partial one too): the parts go once.
+    return static_cast<long>(gathered.empty() ? b.send(s, bytes.data(), bytes.size()) : b.send(s, std::move(gathered)));
   }
 };
 

@@ -337,10 +337,14 @@ class SimWorld {
   /// Sends what fits of `data` from `from` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
-    SimSocket& to = at(from.peer);
-    n = std::min(n, room(from));
-    to.inFlight += n;
-    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::vector<std::byte>(data, data + n)});
+    return send(from, std::vector<std::byte>(data, data + std::min(n, room(from))));
+  }
+  /// send() of bytes the caller gives up (a sendv's, gathered): no copy.
+  std::size_t send(SimSocket& from, std::vector<std::byte>&& bytes) {
+    bytes.resize(std::min(bytes.size(), room(from)));
+    const std::size_t n = bytes.size();
+    at(from.peer).inFlight += n;
+    transmitFrom(from, Event{.to = from.peer, .kind = Segment::data, .bytes = std::move(bytes)});
     trace(n);
     return n;
   }
