@@ -7080,8 +7080,9 @@ class ReactorLoop : public detail::LoopCore {
 
   /// A turn of the loop but its wait: the ready phase, then the due
   /// timers. (A simulation's nodes take their turns through it, inside
-  /// the loop of the reactor that runs them all.)
-  void readyAndTimers() {
+  /// the loop of the reactor that runs them all.) Inlined: the real
+  /// reactors' loop is the same code as before it was a function.
+  [[gnu::always_inline]] inline void readyAndTimers() {
     meter_.iteration();
     inlineTurns_ = kInlineTurnsPerIteration;
     if constexpr (kVirtualTime) backend_.order(ready_);

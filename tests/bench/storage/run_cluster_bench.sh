@@ -13,6 +13,8 @@
 #   CHUNKS [192]     chunks of CHUNK_SIZE [4M] in the dataset (768 MiB; every chunk on its chain's 2
 #                    replicas: 1.5 GiB on disk)
 #   REACTOR [uring]  reactor of the servers and the bench
+#   BUFFERED [0]     1: the servers read through the page cache (serve --buffered), as the
+#                    simulation's do (docs/benchmarks.md, Simulation)
 #   VERIFY_SECONDS [1]  each mode is first checked with a --verify run this long, which must report
 #                    0 errors
 #   TMPDIR [/var/tmp] where the dataset and etcd's data go (must allow O_DIRECT; tmpfs does not)
@@ -41,6 +43,7 @@ build_dir=${1:-build-cbench}
 duration=${DURATION:-5}
 rounds=${ROUNDS:-3}
 io_size=${IO_SIZE:-512K}
+buffered=""; [[ ${BUFFERED:-0} == 1 ]] && buffered=1
 batch=${BATCH:-4}
 depth=${DEPTH:-8}
 chunks=${CHUNKS:-192}
@@ -106,10 +109,10 @@ for port in $p1 $p2 $p3; do
   n=$((n + 1))
   start_storage_server "$bin/coio-storage-server" "$work/server$n.log" 100 serve --listen 127.0.0.1:$port \
     --target ${n}1="$work/t${n}1" --target ${n}2="$work/t${n}2" --chains "$chains" --transport tcp \
-    --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"}
+    --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"} ${buffered:+--buffered}
   pids+=("$server_pid")
   [[ -n $address ]] || { cat "$work/server$n.log" >&2; die "server $n did not start"; }
-  grep -qi "buffered" "$work/server$n.log" && { cat "$work/server$n.log" >&2; die "server $n fell back to buffered reads (no O_DIRECT in $work)"; }
+  [[ -z $buffered ]] && grep -qi "buffered" "$work/server$n.log" && { cat "$work/server$n.log" >&2; die "server $n fell back to buffered reads (no O_DIRECT in $work)"; }
 done
 
 # --- the runs: each appends one JSON line to $results or fails -----------------------
@@ -153,13 +156,14 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- the report -------------------------------------------------------------------
 python3 - "$results" "$duration" "$rounds" "$io_size" "$batch" "$depth" "$chunks" "$chunk_size" "$reactor" \
-  "$load_before" "$load_after" "${cc:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)}" <<'PY'
+  "$load_before" "$load_after" "${cc:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)}" \
+  "${buffered:+buffered reads}" <<'PY'
 import json, statistics, sys
-path, duration, rounds, io_size, batch, depth, chunks, chunk_size, reactor, load0, load1, cc = sys.argv[1:]
+path, duration, rounds, io_size, batch, depth, chunks, chunk_size, reactor, load0, load1, cc, reads = sys.argv[1:]
 rows = [json.loads(line) for line in open(path) if json.loads(line)["round"] > 0]
 by = {(r["mode"], r["round"]): r for r in rows}
 ratios = []
-print(f"coio-storage-bench on a cluster of 3 servers (2 targets each, 3 chains of 2 replicas; loopback TCP, O_DIRECT, "
+print(f"coio-storage-bench on a cluster of 3 servers (2 targets each, 3 chains of 2 replicas; loopback TCP, {reads or 'O_DIRECT'}, "
       f"{reactor} reactors, congestion control {cc}), routing from etcd vs from the file; io size {io_size}, batch {batch}, "
       f"depth {depth}; dataset {chunks} x {chunk_size}; {duration} s per run, {rounds} round(s); "
       f"load average {load0} before, {load1} after.")
