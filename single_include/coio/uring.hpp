@@ -8599,7 +8599,8 @@ class SimWorld {
   // A turn of each node (every reactor but the runner) with work, in an
   // order drawn from the seed; whether any ran.
   bool turnNodes(SimLoop& runner) {
-    std::vector<SimLoop*> due;
+    std::vector<SimLoop*>& due = due_;  // a member: no allocation per poll (never re-entered: only the runner polls)
+    due.clear();
     for (SimLoop* l : loops_) {
       if (l != &runner && hasWork(*l)) due.push_back(l);
     }
@@ -8850,6 +8851,7 @@ class SimWorld {
 
   std::vector<SimLoop*> loops_;  // the runner first, then the nodes
   SimLoop* turning_ = nullptr;
+  std::vector<SimLoop*> due_;  // turnNodes' scratch
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
