@@ -222,6 +222,9 @@ TEST_CASE("sim nodes: a fault schedule runs at its virtual times", "[sim][nodes]
     sim.node("10.0.0.1").kill();
   });
   sim.at(Clock::time_point(1s), [&] { at.push_back(seconds()); });
+  // Due at the same instant: it runs inside the first kill's drain, on a
+  // node being killed: nothing more to do.
+  sim.at(Clock::time_point(3s), [&] { sim.node("10.0.0.1").kill(KillMode::silent); });
   sim.at(Clock::time_point(5s), [&] {
     at.push_back(seconds());
     sim.node("10.0.0.1").restart();

@@ -484,8 +484,13 @@ class Node {
 
   /// Kills it (see the class comment); nothing if it is not running.
   void kill(KillMode mode = KillMode::reset) {
-    if (!reactor_) return;
+    if (!reactor_ || killing_) return;  // (a fault due while it dies: it is dying)
     checkNotOwnTurn("killed");
+    struct Killing {
+      bool& flag;
+      explicit Killing(bool& f) : flag(f) { flag = true; }
+      ~Killing() { flag = false; }
+    } killing{killing_};
     detail::SimWorld& world = runner_.backend_.world();
     detail::SimBackend& backend = reactor_->backend_;
     backend.paused = false;
@@ -510,6 +515,7 @@ class Node {
 
   /// kill() if it runs, then main again, on a fresh reactor at its address.
   void restart() {
+    if (killing_) throw std::logic_error("coio::sim: node " + address_ + " restarted while it is being killed");
     kill();
     start();
   }
@@ -547,6 +553,7 @@ class Node {
   std::unique_ptr<SimReactor> reactor_;
   std::stop_source stop_;
   bool running_ = false;
+  bool killing_ = false;  // kill() under way (its drain may run a fault that kills it again)
 };
 
 inline Node& SimReactor::startNode(std::string_view ip, NodeMain main) {
