@@ -458,6 +458,33 @@ TEMPLATE_LIST_TEST_CASE("an O_DIRECT file splices at aligned offsets; unaligned,
   pipe.close(reactor);
 }
 
+#if COIO_TEST_URING
+TEST_CASE("UringReactor: a splice from a socket it reads ahead is refused with EBUSY; the bytes stay in order",
+          "[reactor][splice][uring]") {
+  SocketPair sockets;
+  Pipe pipe = makePipe();
+  coio::testing::MultishotUringReactor reactor;
+  auto test = [&](coio::UringReactor& r) -> Task<void> {
+    REQUIRE(::write(sockets.b.get(), "one", 3) == 3);
+    char buf[8];
+    Result<std::size_t> first = co_await r.recv(sockets.a.get(), std::as_writable_bytes(std::span(buf)));
+    REQUIRE(first.hasValue());
+    CHECK(std::string(buf, *first) == "one");
+    REQUIRE(r.readsAhead(sockets.a.get()));  // a multishot recv is armed on it
+    REQUIRE(::write(sockets.b.get(), "two", 3) == 3);
+    Result<std::size_t> spliced = co_await r.splice(sockets.a.get(), kNoOffset, pipe.writeFd(), kNoOffset, 3);
+    CHECK(spliced.error() == std::errc::device_or_resource_busy);
+    CHECK(pipe.buffered() == 0);
+    Result<std::size_t> second = co_await r.recv(sockets.a.get(), std::as_writable_bytes(std::span(buf)));
+    REQUIRE(second.hasValue());
+    CHECK(std::string(buf, *second) == "two");
+  };
+  reactor.runUntil(test(reactor));
+  pipe.close(reactor);
+  reactor.forget(sockets.a.get());
+}
+#endif
+
 TEST_CASE("Pipe: sized at least as asked, EINVAL past INT_MAX, EBUSY below what it holds; discard empties it",
           "[reactor][splice][pipe]") {
   Pipe plain = makePipe();

@@ -56,7 +56,9 @@ inline constexpr std::int64_t kNoOffset = -1;
 ///   other than kNoOffset); ESPIPE for an offset given for a pipe or
 ///   socket; EPIPE for an output whose reader is gone (no SIGPIPE is
 ///   raised: the program need not ignore it); ECONNRESET, EBADF as
-///   usual.
+///   usual; on UringReactor EBUSY for a socket it reads ahead (a recv()
+///   armed a multishot recv on it: see UringReactor::splice), whose bytes
+///   a splice would race that recv for.
 /// - Cancellation: a stop requested on the loop thread (given no token,
 ///   the awaiting Task's) ends it with std::errc::operation_canceled, or
 ///   with what it had moved by then if anything; it resumes once the kernel

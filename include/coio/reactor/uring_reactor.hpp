@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -212,6 +213,9 @@ class UringReactor : public ReactorLoop<UringReactor> {
   /// (run by the kernel's io-wq workers), and a poll for the end that was
   /// not ready, if one was, before trying again. What it guarantees
   /// (partial transfers, errors, O_DIRECT, cancellation): see SpliceReactor.
+  /// From a socket the reactor reads ahead (readsAhead(in): a recv() under
+  /// RecvMode::adaptive or multishot armed one), EBUSY: its multishot recv
+  /// would take the bytes meant for the splice.
   SpliceAwaitable splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
                          std::stop_token stop = {}) noexcept;
   /// tee from pipe `in` into pipe `out`: an IORING_OP_TEE, as splice() is made.
@@ -349,7 +353,11 @@ inline auto UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts, std
 }
 inline auto UringReactor::splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
                                  std::stop_token stop) noexcept -> SpliceAwaitable {
-  return {backend_.ring(), detail::OneTransfer{{false, in, inOffset, out, outOffset, length}}, std::move(stop)};
+  // A multishot recv armed on `in` would take its bytes, and bytes it kept
+  // would be skipped: EBUSY, as TcpStream::release() says of such a socket.
+  const long refused = readsAhead(in) ? -EBUSY : 0;
+  return {backend_.ring(), detail::OneTransfer{{false, in, inOffset, out, outOffset, length}, refused},
+          std::move(stop)};
 }
 inline auto UringReactor::tee(int in, int out, std::size_t length, std::stop_token stop) noexcept -> SpliceAwaitable {
   return {backend_.ring(), detail::OneTransfer{{true, in, kNoOffset, out, kNoOffset, length}}, std::move(stop)};

@@ -25,11 +25,13 @@
 
 namespace coio::detail {
 
-// The Steps of one splice or tee: the transfer, and its result is the operation's.
+// The Steps of one splice or tee: the transfer, and its result is the
+// operation's; or, if `refused` (-errno), that error without a transfer.
 struct OneTransfer {
   SpliceCall transfer;
+  long refused = 0;
   const SpliceCall& call() const noexcept { return transfer; }
-  std::optional<long> atOnce() const noexcept { return std::nullopt; }
+  std::optional<long> atOnce() const noexcept { return refused != 0 ? std::optional<long>(refused) : std::nullopt; }
   std::optional<long> advance(long result) const noexcept { return result; }
 };
 
