@@ -47,8 +47,10 @@ class Pipe {
     return pipe;
   }
 
-  Pipe(Pipe&&) noexcept = default;
-  Pipe& operator=(Pipe&&) noexcept = default;
+  /// Takes over both ends; `other` is left with none.
+  Pipe(Pipe&& other) noexcept = default;
+  /// Closes this pipe's ends, then takes over `other`'s.
+  Pipe& operator=(Pipe&& other) noexcept = default;
 
   /// The end splices read from.
   int readFd() const noexcept { return read_.get(); }
