@@ -62,6 +62,13 @@ FileDescriptor openFile(const std::string& path, int flags = O_RDONLY) {
   return fd;
 }
 
+// The bytes a transfer moved; an error fails the test.
+std::size_t moved(const Result<std::size_t>& result) {
+  INFO((result ? std::string() : result.error().message()));
+  REQUIRE(result.hasValue());
+  return *result;
+}
+
 // Reads what the (non-blocking) fd holds now.
 std::vector<std::byte> readNow(int fd) {
   std::vector<std::byte> got;
@@ -95,51 +102,42 @@ Task<std::vector<std::byte>> receive(R& r, int fd, std::size_t n, std::chrono::m
   std::size_t at = 0;
   while (at < n) {
     Result<std::size_t> k = co_await r.recv(fd, std::span(got).subspan(at));
-    REQUIRE(k.hasValue());
-    REQUIRE(*k > 0);
-    at += *k;
+    const std::size_t n = moved(k);
+    REQUIRE(n > 0);
+    at += n;
   }
   co_return got;
 }
 
-// Sends the file's first `size` bytes into socket `out`: spliced into
-// `pipe`, then out of it. The number of splices into the pipe.
-template <typename R>
-Task<std::size_t> spliceFile(R& r, int file, std::size_t size, int out, Pipe& pipe) {
+// Moves the first `size` bytes of a file, `step(offset)` at a time (an
+// awaitable yielding the bytes it moved, which leaves `pipe` empty): the
+// number of steps.
+template <typename Step>
+Task<std::size_t> inSteps(std::size_t size, Pipe& pipe, Step step) {
   std::size_t offset = 0;
-  std::size_t fills = 0;
+  std::size_t steps = 0;
   while (offset < size) {
-    Result<std::size_t> in =
-        co_await r.splice(file, static_cast<std::int64_t>(offset), pipe.writeFd(), kNoOffset, size - offset);
-    REQUIRE(in.hasValue());
-    REQUIRE(*in > 0);
-    CHECK(*in <= pipe.capacity());
-    ++fills;
-    for (std::size_t left = *in; left > 0;) {
-      Result<std::size_t> sent = co_await r.splice(pipe.readFd(), kNoOffset, out, kNoOffset, left);
-      REQUIRE(sent.hasValue());
-      left -= *sent;
-    }
-    offset += *in;
+    Result<std::size_t> stepped = co_await step(offset);
+    const std::size_t n = moved(stepped);
+    REQUIRE(n > 0);
+    CHECK(pipe.buffered() == 0);
+    ++steps;
+    offset += n;
   }
-  co_return fills;
+  co_return steps;
 }
 
-// Sends the file's first `size` bytes into socket `out` with sendfile: the
-// number of calls. The pipe is empty after each.
+// A step with splice: from the file at `offset` into `pipe`, then all of
+// that out of it into `out`.
 template <typename R>
-Task<std::size_t> sendFile(R& r, int file, std::size_t size, int out, Pipe& pipe) {
-  std::size_t offset = 0;
-  std::size_t calls = 0;
-  while (offset < size) {
-    Result<std::size_t> sent = co_await r.sendfile(out, file, static_cast<std::int64_t>(offset), size - offset, pipe);
-    REQUIRE(sent.hasValue());
-    REQUIRE(*sent > 0);
-    CHECK(pipe.buffered() == 0);
-    ++calls;
-    offset += *sent;
+Task<Result<std::size_t>> spliceThrough(R& r, int file, std::size_t offset, std::size_t length, int out, Pipe& pipe) {
+  Result<std::size_t> in = co_await r.splice(file, static_cast<std::int64_t>(offset), pipe.writeFd(), kNoOffset, length);
+  CHECK(moved(in) <= pipe.capacity());
+  for (std::size_t left = *in; left > 0;) {
+    Result<std::size_t> sent = co_await r.splice(pipe.readFd(), kNoOffset, out, kNoOffset, left);
+    left -= moved(sent);
   }
-  co_return calls;
+  co_return in;
 }
 
 // The reactor's transfers waited for an end to be ready (a reader that
@@ -191,15 +189,17 @@ TEMPLATE_LIST_TEST_CASE("splice moves a file through a pipe into a socket, waiti
   Pipe pipe = makePipe();
   TestType reactor;
   auto test = [&](TestType& r) -> Task<void> {
-    auto [fills, got] = co_await coio::collectAll(spliceFile(r, file.get(), kSize, sockets.b.get(), pipe),
-                                                  receive(r, sockets.a.get(), kSize, 20ms));
+    auto step = [&](std::size_t offset) {
+      return spliceThrough(r, file.get(), offset, kSize - offset, sockets.b.get(), pipe);
+    };
+    auto [fills, got] =
+        co_await coio::collectAll(inSteps(kSize, pipe, step), receive(r, sockets.a.get(), kSize, 20ms));
     CHECK(fills >= kSize / pipe.capacity());
     CHECK(coio::testing::matchesPattern(1, 0, got));
     checkWaited(r);
     // The file's end: 0.
     Result<std::size_t> end = co_await r.splice(file.get(), kSize, pipe.writeFd(), kNoOffset, 4096);
-    REQUIRE(end.hasValue());
-    CHECK(*end == 0);
+    CHECK(moved(end) == 0);
   };
   reactor.runUntil(test(reactor));
   pipe.close(reactor);
@@ -211,16 +211,14 @@ TEMPLATE_LIST_TEST_CASE("splice from a socket waits for its data, and reads its 
   Pipe pipe = makePipe();
   TestType reactor;
   auto test = [&](TestType& r) -> Task<void> {
-    auto [moved, unit] = co_await coio::collectAll(
+    auto [spliced, unit] = co_await coio::collectAll(
         asTask([&] { return r.splice(sockets.a.get(), kNoOffset, pipe.writeFd(), kNoOffset, 100); }), writeAfter(r, 10ms, sockets.b.get(), "late bytes"));
-    REQUIRE(moved.hasValue());
-    CHECK(*moved == 10);
+    CHECK(moved(spliced) == 10);
     const std::vector<std::byte> got = readNow(pipe.readFd());
     CHECK(std::string(reinterpret_cast<const char*>(got.data()), got.size()) == "late bytes");
     REQUIRE(::shutdown(sockets.b.get(), SHUT_WR) == 0);
     Result<std::size_t> end = co_await r.splice(sockets.a.get(), kNoOffset, pipe.writeFd(), kNoOffset, 100);
-    REQUIRE(end.hasValue());
-    CHECK(*end == 0);
+    CHECK(moved(end) == 0);
   };
   reactor.runUntil(test(reactor));
   pipe.close(reactor);
@@ -240,14 +238,14 @@ TEMPLATE_LIST_TEST_CASE("splice into a full pipe waits until it is drained", "[r
     co_return p.discard();
   };
   auto test = [&](TestType& r) -> Task<void> {
-    auto [moved, drained] = co_await coio::collectAll(
+    auto [spliced, drained] = co_await coio::collectAll(
         asTask([&] { return r.splice(file.get(), 8192, pipe.writeFd(), kNoOffset, 65536); }), drainAfter(r, pipe));
     CHECK(drained == filler.size());  // nothing of the file went in before the drain
-    REQUIRE(moved.hasValue());
-    CHECK(*moved > 0);
-    CHECK(*moved <= pipe.capacity());
+    const std::size_t n = moved(spliced);
+    CHECK(n > 0);
+    CHECK(n <= pipe.capacity());
     const std::vector<std::byte> got = readNow(pipe.readFd());
-    CHECK(got.size() == *moved);
+    CHECK(got.size() == n);
     CHECK(coio::testing::matchesPattern(2, 8192, got));
   };
   reactor.runUntil(test(reactor));
@@ -263,13 +261,11 @@ TEMPLATE_LIST_TEST_CASE("tee copies a pipe's bytes into another without consumin
     auto [copied, unit] =
         co_await coio::collectAll(asTask([&] { return r.tee(from.readFd(), to.writeFd(), 100); }),
                                   writeAfter(r, 10ms, from.writeFd(), "hello"));
-    REQUIRE(copied.hasValue());
-    CHECK(*copied == 5);
+    CHECK(moved(copied) == 5);
     CHECK(from.buffered() == 5);  // still there
     CHECK(to.buffered() == 5);
     Result<std::size_t> again = co_await r.tee(from.readFd(), to.writeFd(), 3);  // a partial tee
-    REQUIRE(again.hasValue());
-    CHECK(*again == 3);
+    CHECK(moved(again) == 3);
     const std::vector<std::byte> got = readNow(to.readFd());
     CHECK(std::string(reinterpret_cast<const char*>(got.data()), got.size()) == "hellohel");
   };
@@ -287,14 +283,16 @@ TEMPLATE_LIST_TEST_CASE("sendfile sends a whole file in as many calls as it take
   Pipe pipe = makePipe(16384);
   TestType reactor;
   auto test = [&](TestType& r) -> Task<void> {
-    auto [calls, got] = co_await coio::collectAll(sendFile(r, file.get(), kSize, sockets.b.get(), pipe),
-                                                  receive(r, sockets.a.get(), kSize, 20ms));
+    auto step = [&](std::size_t offset) {
+      return r.sendfile(sockets.b.get(), file.get(), static_cast<std::int64_t>(offset), kSize - offset, pipe);
+    };
+    auto [calls, got] =
+        co_await coio::collectAll(inSteps(kSize, pipe, step), receive(r, sockets.a.get(), kSize, 20ms));
     CHECK(calls >= 1);
     CHECK(coio::testing::matchesPattern(3, 0, got));
     checkWaited(r);
     Result<std::size_t> end = co_await r.sendfile(sockets.b.get(), file.get(), kSize, 4096, pipe);
-    REQUIRE(end.hasValue());
-    CHECK(*end == 0);
+    CHECK(moved(end) == 0);
   };
   reactor.runUntil(test(reactor));
   pipe.close(reactor);
@@ -312,27 +310,22 @@ TEMPLATE_LIST_TEST_CASE("a file truncated under a transfer reads short, then as 
   TestType reactor;
   auto test = [&](TestType& r) -> Task<void> {
     Result<std::size_t> first = co_await r.splice(file.get(), 0, pipe.writeFd(), kNoOffset, 16384);
-    REQUIRE(first.hasValue());
-    CHECK(*first == 16384);
+    CHECK(moved(first) == 16384);
     CHECK(pipe.discard() == 16384);
     REQUIRE(::truncate(path.c_str(), 20000) == 0);
     Result<std::size_t> shortened = co_await r.splice(file.get(), 16384, pipe.writeFd(), kNoOffset, 16384);
-    REQUIRE(shortened.hasValue());
-    CHECK(*shortened == 20000 - 16384);
+    CHECK(moved(shortened) == 20000 - 16384);
     CHECK(coio::testing::matchesPattern(4, 16384, readNow(pipe.readFd())));
     Result<std::size_t> gone = co_await r.splice(file.get(), 20000, pipe.writeFd(), kNoOffset, 16384);
-    REQUIRE(gone.hasValue());
-    CHECK(*gone == 0);
+    CHECK(moved(gone) == 0);
 
     REQUIRE(::truncate(path.c_str(), 10000) == 0);
     Result<std::size_t> sentShort = co_await r.sendfile(sockets.b.get(), file.get(), 8192, 16384, pipe);
-    REQUIRE(sentShort.hasValue());
-    CHECK(*sentShort == 10000 - 8192);
+    CHECK(moved(sentShort) == 10000 - 8192);
     CHECK(pipe.buffered() == 0);
     CHECK(coio::testing::matchesPattern(4, 8192, readNow(sockets.a.get())));
     Result<std::size_t> sentNone = co_await r.sendfile(sockets.b.get(), file.get(), 10000, 16384, pipe);
-    REQUIRE(sentNone.hasValue());
-    CHECK(*sentNone == 0);
+    CHECK(moved(sentNone) == 0);
   };
   reactor.runUntil(test(reactor));
   pipe.close(reactor);
@@ -420,8 +413,7 @@ TEMPLATE_LIST_TEST_CASE("a stop cancels a waiting splice, tee or sendfile with o
     // The pipe still works.
     REQUIRE(::write(pipe.writeFd(), "abc", 3) == 3);
     Result<std::size_t> after = co_await r.splice(pipe.readFd(), kNoOffset, sockets.b.get(), kNoOffset, 100);
-    REQUIRE(after.hasValue());
-    CHECK(*after == 3);
+    CHECK(moved(after) == 3);
     CHECK(readNow(sockets.a.get()).size() == 3);
 
     // Into a full socket: waits for room, and sends nothing once stopped.
@@ -448,8 +440,7 @@ TEMPLATE_LIST_TEST_CASE("an O_DIRECT file splices at aligned offsets; unaligned,
   TestType reactor;
   auto test = [&](TestType& r) -> Task<void> {
     Result<std::size_t> aligned = co_await r.splice(file.get(), 8192, pipe.writeFd(), kNoOffset, 16384);
-    REQUIRE(aligned.hasValue());
-    CHECK(*aligned == 16384);
+    CHECK(moved(aligned) == 16384);
     CHECK(coio::testing::matchesPattern(8, 8192, readNow(pipe.readFd())));
     Result<std::size_t> unaligned = co_await r.splice(file.get(), 100, pipe.writeFd(), kNoOffset, 4096);
     CHECK(unaligned.error() == std::errc::invalid_argument);
@@ -468,16 +459,14 @@ TEST_CASE("UringReactor: a splice from a socket it reads ahead is refused with E
     REQUIRE(::write(sockets.b.get(), "one", 3) == 3);
     char buf[8];
     Result<std::size_t> first = co_await r.recv(sockets.a.get(), std::as_writable_bytes(std::span(buf)));
-    REQUIRE(first.hasValue());
-    CHECK(std::string(buf, *first) == "one");
+    CHECK(std::string(buf, moved(first)) == "one");
     REQUIRE(r.readsAhead(sockets.a.get()));  // a multishot recv is armed on it
     REQUIRE(::write(sockets.b.get(), "two", 3) == 3);
     Result<std::size_t> spliced = co_await r.splice(sockets.a.get(), kNoOffset, pipe.writeFd(), kNoOffset, 3);
     CHECK(spliced.error() == std::errc::device_or_resource_busy);
     CHECK(pipe.buffered() == 0);
     Result<std::size_t> second = co_await r.recv(sockets.a.get(), std::as_writable_bytes(std::span(buf)));
-    REQUIRE(second.hasValue());
-    CHECK(std::string(buf, *second) == "two");
+    CHECK(std::string(buf, moved(second)) == "two");
   };
   reactor.runUntil(test(reactor));
   pipe.close(reactor);
