@@ -6716,6 +6716,12 @@ inline constexpr std::int64_t kNoOffset = -1;
 ///   with what it had moved by then if anything; it resumes once the kernel
 ///   has let go of it. sendfile returns with `pipe` empty whatever
 ///   happened: what it could not deliver is discarded (and not counted).
+/// - Pages, not copies: a file's page-cache pages spliced into a pipe are
+///   referenced, not copied, until they leave it, so a write to that part
+///   of the file before then shows in what is sent (sendfile(2) is the
+///   same); a file truncated meanwhile still sends what was spliced in.
+///   sendfile empties its pipe before it returns; after a splice into a
+///   pipe, order writes to the file after the splice out of it (or copy).
 /// - O_DIRECT: the file end may be O_DIRECT (Linux 6.5 and later read it
 ///   into fresh pages, not the page cache), at offsets and lengths aligned
 ///   as the device requires; sockets and pipes have no O_DIRECT.

@@ -300,8 +300,8 @@ TEMPLATE_LIST_TEST_CASE("sendfile sends a whole file in as many calls as it take
   reactor.forget(sockets.b.get());
 }
 
-TEMPLATE_LIST_TEST_CASE("a file truncated under a transfer reads short, then as its end", "[reactor][splice]",
-                        TestReactors) {
+TEMPLATE_LIST_TEST_CASE("a file truncated under a transfer reads short, then as its end; what was spliced still goes",
+                        "[reactor][splice]", TestReactors) {
   TempDir dir;
   const std::string path = dir.patternFile(4, 65536);
   FileDescriptor file = openFile(path);
@@ -326,6 +326,14 @@ TEMPLATE_LIST_TEST_CASE("a file truncated under a transfer reads short, then as 
     CHECK(coio::testing::matchesPattern(4, 8192, readNow(sockets.a.get())));
     Result<std::size_t> sentNone = co_await r.sendfile(sockets.b.get(), file.get(), 10000, 16384, pipe);
     CHECK(moved(sentNone) == 0);
+
+    // Truncated with its pages in the pipe: they still go out, as spliced.
+    Result<std::size_t> held = co_await r.splice(file.get(), 0, pipe.writeFd(), kNoOffset, 8192);
+    CHECK(moved(held) == 8192);
+    REQUIRE(::truncate(path.c_str(), 0) == 0);
+    Result<std::size_t> out = co_await r.splice(pipe.readFd(), kNoOffset, sockets.b.get(), kNoOffset, 8192);
+    CHECK(moved(out) == 8192);
+    CHECK(coio::testing::matchesPattern(4, 0, readNow(sockets.a.get())));
   };
   reactor.runUntil(test(reactor));
   pipe.close(reactor);
