@@ -6689,8 +6689,8 @@ inline constexpr std::int64_t kNoOffset = -1;
 /// - `sendfile(out, in, offset, length, pipe, stop)`: from regular file
 ///   `in` at `offset` (>= 0) into `out` (a socket, a pipe, a file): on
 ///   UringReactor a splice into `pipe` then from it (`pipe` must be empty,
-///   as every sendfile leaves it), on EpollReactor sendfile(2), which leaves
-///   `pipe` untouched.
+///   as every sendfile leaves it: else EBUSY, before any byte moves), on
+///   EpollReactor sendfile(2), which leaves `pipe` untouched.
 ///
 /// What every one of them guarantees, on both reactors:
 /// - It resumes its coroutine on the loop thread and must be awaited there,
@@ -12158,10 +12158,12 @@ class SendfileSteps {
 
   const SpliceCall& call() const noexcept { return call_; }
   // A result known without the kernel: a negative offset (kNoOffset would
-  // splice from the file's position) and an empty request.
+  // splice from the file's position), an empty request, and a pipe that
+  // holds bytes already, which would go out ahead of the file's (EBUSY).
   std::optional<long> atOnce() const noexcept {
     if (call_.inOffset < 0) return -EINVAL;
     if (call_.length == 0) return 0;
+    if (pipe_.buffered() != 0) return -EBUSY;
     return std::nullopt;
   }
   // The operation's result once `result` (of call()) ends it; else call()

@@ -458,6 +458,23 @@ TEMPLATE_LIST_TEST_CASE("an O_DIRECT file splices at aligned offsets; unaligned,
 }
 
 #if COIO_TEST_URING
+TEST_CASE("UringReactor: sendfile through a pipe that holds bytes is refused with EBUSY; they stay",
+          "[reactor][splice][uring]") {
+  TempDir dir;
+  FileDescriptor file = openFile(dir.patternFile(9, 65536));
+  SocketPair sockets;
+  Pipe pipe = makePipe();
+  REQUIRE(::write(pipe.writeFd(), "stale", 5) == 5);
+  coio::UringReactor reactor;
+  auto test = [&](coio::UringReactor& r) -> Task<void> {
+    Result<std::size_t> sent = co_await r.sendfile(sockets.b.get(), file.get(), 0, 65536, pipe);
+    CHECK(sent.error() == std::errc::device_or_resource_busy);
+    CHECK(pipe.buffered() == 5);
+    CHECK(readNow(sockets.a.get()).empty());
+  };
+  reactor.runUntil(test(reactor));
+}
+
 TEST_CASE("UringReactor: a splice from a socket it reads ahead is refused with EBUSY; the bytes stay in order",
           "[reactor][splice][uring]") {
   SocketPair sockets;

@@ -31,8 +31,8 @@ inline constexpr std::int64_t kNoOffset = -1;
 /// - `sendfile(out, in, offset, length, pipe, stop)`: from regular file
 ///   `in` at `offset` (>= 0) into `out` (a socket, a pipe, a file): on
 ///   UringReactor a splice into `pipe` then from it (`pipe` must be empty,
-///   as every sendfile leaves it), on EpollReactor sendfile(2), which leaves
-///   `pipe` untouched.
+///   as every sendfile leaves it: else EBUSY, before any byte moves), on
+///   EpollReactor sendfile(2), which leaves `pipe` untouched.
 ///
 /// What every one of them guarantees, on both reactors:
 /// - It resumes its coroutine on the loop thread and must be awaited there,

@@ -47,10 +47,12 @@ class SendfileSteps {
 
   const SpliceCall& call() const noexcept { return call_; }
   // A result known without the kernel: a negative offset (kNoOffset would
-  // splice from the file's position) and an empty request.
+  // splice from the file's position), an empty request, and a pipe that
+  // holds bytes already, which would go out ahead of the file's (EBUSY).
   std::optional<long> atOnce() const noexcept {
     if (call_.inOffset < 0) return -EINVAL;
     if (call_.length == 0) return 0;
+    if (pipe_.buffered() != 0) return -EBUSY;
     return std::nullopt;
   }
   // The operation's result once `result` (of call()) ends it; else call()
