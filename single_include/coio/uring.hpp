@@ -6722,6 +6722,8 @@ inline constexpr std::int64_t kNoOffset = -1;
 ///   with what it had moved by then if anything; it resumes once the kernel
 ///   has let go of it. sendfile returns with `pipe` empty whatever
 ///   happened: what it could not deliver is discarded (and not counted).
+///   (One that never returns, its reactor stopped, may leave bytes there:
+///   Pipe::discard() them before the pipe is used again.)
 /// - Pages, not copies: a file's page-cache pages spliced into a pipe are
 ///   referenced, not copied, until they leave it, so a write to that part
 ///   of the file before then shows in what is sent (sendfile(2) is the

@@ -441,6 +441,34 @@ TEMPLATE_LIST_TEST_CASE("a stop cancels a waiting splice, tee or sendfile with o
   reactor.forget(sockets.b.get());
 }
 
+TEMPLATE_LIST_TEST_CASE("a reactor stopped while a splice waits destroys it with the reactor; the pipe stays usable",
+                        "[reactor][splice]", TestReactors) {
+  Pipe pipe = makePipe();
+  SocketPair sockets;
+  bool started = false;
+  bool finished = false;
+  {
+    TestType reactor;
+    auto waiter = [](TestType& r, Pipe& p, int out, bool& started, bool& finished) -> Task<void> {
+      started = true;
+      Result<std::size_t> never = co_await r.splice(p.readFd(), kNoOffset, out, kNoOffset, 100);
+      finished = true;
+      (void)never;
+    };
+    auto stopper = [](TestType& r) -> Task<void> {
+      co_await r.sleepFor(10ms);
+      r.stop();
+    };
+    reactor.spawn(waiter(reactor, pipe, sockets.b.get(), started, finished));
+    reactor.spawn(stopper(reactor));
+    reactor.run();
+  }
+  CHECK(started);
+  CHECK_FALSE(finished);
+  REQUIRE(::write(pipe.writeFd(), "x", 1) == 1);
+  CHECK(pipe.discard() == 1);
+}
+
 TEMPLATE_LIST_TEST_CASE("O_DIRECT files splice in and out at aligned offsets; unaligned for their device, EINVAL",
                         "[reactor][splice]", TestReactors) {
   TempDir dir;
