@@ -30,8 +30,10 @@
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #include <coio/reactor/loop_stats.hpp>
+#include <coio/reactor/pipe.hpp>
 #include <coio/reactor/reactor.hpp>
 #include <coio/reactor/reactor_pool.hpp>
+#include <coio/reactor/splice.hpp>
 #include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/manual_executor.hpp>

@@ -4347,7 +4347,7 @@ enum class OpKind : std::uint8_t {
   diskRead,   ///< a File's reads (read, readv, read_fixed)
   diskWrite,  ///< a File's writes (write, writev, write_fixed)
   diskSync,   ///< fsync, fdatasync
-  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
+  other,      ///< any other: splice, tee, sendfile; io_uring's open, statx, close, fallocate, ...
 };
 
 /// How many OpKinds there are: the size of LoopStats::ops.
@@ -6523,13 +6523,327 @@ class CancellableOperation {
 }  // namespace coio::detail
 #endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_CANCELLABLE_OPERATION_HPP
 // end <coio/reactor/detail/cancellable_operation.hpp>
+// begin <coio/reactor/detail/splice_call.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SPLICE_CALL_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SPLICE_CALL_HPP
+// What both reactors' splice, tee and sendfile share: the transfer itself
+// (a splice or a tee between two fds, never blocking on a pipe or socket),
+// where one that found an end not ready waits, and keeping SIGPIPE off the
+// loop thread.
+// begin <coio/reactor/splice.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_SPLICE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_SPLICE_HPP
+// SpliceReactor: moving bytes between fds inside the kernel (splice, tee,
+// sendfile), without copying them through the program's memory.
+// begin <coio/reactor/pipe.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_PIPE_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_PIPE_HPP
+// Pipe: the kernel buffer that splice, tee and sendfile move pages through
+// (see coio/reactor/splice.hpp).
 
-#include <sys/socket.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstddef>
+#include <utility>
+
+namespace coio {
+
+/// A pipe made for splicing: both ends non-blocking and close-on-exec,
+/// owned (closed by the destructor), movable, not copyable.
+///
+/// Guarantees:
+/// - make() yields the pipe or, as a value, the error that prevented it,
+///   leaking no fd either way: EMFILE (this process is at its fd limit,
+///   RLIMIT_NOFILE), ENFILE (the system is), EPERM (`capacity` is over
+///   fs.pipe-max-size for a process without CAP_SYS_RESOURCE, or the user's
+///   pipes already hold fs.pipe-user-pages-soft pages), EINVAL (`capacity`
+///   over INT_MAX).
+/// - capacity() is what the kernel gave: a power of two of pages, at least
+///   the size asked (64 KiB by default). One splice into the pipe moves at
+///   most that much.
+/// - A reactor that waited on an end keeps state by its fd number (see
+///   Reactor: `forget`): close(reactor) forgets both ends on it before
+///   closing them; the destructor just closes them, which is right for a
+///   pipe no reactor waited on (one only sendfile used, say).
+/// - Used by one thread at a time; its ends are plain fds, for any system
+///   call too.
+class Pipe {
+ public:
+  /// A new pipe, sized to hold at least `capacity` bytes (0: the kernel's
+  /// default) with F_SETPIPE_SZ; the errors are listed above.
+  static Result<Pipe> make(std::size_t capacity = 0) {
+    int fds[2];
+    if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return systemError(errno);
+    Pipe pipe{detail::FileDescriptor{fds[0]}, detail::FileDescriptor{fds[1]}};
+    Result<std::size_t> sized = capacity != 0 ? pipe.resize(capacity) : pipe.queryCapacity();
+    if (!sized) return sized.error();
+    return pipe;
+  }
+
+  /// Takes over both ends; `other` is left with none.
+  Pipe(Pipe&& other) noexcept = default;
+  /// Closes this pipe's ends, then takes over `other`'s.
+  Pipe& operator=(Pipe&& other) noexcept = default;
+
+  /// The end splices read from.
+  int readFd() const noexcept { return read_.get(); }
+  /// The end splices write into.
+  int writeFd() const noexcept { return write_.get(); }
+  /// Bytes the pipe holds at most (F_GETPIPE_SZ, as of make() or resize()).
+  std::size_t capacity() const noexcept { return capacity_; }
+
+  /// Resizes it to hold at least `capacity` bytes (F_SETPIPE_SZ): the new
+  /// capacity. Errors as make()'s, and EBUSY if it holds more than that.
+  Result<std::size_t> resize(std::size_t capacity) {
+    if (capacity > INT_MAX) return systemError(EINVAL);
+    const int given = ::fcntl(write_.get(), F_SETPIPE_SZ, static_cast<int>(capacity));
+    if (given < 0) return systemError(errno);
+    return capacity_ = static_cast<std::size_t>(given);
+  }
+
+  /// Bytes in the pipe now (FIONREAD).
+  std::size_t buffered() const noexcept {
+    int n = 0;
+    return ::ioctl(read_.get(), FIONREAD, &n) == 0 ? static_cast<std::size_t>(n) : 0;
+  }
+
+  /// Reads out and drops whatever the pipe holds (without blocking): the
+  /// bytes dropped. For a pipe left holding what a failed transfer could
+  /// not deliver.
+  std::size_t discard() noexcept {
+    std::size_t dropped = 0;
+    char sink[4096];
+    for (;;) {
+      const ssize_t n = ::read(read_.get(), sink, sizeof sink);
+      if (n > 0) {
+        dropped += static_cast<std::size_t>(n);
+      } else if (n == 0 || errno != EINTR) {
+        return dropped;  // empty (EAGAIN), or no end to read
+      }
+    }
+  }
+
+  /// Forgets both ends on `reactor` (EpollReactor keeps state by fd number:
+  /// see Reactor), then closes them. Loop thread; no operation may be
+  /// pending on either end.
+  template <typename R>
+  void close(R& reactor) noexcept {
+    reactor.forget(read_.get());
+    reactor.forget(write_.get());
+    read_.reset();
+    write_.reset();
+  }
+
+ private:
+  Pipe(detail::FileDescriptor read, detail::FileDescriptor write) noexcept
+      : read_(std::move(read)), write_(std::move(write)) {}
+
+  Result<std::size_t> queryCapacity() {
+    const int size = ::fcntl(write_.get(), F_GETPIPE_SZ);
+    if (size < 0) return systemError(errno);
+    return capacity_ = static_cast<std::size_t>(size);
+  }
+
+  detail::FileDescriptor read_;
+  detail::FileDescriptor write_;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_PIPE_HPP
+// end <coio/reactor/pipe.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <stop_token>
+
+namespace coio {
+
+/// An offset for splice() meaning "none": the end is a pipe or a socket
+/// (which have none), or a file read or written at its file position,
+/// which then advances.
+inline constexpr std::int64_t kNoOffset = -1;
+
+/// A Reactor whose awaitables move bytes between fds inside the kernel:
+/// EpollReactor and UringReactor. (The simulated reactor has no files and
+/// no pipes, so it is not one: code meant to run on it too checks
+/// `if constexpr (SpliceReactor<R>)` and copies otherwise.)
+///
+/// - `splice(in, inOffset, out, outOffset, length, stop)`: splice(2), from
+///   `in` into `out`, one of which must be a pipe (Pipe): a file or a
+///   socket into a pipe, or a pipe into a file, a socket or another pipe.
+///   An offset is where in a regular file to read or write (its position
+///   does not move), or kNoOffset (for a pipe or socket end it must be).
+/// - `tee(in, out, length, stop)`: tee(2), from pipe `in` into pipe `out`,
+///   without consuming `in`.
+/// - `sendfile(out, in, offset, length, pipe, stop)`: from regular file
+///   `in` at `offset` (>= 0) into `out` (a socket, a pipe, a file): on
+///   UringReactor a splice into `pipe` then from it (`pipe` must be empty,
+///   as every sendfile leaves it: else EBUSY, before any byte moves), on
+///   EpollReactor sendfile(2), which leaves `pipe` untouched.
+///
+/// What every one of them guarantees, on both reactors:
+/// - It resumes its coroutine on the loop thread and must be awaited there,
+///   once; it yields Result<std::size_t> (errno values in the system
+///   category).
+/// - Partial transfers: the bytes moved, possibly fewer than asked: what
+///   the pipe had room for or held, what the socket took, up to the file's
+///   end (sendfile on UringReactor: at most the pipe's capacity per call).
+///   0 means the input is at its end: a file at or past its end (a file
+///   truncated under a transfer reads as the shorter file: a short count,
+///   then 0), or a pipe or socket whose writer closed it (or `length` was
+///   0). Never 0 for want of readiness.
+/// - EAGAIN never reaches the caller: an end that is not ready (an empty or
+///   full pipe, a socket with no data or no room) is waited for, and the
+///   transfer tried again then; what an error interrupts is reported as the
+///   bytes moved before it (the next call yields the error). One operation
+///   at a time may wait on each end in each direction (as with every fd).
+/// - Errors: EINVAL for an fd the kernel cannot splice (no pipe among the
+///   ends; a file without splice support, e.g. an eventfd; an O_DIRECT end
+///   at an offset or length its device cannot take; a negative offset
+///   other than kNoOffset); ESPIPE for an offset given for a pipe or
+///   socket; EPIPE for an output whose reader is gone (no SIGPIPE is
+///   raised: the program need not ignore it); ECONNRESET, EBADF as
+///   usual; on UringReactor EBUSY for a socket it reads ahead (a recv()
+///   armed a multishot recv on it: see UringReactor::splice), whose bytes
+///   a splice would race that recv for.
+/// - Cancellation: a stop requested on the loop thread (given no token,
+///   the awaiting Task's) ends it with std::errc::operation_canceled, or
+///   with what it had moved by then if anything; it resumes once the kernel
+///   has let go of it. sendfile returns with `pipe` empty whatever
+///   happened: what it could not deliver is discarded (and not counted).
+///   (One that never returns, its reactor stopped, may leave bytes there:
+///   Pipe::discard() them before the pipe is used again.)
+/// - Pages, not copies: a file's page-cache pages spliced into a pipe are
+///   referenced, not copied, until they leave it, so a write to that part
+///   of the file before then shows in what is sent (sendfile(2) is the
+///   same); a file truncated meanwhile still sends what was spliced in.
+///   sendfile empties its pipe before it returns; after a splice into a
+///   pipe, order writes to the file after the splice out of it (or copy).
+/// - O_DIRECT: the file end may be O_DIRECT (Linux 6.5 and later read it
+///   into fresh pages, not the page cache), at offsets and lengths aligned
+///   as the device requires; sockets and pipes have no O_DIRECT.
+/// - How: UringReactor submits IORING_OP_SPLICE / IORING_OP_TEE, which the
+///   kernel runs on its io-wq workers (a file read from disk blocks a
+///   worker, not the loop); EpollReactor calls splice(2) / tee(2) /
+///   sendfile(2) non-blocking on the loop thread and waits for readiness
+///   with epoll, so a file end whose pages are not in the page cache is
+///   read from disk on the loop thread, blocking it: on EpollReactor,
+///   splice hot data only.
+template <typename R>
+concept SpliceReactor = Reactor<R> && requires(R& r, int fd, std::int64_t offset, std::size_t length, Pipe& pipe,
+                                               std::stop_token stop) {
+  { r.splice(fd, offset, fd, offset, length, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.tee(fd, fd, length, stop) } -> AwaitableOf<Result<std::size_t>>;
+  { r.sendfile(fd, fd, offset, length, pipe, stop) } -> AwaitableOf<Result<std::size_t>>;
+};
+
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_SPLICE_HPP
+// end <coio/reactor/splice.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+
+namespace coio::detail {
+
+// The most one transfer moves: the kernel's MAX_RW_COUNT, which also fits
+// an SQE's 32-bit length.
+inline constexpr std::size_t kMaxSpliceChunk = 0x7ffff000;
+
+// One splice(2) or tee(2). SPLICE_F_NONBLOCK, on both reactors: a pipe or
+// socket end that is not ready yields -EAGAIN, never a blocked thread.
+struct SpliceCall {
+  bool tee;  // tee(2): both ends pipes, no offsets
+  int in;
+  std::int64_t inOffset;
+  int out;
+  std::int64_t outOffset;
+  std::size_t length;
+
+  unsigned chunk() const noexcept { return static_cast<unsigned>(std::min(length, kMaxSpliceChunk)); }
+
+  // The system call: bytes moved, or -errno.
+  long operator()() const noexcept {
+    return retryOnEintr([&]() -> long {
+      if (tee) return ::tee(in, out, chunk(), SPLICE_F_NONBLOCK);
+      loff_t inAt = inOffset;
+      loff_t outAt = outOffset;
+      return ::splice(in, inOffset == kNoOffset ? nullptr : &inAt, out, outOffset == kNoOffset ? nullptr : &outAt,
+                      chunk(), SPLICE_F_NONBLOCK);
+    });
+  }
+};
+
+// Where a transfer that found an end not ready (-EAGAIN) waits: `fd`, to be
+// writable (`write`) or readable.
+struct SpliceWait {
+  int fd;
+  bool write;
+};
+
+// The end that is not ready now: `in` not readable, else `out` not
+// writable (a regular file always is both, so this is a pipe or a socket).
+// If both look ready (they changed since), the pipe end: its readiness is
+// reported at once, and the transfer tried again.
+inline SpliceWait spliceWait(int in, int out) noexcept {
+  pollfd ends[2] = {{in, POLLIN, 0}, {out, POLLOUT, 0}};
+  if (::poll(ends, 2, 0) >= 0) {
+    if (!(ends[0].revents & (POLLIN | POLLHUP | POLLERR))) return {in, false};
+    if (!(ends[1].revents & (POLLOUT | POLLHUP | POLLERR))) return {out, true};
+  }
+  struct stat st {};
+  if (::fstat(in, &st) == 0 && S_ISFIFO(st.st_mode)) return {in, false};
+  return {out, true};
+}
+
+// Calls `f` (a raw result: >= 0 or -errno) with SIGPIPE blocked on this
+// thread, and takes back the SIGPIPE its -EPIPE raised: splice, tee and
+// sendfile have no MSG_NOSIGNAL, and a peer that goes away must cost an
+// error, not the process. (io_uring runs them on io-wq workers, which block
+// every signal.) A caller that blocks SIGPIPE itself gets it as ever.
+template <typename F>
+long withoutSigpipe(F&& f) noexcept {
+  sigset_t pipe;
+  sigset_t old;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  const long r = f();
+  if (r == -EPIPE && !sigismember(&old, SIGPIPE)) {
+    const timespec now{};
+    while (sigtimedwait(&pipe, nullptr, &now) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return r;
+}
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_SPLICE_CALL_HPP
+// end <coio/reactor/detail/splice_call.hpp>
+
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <span>
 #include <stop_token>
+#include <tuple>
 #include <utility>
 
 namespace coio::detail {
@@ -6602,14 +6916,47 @@ struct ReadinessAttempt : NeverExhausted {
   static constexpr OpKind kind = OpKind::poll;
   long operator()() const noexcept { return 0; }
 };
+// splice and tee: either end may be the one not ready, so the attempt
+// names the fd to wait on (waitEnd) each time it would block.
+struct SpliceAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::other;
+  SpliceCall call;
+  long operator()() const noexcept { return withoutSigpipe(call); }
+  std::pair<int, Direction> waitEnd() const noexcept {
+    const SpliceWait wait = spliceWait(call.in, call.out);
+    return {wait.fd, wait.write ? Direction::write : Direction::read};
+  }
+};
+// sendfile(2) waits on `out` alone (its input is a regular file). A short
+// count may be the file's end: it proves nothing about `out`.
+struct SendfileAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::other;
+  int out;
+  int in;
+  std::int64_t offset;
+  std::size_t length;
+  long operator()() const noexcept {
+    const long r = withoutSigpipe([&] {
+      off_t at = offset;
+      return retryOnEintr([&] { return ::sendfile(out, in, &at, std::min(length, kMaxSpliceChunk)); });
+    });
+    // An `in` without offsets (a pipe, a socket): EINVAL, as a splice from
+    // it at an offset (UringReactor's sendfile) says.
+    return r == -ESPIPE ? -EINVAL : r;
+  }
+};
 
 /// One epoll-driven operation (see EpollReactor). `co_await` yields
 /// Result<T>; the coroutine resumes on the loop thread. The system call is
 /// tried first (unless Rearm: a readiness wait), and again at each edge.
+/// An Attempt with a `waitEnd()` (splice, tee) waits where that says each
+/// time the call would block, the fd's current state reported (a rearm),
+/// rather than on the fd it was made with and that fd's known readiness.
 template <typename Attempt, typename T, bool Rearm>
 class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<EpollOperation<Attempt, T, Rearm>> {
   using Base = CancellableOperation<EpollOperation>;
   friend Base;
+  static constexpr bool kPicksEnd = requires(const Attempt& a) { a.waitEnd(); };
 
  public:
   EpollOperation(EpollBackend& backend, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
@@ -6631,17 +6978,29 @@ class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<Ep
       return false;
     } else {
       // The system call, if the fd may be ready; true if it did not block.
-      EpollFdState& st = backend_.state(fd_);
-      if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
+      if (!mayBeReady()) return false;
       this->result_ = attempt_();
       if (this->result_ == -EAGAIN) return false;
-      st.attempted(dir_, attempt_.exhausted(this->result_));
+      attempted(this->result_);
       return true;
     }
   }
 
+  bool mayBeReady() {
+    if constexpr (kPicksEnd) {
+      return true;
+    } else {
+      return backend_.state(fd_).ready[static_cast<std::size_t>(dir_)];
+    }
+  }
+  // After an attempt that did not block: what it proves about the fd.
+  void attempted(long result) {
+    if constexpr (!kPicksEnd) backend_.state(fd_).attempted(dir_, attempt_.exhausted(result));
+  }
+
   bool start() {
-    if (const int err = backend_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
+    if constexpr (kPicksEnd) std::tie(fd_, dir_) = attempt_.waitEnd();
+    if (const int err = backend_.startWait(fd_, dir_, *this, Rearm || kPicksEnd, Attempt::kind)) {
       this->result_ = -err;
       return false;
     }
@@ -6666,12 +7025,17 @@ class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<Ep
   static void ready(EpollWaiter* w) noexcept {
     auto* self = static_cast<EpollOperation*>(w);
     const long r = self->attempt_();
-    EpollFdState& st = self->backend_.state(self->fd_);
-    if (r == -EAGAIN) {  // spurious: wait for the next edge
-      st.ready[static_cast<std::size_t>(self->dir_)] = false;
+    if (r == -EAGAIN) {
+      if constexpr (kPicksEnd) {  // the other end, maybe: wait where the attempt says now
+        self->backend_.endWait(self->fd_, self->dir_, Attempt::kind);
+        self->waiting_ = false;
+        if (!self->start()) self->resume();  // the wait failed: its error
+      } else {  // spurious: wait for the next edge
+        self->backend_.state(self->fd_).ready[static_cast<std::size_t>(self->dir_)] = false;
+      }
       return;
     }
-    st.attempted(self->dir_, self->attempt_.exhausted(r));
+    self->attempted(r);
     self->finish(r);
     self->resume();
   }
@@ -7167,6 +7531,7 @@ class ReactorLoop : public detail::LoopCore {
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <stop_token>
@@ -7197,6 +7562,9 @@ struct detail::BackendOf<EpollReactor> {
 ///   other fds. A socket that is always readable
 ///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
+/// - splice, tee and sendfile (it is a SpliceReactor) make their system
+///   call non-blocking and, when it would block, wait on whichever end was
+///   not ready (splice, tee) or on the output (sendfile).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
 ///   operation yields std::errc::operation_canceled in a later iteration.
@@ -7231,6 +7599,12 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   using SendAwaitable = detail::EpollOperation<detail::SendAttempt, std::size_t, false>;
   /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes written.
   using SendvAwaitable = detail::EpollOperation<detail::SendvAttempt, std::size_t, false>;
+  /// What splice() and tee() return: `co_await` yields Result<std::size_t>,
+  /// the bytes moved (see SpliceReactor).
+  using SpliceAwaitable = detail::EpollOperation<detail::SpliceAttempt, std::size_t, false>;
+  /// What sendfile() returns: `co_await` yields Result<std::size_t>, the
+  /// bytes sent (see SpliceReactor).
+  using SendfileAwaitable = detail::EpollOperation<detail::SendfileAttempt, std::size_t, false>;
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
@@ -7256,6 +7630,20 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
   SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+
+  /// splice(2) from `in` into `out`, one of them a pipe, non-blocking, on
+  /// the loop thread; an end that is not ready is waited for with epoll.
+  /// What it guarantees (partial transfers, errors, O_DIRECT, SIGPIPE): see
+  /// SpliceReactor. Reading a file's pages from disk blocks the loop.
+  SpliceAwaitable splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
+                         std::stop_token stop = {}) noexcept;
+  /// tee(2) from pipe `in` into pipe `out`, as splice() is made.
+  SpliceAwaitable tee(int in, int out, std::size_t length, std::stop_token stop = {}) noexcept;
+  /// sendfile(2) of `in` from `offset` into `out`, non-blocking, waiting
+  /// for `out` to be writable when it is full; `pipe` is not used (see
+  /// SpliceReactor).
+  SendfileAwaitable sendfile(int out, int in, std::int64_t offset, std::size_t length, Pipe& pipe,
+                             std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
@@ -7288,6 +7676,23 @@ inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::s
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
     -> SendvAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
+}
+
+inline auto EpollReactor::splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
+                                 std::stop_token stop) noexcept -> SpliceAwaitable {
+  // The fd is where it waits (the attempt picks the end), or -1 for EBADF at once.
+  return {backend_, in < 0 ? in : out, detail::Direction::write,
+          detail::SpliceAttempt{{}, {false, in, inOffset, out, outOffset, length}}, std::move(stop)};
+}
+inline auto EpollReactor::tee(int in, int out, std::size_t length, std::stop_token stop) noexcept
+    -> SpliceAwaitable {
+  return {backend_, in < 0 ? in : out, detail::Direction::write,
+          detail::SpliceAttempt{{}, {true, in, kNoOffset, out, kNoOffset, length}}, std::move(stop)};
+}
+inline auto EpollReactor::sendfile(int out, int in, std::int64_t offset, std::size_t length, Pipe&,
+                                   std::stop_token stop) noexcept -> SendfileAwaitable {
+  return {backend_, out, detail::Direction::write, detail::SendfileAttempt{{}, out, in, offset, length},
+          std::move(stop)};
 }
 
 }  // namespace coio

@@ -1,12 +1,15 @@
 #pragma once
 #include <coio/reactor/detail/epoll_backend.hpp>
 #include <coio/reactor/detail/epoll_operation.hpp>
+#include <coio/reactor/pipe.hpp>
 #include <coio/reactor/reactor_loop.hpp>
+#include <coio/reactor/splice.hpp>
 
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <stop_token>
@@ -37,6 +40,9 @@ struct detail::BackendOf<EpollReactor> {
 ///   other fds. A socket that is always readable
 ///   or writable cannot starve the rest of the loop.
 /// - One operation per fd and direction may wait at a time (asserted).
+/// - splice, tee and sendfile (it is a SpliceReactor) make their system
+///   call non-blocking and, when it would block, wait on whichever end was
+///   not ready (splice, tee) or on the output (sendfile).
 /// - Cancellation: each operation takes a std::stop_token; a stop requested
 ///   (on the loop thread) while it waits deregisters the waiter and the
 ///   operation yields std::errc::operation_canceled in a later iteration.
@@ -71,6 +77,12 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   using SendAwaitable = detail::EpollOperation<detail::SendAttempt, std::size_t, false>;
   /// What sendv() returns: `co_await` yields Result<std::size_t>, the bytes written.
   using SendvAwaitable = detail::EpollOperation<detail::SendvAttempt, std::size_t, false>;
+  /// What splice() and tee() return: `co_await` yields Result<std::size_t>,
+  /// the bytes moved (see SpliceReactor).
+  using SpliceAwaitable = detail::EpollOperation<detail::SpliceAttempt, std::size_t, false>;
+  /// What sendfile() returns: `co_await` yields Result<std::size_t>, the
+  /// bytes sent (see SpliceReactor).
+  using SendfileAwaitable = detail::EpollOperation<detail::SendfileAttempt, std::size_t, false>;
 
   /// Throws std::system_error if epoll, the wake-up eventfd or the timerfd
   /// cannot be created.
@@ -96,6 +108,20 @@ class EpollReactor : public ReactorLoop<EpollReactor> {
   /// written, possibly fewer than asked. `parts` must stay valid until the
   /// co_await returns.
   SendvAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+
+  /// splice(2) from `in` into `out`, one of them a pipe, non-blocking, on
+  /// the loop thread; an end that is not ready is waited for with epoll.
+  /// What it guarantees (partial transfers, errors, O_DIRECT, SIGPIPE): see
+  /// SpliceReactor. Reading a file's pages from disk blocks the loop.
+  SpliceAwaitable splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
+                         std::stop_token stop = {}) noexcept;
+  /// tee(2) from pipe `in` into pipe `out`, as splice() is made.
+  SpliceAwaitable tee(int in, int out, std::size_t length, std::stop_token stop = {}) noexcept;
+  /// sendfile(2) of `in` from `offset` into `out`, non-blocking, waiting
+  /// for `out` to be writable when it is full; `pipe` is not used (see
+  /// SpliceReactor).
+  SendfileAwaitable sendfile(int out, int in, std::int64_t offset, std::size_t length, Pipe& pipe,
+                             std::stop_token stop = {}) noexcept;
 
   /// Forgets `fd`; call it before closing an fd this reactor has waited on.
   /// No operation may be pending on it, unless the reactor has stopped.
@@ -128,6 +154,23 @@ inline auto EpollReactor::send(int fd, std::span<const std::byte> buffer, std::s
 inline auto EpollReactor::sendv(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
     -> SendvAwaitable {
   return {backend_, fd, detail::Direction::write, detail::SendvAttempt{fd, parts}, std::move(stop)};
+}
+
+inline auto EpollReactor::splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
+                                 std::stop_token stop) noexcept -> SpliceAwaitable {
+  // The fd is where it waits (the attempt picks the end), or -1 for EBADF at once.
+  return {backend_, in < 0 ? in : out, detail::Direction::write,
+          detail::SpliceAttempt{{}, {false, in, inOffset, out, outOffset, length}}, std::move(stop)};
+}
+inline auto EpollReactor::tee(int in, int out, std::size_t length, std::stop_token stop) noexcept
+    -> SpliceAwaitable {
+  return {backend_, in < 0 ? in : out, detail::Direction::write,
+          detail::SpliceAttempt{{}, {true, in, kNoOffset, out, kNoOffset, length}}, std::move(stop)};
+}
+inline auto EpollReactor::sendfile(int out, int in, std::int64_t offset, std::size_t length, Pipe&,
+                                   std::stop_token stop) noexcept -> SendfileAwaitable {
+  return {backend_, out, detail::Direction::write, detail::SendfileAttempt{{}, out, in, offset, length},
+          std::move(stop)};
 }
 
 }  // namespace coio

@@ -23,7 +23,7 @@ enum class OpKind : std::uint8_t {
   diskRead,   ///< a File's reads (read, readv, read_fixed)
   diskWrite,  ///< a File's writes (write, writev, write_fixed)
   diskSync,   ///< fsync, fdatasync
-  other,      ///< any other io_uring operation: open, statx, close, fallocate, ...
+  other,      ///< any other: splice, tee, sendfile; io_uring's open, statx, close, fallocate, ...
 };
 
 /// How many OpKinds there are: the size of LoopStats::ops.

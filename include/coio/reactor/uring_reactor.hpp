@@ -12,8 +12,11 @@
 #include <coio/reactor/detail/uring_io_operation.hpp>
 #include <coio/reactor/detail/uring_multishot_recv.hpp>
 #include <coio/reactor/detail/uring_setup.hpp>
+#include <coio/reactor/detail/uring_splice.hpp>
 #include <coio/reactor/detail/uring_zero_copy_send.hpp>
+#include <coio/reactor/pipe.hpp>
 #include <coio/reactor/reactor_loop.hpp>
+#include <coio/reactor/splice.hpp>
 #include <coio/reactor/uring_operation.hpp>
 #include <coio/reactor/uring_options.hpp>
 
@@ -22,7 +25,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <stop_token>
@@ -56,6 +61,9 @@ struct detail::BackendOf<UringReactor> {
 ///   `sendZeroCopy` sends from the caller's memory without copying it
 ///   (IORING_OP_SEND_ZC / SENDMSG_ZC, where zeroCopySend()) and resumes
 ///   only after the kernel's notification that it let go of that memory.
+///   `splice` and `tee` (it is a SpliceReactor) are IORING_OP_SPLICE /
+///   IORING_OP_TEE, with a poll for an end that was not ready; `sendfile`
+///   splices through the caller's pipe.
 ///   SQEs are submitted per SubmitPolicy, decided in one place (`commit`):
 ///   batched per loop iteration by default.
 /// - Cancellation: a stop requested (on the loop thread) while an operation
@@ -127,6 +135,12 @@ class UringReactor : public ReactorLoop<UringReactor> {
   /// What sendZeroCopy() returns: `co_await` yields Result<std::size_t>,
   /// the bytes sent, once the kernel no longer references them.
   using SendZeroCopyAwaitable = detail::UringZeroCopySend;
+  /// What splice() and tee() return: `co_await` yields Result<std::size_t>,
+  /// the bytes moved (see SpliceReactor).
+  using SpliceAwaitable = detail::UringSplice<detail::OneTransfer>;
+  /// What sendfile() returns: `co_await` yields Result<std::size_t>, the
+  /// bytes sent (see SpliceReactor).
+  using SendfileAwaitable = detail::UringSplice<detail::SendfileSteps>;
 
   /// How the ring is set up and used (see UringOptions).
   using Options = UringOptions;
@@ -194,6 +208,23 @@ class UringReactor : public ReactorLoop<UringReactor> {
   /// still in flight, for the same reason. TCP (and UDP) sockets only:
   /// others yield EOPNOTSUPP from the kernel.
   SendZeroCopyAwaitable sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept;
+
+  /// splice from `in` into `out`, one of them a pipe: an IORING_OP_SPLICE
+  /// (run by the kernel's io-wq workers), and a poll for the end that was
+  /// not ready, if one was, before trying again. What it guarantees
+  /// (partial transfers, errors, O_DIRECT, cancellation): see SpliceReactor.
+  /// From a socket the reactor reads ahead (readsAhead(in): a recv() under
+  /// RecvMode::adaptive or multishot armed one), EBUSY: its multishot recv
+  /// would take the bytes meant for the splice.
+  SpliceAwaitable splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
+                         std::stop_token stop = {}) noexcept;
+  /// tee from pipe `in` into pipe `out`: an IORING_OP_TEE, as splice() is made.
+  SpliceAwaitable tee(int in, int out, std::size_t length, std::stop_token stop = {}) noexcept;
+  /// `in` from `offset` into `out` through `pipe` (empty): a splice that
+  /// fills it (at most its capacity), then splices that empty it into
+  /// `out`; the bytes that reached `out`. See SpliceReactor.
+  SendfileAwaitable sendfile(int out, int in, std::int64_t offset, std::size_t length, Pipe& pipe,
+                             std::stop_token stop = {}) noexcept;
 
   /// Whether sendZeroCopy avoids the copy: the kernel has IORING_OP_SEND_ZC
   /// and SENDMSG_ZC (Linux 6.1; probed once, at construction) and
@@ -319,6 +350,21 @@ inline auto UringReactor::sendv(int fd, std::span<const iovec> parts, std::stop_
 inline auto UringReactor::sendZeroCopy(int fd, std::span<const iovec> parts, std::stop_token stop) noexcept
     -> SendZeroCopyAwaitable {
   return {backend_.ring(), backend_.zeroCopySends(), fd, parts, std::move(stop)};
+}
+inline auto UringReactor::splice(int in, std::int64_t inOffset, int out, std::int64_t outOffset, std::size_t length,
+                                 std::stop_token stop) noexcept -> SpliceAwaitable {
+  // A multishot recv armed on `in` would take its bytes, and bytes it kept
+  // would be skipped: EBUSY, as TcpStream::release() says of such a socket.
+  const long refused = readsAhead(in) ? -EBUSY : 0;
+  return {backend_.ring(), detail::OneTransfer{{false, in, inOffset, out, outOffset, length}, refused},
+          std::move(stop)};
+}
+inline auto UringReactor::tee(int in, int out, std::size_t length, std::stop_token stop) noexcept -> SpliceAwaitable {
+  return {backend_.ring(), detail::OneTransfer{{true, in, kNoOffset, out, kNoOffset, length}}, std::move(stop)};
+}
+inline auto UringReactor::sendfile(int out, int in, std::int64_t offset, std::size_t length, Pipe& pipe,
+                                   std::stop_token stop) noexcept -> SendfileAwaitable {
+  return {backend_.ring(), detail::SendfileSteps{out, in, offset, length, pipe}, std::move(stop)};
 }
 
 }  // namespace coio

@@ -1,6 +1,7 @@
 #pragma once
 // SimReactor: a reactor in virtual time, on one thread, whose interleavings
 // are drawn from a seed (deterministic simulation, as FoundationDB's).
+#include <coio/core/cancellation.hpp>
 #include <coio/core/result.hpp>
 #include <coio/reactor/detail/cancellable_operation.hpp>
 #include <coio/reactor/detail/syscall.hpp>

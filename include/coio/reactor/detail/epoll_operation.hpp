@@ -5,15 +5,20 @@
 #include <coio/reactor/detail/cancellable_operation.hpp>
 #include <coio/reactor/detail/epoll_backend.hpp>
 #include <coio/reactor/detail/iovec.hpp>
+#include <coio/reactor/detail/splice_call.hpp>
 #include <coio/reactor/detail/syscall.hpp>
 #include <coio/reactor/loop_stats.hpp>
 
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <stop_token>
+#include <tuple>
 #include <utility>
 
 namespace coio::detail {
@@ -86,14 +91,47 @@ struct ReadinessAttempt : NeverExhausted {
   static constexpr OpKind kind = OpKind::poll;
   long operator()() const noexcept { return 0; }
 };
+// splice and tee: either end may be the one not ready, so the attempt
+// names the fd to wait on (waitEnd) each time it would block.
+struct SpliceAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::other;
+  SpliceCall call;
+  long operator()() const noexcept { return withoutSigpipe(call); }
+  std::pair<int, Direction> waitEnd() const noexcept {
+    const SpliceWait wait = spliceWait(call.in, call.out);
+    return {wait.fd, wait.write ? Direction::write : Direction::read};
+  }
+};
+// sendfile(2) waits on `out` alone (its input is a regular file). A short
+// count may be the file's end: it proves nothing about `out`.
+struct SendfileAttempt : NeverExhausted {
+  static constexpr OpKind kind = OpKind::other;
+  int out;
+  int in;
+  std::int64_t offset;
+  std::size_t length;
+  long operator()() const noexcept {
+    const long r = withoutSigpipe([&] {
+      off_t at = offset;
+      return retryOnEintr([&] { return ::sendfile(out, in, &at, std::min(length, kMaxSpliceChunk)); });
+    });
+    // An `in` without offsets (a pipe, a socket): EINVAL, as a splice from
+    // it at an offset (UringReactor's sendfile) says.
+    return r == -ESPIPE ? -EINVAL : r;
+  }
+};
 
 /// One epoll-driven operation (see EpollReactor). `co_await` yields
 /// Result<T>; the coroutine resumes on the loop thread. The system call is
 /// tried first (unless Rearm: a readiness wait), and again at each edge.
+/// An Attempt with a `waitEnd()` (splice, tee) waits where that says each
+/// time the call would block, the fd's current state reported (a rearm),
+/// rather than on the fd it was made with and that fd's known readiness.
 template <typename Attempt, typename T, bool Rearm>
 class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<EpollOperation<Attempt, T, Rearm>> {
   using Base = CancellableOperation<EpollOperation>;
   friend Base;
+  static constexpr bool kPicksEnd = requires(const Attempt& a) { a.waitEnd(); };
 
  public:
   EpollOperation(EpollBackend& backend, int fd, Direction dir, Attempt attempt, std::stop_token stop) noexcept
@@ -115,17 +153,29 @@ class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<Ep
       return false;
     } else {
       // The system call, if the fd may be ready; true if it did not block.
-      EpollFdState& st = backend_.state(fd_);
-      if (!st.ready[static_cast<std::size_t>(dir_)]) return false;
+      if (!mayBeReady()) return false;
       this->result_ = attempt_();
       if (this->result_ == -EAGAIN) return false;
-      st.attempted(dir_, attempt_.exhausted(this->result_));
+      attempted(this->result_);
       return true;
     }
   }
 
+  bool mayBeReady() {
+    if constexpr (kPicksEnd) {
+      return true;
+    } else {
+      return backend_.state(fd_).ready[static_cast<std::size_t>(dir_)];
+    }
+  }
+  // After an attempt that did not block: what it proves about the fd.
+  void attempted(long result) {
+    if constexpr (!kPicksEnd) backend_.state(fd_).attempted(dir_, attempt_.exhausted(result));
+  }
+
   bool start() {
-    if (const int err = backend_.startWait(fd_, dir_, *this, Rearm, Attempt::kind)) {
+    if constexpr (kPicksEnd) std::tie(fd_, dir_) = attempt_.waitEnd();
+    if (const int err = backend_.startWait(fd_, dir_, *this, Rearm || kPicksEnd, Attempt::kind)) {
       this->result_ = -err;
       return false;
     }
@@ -150,12 +200,17 @@ class [[nodiscard]] EpollOperation : EpollWaiter, public CancellableOperation<Ep
   static void ready(EpollWaiter* w) noexcept {
     auto* self = static_cast<EpollOperation*>(w);
     const long r = self->attempt_();
-    EpollFdState& st = self->backend_.state(self->fd_);
-    if (r == -EAGAIN) {  // spurious: wait for the next edge
-      st.ready[static_cast<std::size_t>(self->dir_)] = false;
+    if (r == -EAGAIN) {
+      if constexpr (kPicksEnd) {  // the other end, maybe: wait where the attempt says now
+        self->backend_.endWait(self->fd_, self->dir_, Attempt::kind);
+        self->waiting_ = false;
+        if (!self->start()) self->resume();  // the wait failed: its error
+      } else {  // spurious: wait for the next edge
+        self->backend_.state(self->fd_).ready[static_cast<std::size_t>(self->dir_)] = false;
+      }
       return;
     }
-    st.attempted(self->dir_, self->attempt_.exhausted(r));
+    self->attempted(r);
     self->finish(r);
     self->resume();
   }
