@@ -1,0 +1,465 @@
+// The simulated etcd (sim_etcd.hpp) against the real EtcdClient on
+// coio::sim: the client tests' behaviours (etcd_client_test.cpp, there
+// against a real etcd), here exact in virtual time: KV, transactions,
+// leases that expire at their TTL, watches and compaction, and the etcd
+// node paused, killed and restarted, a lease lost.
+#include "etcd/etcd_client.hpp"
+#include "sim_etcd.hpp"
+
+#include <coio/core/async_scope.hpp>
+#include <coio/core/result.hpp>
+#include <coio/core/task.hpp>
+#include <coio/testing/sim_reactor.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <variant>
+#include <vector>
+
+using namespace std::chrono_literals;
+using namespace storage::etcd;
+using coio::Result;
+using coio::Task;
+using coio::sim::KillMode;
+using coio::sim::SimReactor;
+
+namespace {
+
+constexpr auto kEtcdLatency = 1ms;  // each way, between the client and etcd
+constexpr auto kEtcdTimeout = 2s;
+constexpr const char* kEtcdHost = "10.0.0.100";
+
+// A simulation with etcd as a node and a client of it on the runner.
+struct EtcdWorld {
+  SimReactor sim;
+  SimEtcdStore store;
+  coio::sim::Node& etcd;
+  std::vector<std::string> log;
+  std::unique_ptr<EtcdClient<SimReactor>> client;
+
+  explicit EtcdWorld(std::uint64_t seed = 1) : sim(seed), etcd(sim.startNode(kEtcdHost, simEtcd(store))) {
+    sim.setLink({.latency = kEtcdLatency});
+    EtcdOptions o;
+    o.endpoints = {std::string("http://") + kEtcdHost + ":2379"};
+    o.log = [this](const std::string& line) { log.push_back(line); };
+    auto made = EtcdClient<SimReactor>::create(sim, std::move(o));
+    REQUIRE(made);
+    client = std::move(*made);
+  }
+
+  // Runs `body()` to its end, then stops etcd (its tasks end as when killed).
+  template <typename Body>
+  void run(Body body) {
+    sim.runUntil(body());
+    client.reset();
+    etcd.kill();
+  }
+
+  std::string logText() const {
+    std::string text;
+    for (const std::string& line : log) text += line + "\n";
+    return text;
+  }
+};
+
+// The value, or a failure that shows the client's log.
+template <typename T>
+T etcdOk(Result<T> r, const EtcdWorld& w) {
+  if (!r) {
+    INFO("error: " << r.error().message() << "; log:\n" << w.logText());
+    REQUIRE(r);
+  }
+  return std::move(*r);
+}
+
+// keepLeaseAlive's outcome into `out` (a named coroutine: its arguments live in its frame).
+Task<void> keepAliveInto(Result<void>& out, EtcdClient<SimReactor>& client, std::int64_t lease,
+                    std::chrono::seconds ttl, std::stop_token stop) {
+  out = co_await keepLeaseAlive(client, lease, ttl, std::move(stop));
+}
+
+// Reads batches until `count` events came (each within kEtcdTimeout).
+Task<std::vector<Event>> collectEvents(EtcdWatch<SimReactor>& watch, std::size_t count, const EtcdWorld& w) {
+  std::vector<Event> events;
+  while (events.size() < count) {
+    Result<WatchBatch> batch = co_await watch.next(kEtcdTimeout);
+    for (Event& e : etcdOk(std::move(batch), w).events) events.push_back(std::move(e));
+  }
+  co_return events;
+}
+
+}  // namespace
+
+TEST_CASE("sim etcd: put, range, delete, revisions", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    auto first = etcdOk(co_await c.put({"/t/a", "1"}, kEtcdTimeout), w);
+    CHECK(first.header.revision == 2);  // etcd starts at revision 1
+    auto second = etcdOk(co_await c.put({"/t/b", std::string("two\0bytes", 9)}, kEtcdTimeout), w);
+    auto other = etcdOk(co_await c.put({"/u", "elsewhere"}, kEtcdTimeout), w);
+    CHECK(second.header.revision == first.header.revision + 1);
+    CHECK(other.header.revision == second.header.revision + 1);
+
+    auto one = etcdOk(co_await c.range({"/t/a"}, kEtcdTimeout), w);
+    REQUIRE(one.kvs.size() == 1);
+    CHECK(one.kvs[0].value == "1");
+    CHECK(one.kvs[0].createRevision == first.header.revision);
+    CHECK(one.kvs[0].modRevision == first.header.revision);
+    CHECK(one.kvs[0].version == 1);
+    CHECK(one.header.revision == other.header.revision);
+
+    auto prefix = etcdOk(co_await c.range(RangeRequest::prefix("/t/"), kEtcdTimeout), w);
+    REQUIRE(prefix.kvs.size() == 2);
+    CHECK(prefix.count == 2);
+    CHECK(prefix.kvs[1].key == "/t/b");
+    CHECK(prefix.kvs[1].value == std::string("two\0bytes", 9));
+    RangeRequest limited = RangeRequest::prefix("/");
+    limited.limit = 2;
+    limited.keysOnly = true;
+    auto some = etcdOk(co_await c.range(limited, kEtcdTimeout), w);
+    CHECK(some.kvs.size() == 2);
+    CHECK(some.more);
+    CHECK(some.count == 3);
+    CHECK(some.kvs[0].value.empty());
+
+    // A rewrite: the old pair back, the version counted, the old value at its revision.
+    auto rewrite = etcdOk(co_await c.put({"/t/a", "3", 0, true}, kEtcdTimeout), w);
+    REQUIRE(rewrite.prevKv);
+    CHECK(rewrite.prevKv->value == "1");
+    auto now = etcdOk(co_await c.range({"/t/a"}, kEtcdTimeout), w);
+    REQUIRE(now.kvs.size() == 1);
+    CHECK(now.kvs[0].version == 2);
+    CHECK(now.kvs[0].createRevision == first.header.revision);
+    CHECK(now.kvs[0].modRevision == rewrite.header.revision);
+    auto old = etcdOk(co_await c.range(RangeRequest("/t/a", "", first.header.revision), kEtcdTimeout), w);
+    REQUIRE(old.kvs.size() == 1);
+    CHECK(old.kvs[0].value == "1");
+    Result<RangeResponse> future = co_await c.range(RangeRequest("/t/a", "", rewrite.header.revision + 5), kEtcdTimeout);
+    CHECK(future.error() == EtcdErrc::futureRevision);
+
+    auto deleted = etcdOk(co_await c.deleteRange(DeleteRequest("/t/", prefixEnd("/t/"), true), kEtcdTimeout), w);
+    CHECK(deleted.deleted == 2);
+    CHECK(deleted.prevKvs.size() == 2);
+    CHECK(deleted.header.revision == rewrite.header.revision + 1);  // one revision for both
+    auto nothing = etcdOk(co_await c.deleteRange({"/t/a"}, kEtcdTimeout), w);
+    CHECK(nothing.deleted == 0);
+    CHECK(nothing.header.revision == deleted.header.revision);  // no revision for a delete of nothing
+    auto none = etcdOk(co_await c.range(RangeRequest::prefix("/t/"), kEtcdTimeout), w);
+    CHECK(none.kvs.empty());
+    CHECK(none.count == 0);
+    auto recreated = etcdOk(co_await c.put({"/t/a", "again"}, kEtcdTimeout), w);
+    auto fresh = etcdOk(co_await c.range({"/t/a"}, kEtcdTimeout), w);
+    REQUIRE(fresh.kvs.size() == 1);
+    CHECK(fresh.kvs[0].version == 1);
+    CHECK(fresh.kvs[0].createRevision == recreated.header.revision);
+
+    // etcd's refusals come back as such, with its words.
+    Result<PutResponse> empty = co_await c.put({"", "no key"}, kEtcdTimeout);
+    CHECK(empty.error() == EtcdErrc::invalidArgument);
+    CHECK(c.lastError().find("key is not provided") != std::string::npos);
+    Result<PutResponse> unleased = co_await c.put({"/k", "v", 12345}, kEtcdTimeout);
+    CHECK(unleased.error() == EtcdErrc::leaseNotFound);
+  });
+}
+
+TEST_CASE("sim etcd: a transaction runs the branch its compares choose", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    using Op = Compare::Op;
+    const auto createIfAbsent = [](std::string value) {
+      return TxnRequest{{Compare::createRevision("/lock", Op::equal, 0)},
+                        {PutRequest{"/lock", std::move(value)}},
+                        {RangeRequest{"/lock"}}};
+    };
+    auto won = etcdOk(co_await c.txn(createIfAbsent("me"), kEtcdTimeout), w);
+    CHECK(won.succeeded);
+    REQUIRE(won.responses.size() == 1);
+    CHECK(std::holds_alternative<PutResponse>(won.responses[0]));
+    auto lost = etcdOk(co_await c.txn(createIfAbsent("you"), kEtcdTimeout), w);
+    CHECK(!lost.succeeded);
+    CHECK(lost.header.revision == won.header.revision);  // nothing written
+    REQUIRE(lost.responses.size() == 1);
+    const auto* read = std::get_if<RangeResponse>(&lost.responses[0]);
+    REQUIRE(read);
+    REQUIRE(read->kvs.size() == 1);
+    CHECK(read->kvs[0].value == "me");
+    const std::int64_t created = read->kvs[0].modRevision;
+
+    // Compare-and-swap on mod_revision: a stale revision loses.
+    TxnRequest swap{{Compare::modRevision("/lock", Op::equal, created)}, {PutRequest{"/lock", "next"}}, {}};
+    auto swapped = etcdOk(co_await c.txn(swap, kEtcdTimeout), w);
+    CHECK(swapped.succeeded);
+    auto stale = etcdOk(co_await c.txn(swap, kEtcdTimeout), w);
+    CHECK(!stale.succeeded);
+    CHECK(stale.responses.empty());
+
+    // Value, version and lease compares; several operations at one revision, reads seeing the writes before them.
+    TxnRequest multi{{Compare::valueOf("/lock", Op::equal, "next"), Compare::version("/lock", Op::greater, 1),
+                      Compare::lease("/lock", Op::equal, 0)},
+                     {PutRequest{"/a", "1"}, PutRequest{"/b", "2"}, DeleteRequest{"/lock"}, RangeRequest::prefix("/")},
+                     {}};
+    auto all = etcdOk(co_await c.txn(multi, kEtcdTimeout), w);
+    CHECK(all.succeeded);
+    CHECK(all.header.revision == swapped.header.revision + 1);
+    REQUIRE(all.responses.size() == 4);
+    const auto* del = std::get_if<DeleteResponse>(&all.responses[2]);
+    REQUIRE(del);
+    CHECK(del->deleted == 1);
+    const auto* after = std::get_if<RangeResponse>(&all.responses[3]);
+    REQUIRE(after);
+    REQUIRE(after->kvs.size() == 2);
+    CHECK(after->kvs[0].key == "/a");
+    CHECK(after->kvs[1].modRevision == all.header.revision);
+    TxnRequest notEqual{{Compare::valueOf("/a", Op::notEqual, "1")}, {PutRequest{"/a", "2"}}, {}};
+    auto unchanged = etcdOk(co_await c.txn(notEqual, kEtcdTimeout), w);
+    CHECK(!unchanged.succeeded);
+    // A range compare holds for every key in it; a value compare on no key fails.
+    Compare allOne = Compare::version("/", Op::equal, 1);
+    allOne.rangeEnd = prefixEnd("/");
+    TxnRequest rangedCompare({allOne}, {});
+    auto ranged = etcdOk(co_await c.txn(rangedCompare, kEtcdTimeout), w);
+    CHECK(ranged.succeeded);
+    TxnRequest absentCompare({Compare::valueOf("/none", Op::notEqual, "x")}, {});
+    auto absent = etcdOk(co_await c.txn(absentCompare, kEtcdTimeout), w);
+    CHECK(!absent.succeeded);
+    // etcd refuses a branch that writes a key twice.
+    TxnRequest putAndDelete({}, {PutRequest{"/a", "x"}, DeleteRequest::prefix("/")});
+    Result<TxnResponse> twice = co_await c.txn(putAndDelete, kEtcdTimeout);
+    CHECK(twice.error() == EtcdErrc::invalidArgument);
+    CHECK(c.lastError().find("duplicate key") != std::string::npos);
+  });
+}
+
+TEST_CASE("sim etcd: a lease expires exactly at its TTL without keep-alives, stays with them, goes on revoke",
+          "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    auto lapsing = etcdOk(co_await c.leaseGrant(2, kEtcdTimeout), w);
+    // The grant was applied one latency before its reply came: it expires TTL after that.
+    const auto granted = w.sim.now() - kEtcdLatency;
+    CHECK(lapsing.ttl == 2);
+    REQUIRE(w.store.deadline(lapsing.id));
+    CHECK(*w.store.deadline(lapsing.id) == granted + 2s);
+    auto kept = etcdOk(co_await c.leaseGrant(3, kEtcdTimeout), w);
+    CHECK(kept.id != lapsing.id);
+    (void)etcdOk(co_await c.put({"/lapsing", "x", lapsing.id}, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/kept", "y", kept.id}, kEtcdTimeout), w);
+    auto bound = etcdOk(co_await c.range({"/kept"}, kEtcdTimeout), w);
+    REQUIRE(bound.kvs.size() == 1);
+    CHECK(bound.kvs[0].lease == kept.id);
+
+    auto watch = etcdOk(co_await c.watch(WatchRequest{"/lapsing"}, kEtcdTimeout), w);
+    coio::AsyncScope scope;
+    Result<void> keeper = std::errc::interrupted;
+    scope.spawn(keepAliveInto(keeper, c, kept.id, 3s, scope.stopToken()));
+    // The deletion is made at the deadline and seen one latency later.
+    std::vector<Event> expired = co_await collectEvents(*watch, 1, w);
+    CHECK(w.sim.now() == granted + 2s + kEtcdLatency);
+    REQUIRE(expired.size() == 1);
+    CHECK(expired[0].type == Event::Type::del);
+    CHECK(!w.store.deadline(lapsing.id));
+
+    co_await w.sim.sleepFor(10s);  // over three TTLs of the kept lease
+    auto stays = etcdOk(co_await c.range({"/kept"}, kEtcdTimeout), w);
+    CHECK(stays.kvs.size() == 1);
+    auto left = etcdOk(co_await c.leaseTimeToLive(kept.id, kEtcdTimeout), w);
+    CHECK(left.ttl >= 1);
+    CHECK(left.grantedTtl == 3);
+    auto gone = etcdOk(co_await c.leaseTimeToLive(lapsing.id, kEtcdTimeout), w);
+    CHECK(gone.ttl == -1);
+    scope.requestStop();
+    co_await scope.join();
+    CHECK(keeper);  // stopped, not failed
+    // Without keep-alives from here, it expires TTL after the last one.
+    const auto last = *w.store.deadline(kept.id);
+    co_await w.sim.sleepUntil(last - 1ns);
+    CHECK(w.store.get("/kept"));
+    co_await w.sim.sleepUntil(last + 1ns);
+    CHECK(!w.store.get("/kept"));
+
+    auto again = etcdOk(co_await c.leaseGrant(5, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/again", "z", again.id}, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.leaseRevoke(again.id, kEtcdTimeout), w);
+    auto revoked = etcdOk(co_await c.range({"/again"}, kEtcdTimeout), w);
+    CHECK(revoked.kvs.empty());
+    Result<Lease> renewed = co_await c.leaseKeepAlive(again.id, kEtcdTimeout);
+    CHECK(renewed.error() == EtcdErrc::leaseNotFound);
+    Result<ResponseHeader> twice = co_await c.leaseRevoke(again.id, kEtcdTimeout);
+    CHECK(twice.error() == EtcdErrc::leaseNotFound);
+    Result<Lease> taken = co_await c.leaseGrant(5, kEtcdTimeout, kept.id + 1000);
+    CHECK(taken);
+    Result<Lease> clash = co_await c.leaseGrant(5, kEtcdTimeout, kept.id + 1000);
+    CHECK(clash.error() == EtcdErrc::server);
+    CHECK(c.lastError().find("lease already exists") != std::string::npos);
+    // The helper reports a lease that is gone at its first tick.
+    Result<void> lost = co_await keepLeaseAlive(c, lapsing.id, 1s, {});
+    CHECK(lost.error() == EtcdErrc::leaseNotFound);
+  });
+}
+
+TEST_CASE("sim etcd: a watch sees puts and deletes in order, and replays from a past revision", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    (void)etcdOk(co_await c.put({"/w/before", "old"}, kEtcdTimeout), w);
+    auto watch = etcdOk(co_await c.watch(WatchRequest::prefix("/w/"), kEtcdTimeout), w);
+    auto a = etcdOk(co_await c.put({"/w/a", "1"}, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/elsewhere", "-"}, kEtcdTimeout), w);
+    auto b = etcdOk(co_await c.put({"/w/b", "2"}, kEtcdTimeout), w);
+    auto d = etcdOk(co_await c.deleteRange({"/w/a"}, kEtcdTimeout), w);
+    std::vector<Event> events = co_await collectEvents(*watch, 3, w);
+    REQUIRE(events.size() == 3);
+    CHECK(events[0].type == Event::Type::put);
+    CHECK(events[0].kv.key == "/w/a");
+    CHECK(events[0].kv.value == "1");
+    CHECK(events[0].kv.modRevision == a.header.revision);
+    CHECK(events[1].kv.key == "/w/b");
+    CHECK(events[1].kv.modRevision == b.header.revision);
+    CHECK(events[2].type == Event::Type::del);
+    CHECK(events[2].kv.key == "/w/a");
+    CHECK(events[2].kv.modRevision == d.header.revision);
+    CHECK(watch->nextRevision() == d.header.revision + 1);
+
+    // Nothing more: exactly the deadline, and the watch goes on.
+    const auto started = w.sim.now();
+    Result<WatchBatch> quiet = co_await watch->next(200ms);
+    CHECK(quiet.error() == std::errc::timed_out);
+    CHECK(w.sim.now() - started == 200ms);
+    auto e = etcdOk(co_await c.put({"/w/c", "3"}, kEtcdTimeout), w);
+    std::vector<Event> later = co_await collectEvents(*watch, 1, w);
+    CHECK(later[0].kv.modRevision == e.header.revision);
+
+    // From a past revision: the history again, from there, with the pairs before.
+    auto replay = etcdOk(co_await c.watch(WatchRequest("/w/", prefixEnd("/w/"), a.header.revision, true), kEtcdTimeout), w);
+    std::vector<Event> history = co_await collectEvents(*replay, 4, w);
+    CHECK(history[0].kv.modRevision == a.header.revision);
+    CHECK(!history[0].prevKv);
+    REQUIRE(history[2].prevKv);  // the delete's
+    CHECK(history[2].prevKv->value == "1");
+    CHECK(history[3].kv.modRevision == e.header.revision);
+  });
+}
+
+TEST_CASE("sim etcd: a watch from a compacted revision fails as EtcdClient reports it", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    auto first = etcdOk(co_await c.put({"/k", "1"}, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/k", "2"}, kEtcdTimeout), w);
+    auto third = etcdOk(co_await c.put({"/k", "3"}, kEtcdTimeout), w);
+    CHECK(w.store.compact(third.header.revision));
+    CHECK(!w.store.compact(first.header.revision));  // not back
+    CHECK_THROWS_AS(w.store.compact(third.header.revision + 1), std::invalid_argument);
+    // etcd creates the watch, then cancels it: the error comes from the first next().
+    auto late = etcdOk(co_await c.watch(WatchRequest{"/k", "", first.header.revision}, kEtcdTimeout), w);
+    Result<WatchBatch> batch = co_await late->next(kEtcdTimeout);
+    CHECK(batch.error() == EtcdErrc::compacted);
+    CHECK(late->compactRevision() == third.header.revision);
+    Result<WatchBatch> still = co_await late->next(kEtcdTimeout);
+    CHECK(still.error() == EtcdErrc::compacted);  // for good
+    CHECK(c.lastError().find("compacted") != std::string::npos);
+    Result<RangeResponse> old = co_await c.range(RangeRequest("/k", "", first.header.revision), kEtcdTimeout);
+    CHECK(old.error() == EtcdErrc::compacted);
+    auto kept = etcdOk(co_await c.range(RangeRequest("/k", "", third.header.revision), kEtcdTimeout), w);
+    REQUIRE(kept.kvs.size() == 1);
+    CHECK(kept.kvs[0].value == "3");
+    auto fromThere = etcdOk(co_await c.watch(WatchRequest{"/k", "", third.header.revision}, kEtcdTimeout), w);
+    std::vector<Event> events = co_await collectEvents(*fromThere, 1, w);
+    CHECK(events[0].kv.value == "3");
+
+    // A watch whose stream was lost resumes from its next revision: compacted meanwhile, it fails as such.
+    auto live = etcdOk(co_await c.watch(WatchRequest::prefix("/r/"), kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/r/1", "a"}, kEtcdTimeout), w);
+    std::vector<Event> one = co_await collectEvents(*live, 1, w);
+    w.etcd.restart();  // the stream is reset; the store stays
+    (void)etcdOk(co_await c.put({"/r/2", "b"}, kEtcdTimeout), w);
+    auto latest = etcdOk(co_await c.put({"/r/3", "c"}, kEtcdTimeout), w);
+    w.store.compact(latest.header.revision);
+    Result<WatchBatch> resumed = co_await live->next(kEtcdTimeout);
+    CHECK(resumed.error() == EtcdErrc::compacted);
+    CHECK(live->compactRevision() == latest.header.revision);
+  });
+}
+
+TEST_CASE("sim etcd: paused, calls time out within their deadline, then work once resumed", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    (void)etcdOk(co_await c.put({"/d", "1"}, kEtcdTimeout), w);
+    w.etcd.pause();
+    for (auto deadline : {50ms, 300ms}) {
+      const auto started = w.sim.now();
+      Result<RangeResponse> hung = co_await c.range({"/d"}, deadline);
+      CHECK(hung.error() == std::errc::timed_out);
+      CHECK(w.sim.now() - started == deadline);
+    }
+    const auto started = w.sim.now();
+    Result<PutResponse> write = co_await c.put({"/d", "2"}, 300ms);
+    CHECK(write.error() == std::errc::timed_out);
+    CHECK(w.sim.now() - started == 300ms);
+    CHECK(w.store.get("/d")->value == "1");
+    w.etcd.resume();
+    auto back = etcdOk(co_await c.range({"/d"}, kEtcdTimeout), w);
+    REQUIRE(back.kvs.size() == 1);
+    // The put that timed out had reached etcd: applied once it ran again (as etcd may: a lost reply is no lost write).
+    CHECK(back.kvs[0].value == "2");
+  });
+}
+
+TEST_CASE("sim etcd: killed, calls fail within their deadline; restarted, its state and leases are back",
+          "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    auto lease = etcdOk(co_await c.leaseGrant(2, kEtcdTimeout), w);
+    auto put = etcdOk(co_await c.put({"/s", "1", lease.id}, kEtcdTimeout), w);
+    for (KillMode mode : {KillMode::reset, KillMode::silent}) {
+      w.etcd.kill(mode);
+      const auto started = w.sim.now();
+      Result<RangeResponse> down = co_await c.range({"/s"}, 300ms);
+      CHECK(down.error() == std::errc::timed_out);
+      CHECK(w.sim.now() - started == 300ms);
+      if (mode == KillMode::reset) CHECK(c.lastError().find("refused") != std::string::npos);
+      co_await w.sim.sleepFor(5s);  // longer than the lease's TTL: no lease expires while etcd is down
+      w.etcd.restart();
+      const auto restarted = w.sim.now();
+      auto back = etcdOk(co_await c.range({"/s"}, kEtcdTimeout), w);
+      REQUIRE(back.kvs.size() == 1);
+      CHECK(back.kvs[0].modRevision == put.header.revision);
+      CHECK(back.header.revision == put.header.revision);
+      CHECK(back.header.raftTerm > put.header.raftTerm);  // a new term
+      REQUIRE(w.store.deadline(lease.id));
+      CHECK(*w.store.deadline(lease.id) == restarted + 2s);  // a full TTL from the restart
+      (void)etcdOk(co_await c.leaseKeepAlive(lease.id, kEtcdTimeout), w);
+    }
+  });
+}
+
+TEST_CASE("sim etcd: a lost lease ends its keep-alive and deletes its keys", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    auto lease = etcdOk(co_await c.leaseGrant(3, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/live/a", "a", lease.id}, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/live/b", "b", lease.id}, kEtcdTimeout), w);
+    auto watch = etcdOk(co_await c.watch(WatchRequest::prefix("/live/"), kEtcdTimeout), w);
+    CHECK(!w.store.loseLease(lease.id + 1));
+    const auto lostAt = w.sim.now() + 2500ms;
+    w.sim.at(lostAt, [&] { CHECK(w.store.loseLease(lease.id)); });
+    Result<void> kept = co_await keepLeaseAlive(c, lease.id, 3s, {});
+    CHECK(kept.error() == EtcdErrc::leaseNotFound);
+    CHECK(w.sim.now() < lostAt + 1s + kEtcdTimeout);  // at the first tick after: every second
+    std::vector<Event> gone = co_await collectEvents(*watch, 2, w);
+    CHECK(gone[0].type == Event::Type::del);
+    CHECK(gone[1].type == Event::Type::del);
+    CHECK(gone[0].kv.modRevision == gone[1].kv.modRevision);  // one revision
+  });
+}
