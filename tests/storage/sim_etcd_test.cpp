@@ -4,6 +4,7 @@
 // leases that expire at their TTL, watches and compaction, and the etcd
 // node paused, killed and restarted, a lease lost.
 #include "etcd/etcd_client.hpp"
+#include "etcd_client_cases.hpp"
 #include "sim_etcd.hpp"
 
 #include <coio/core/async_scope.hpp>
@@ -60,6 +61,11 @@ struct EtcdWorld {
     etcd.kill();
   }
 
+  // ok(result): the value, or a failure that shows the client's log.
+  auto ok() const {
+    return [this](auto result) { return etcdOk(std::move(result), *this); };
+  }
+
   std::string logText() const {
     std::string text;
     for (const std::string& line : log) text += line + "\n";
@@ -85,156 +91,19 @@ Task<void> keepAliveInto(Result<void>& out, EtcdClient<SimReactor>& client, std:
 
 // Reads batches until `count` events came (each within kEtcdTimeout).
 Task<std::vector<Event>> collectEvents(EtcdWatch<SimReactor>& watch, std::size_t count, const EtcdWorld& w) {
-  std::vector<Event> events;
-  while (events.size() < count) {
-    Result<WatchBatch> batch = co_await watch.next(kEtcdTimeout);
-    for (Event& e : etcdOk(std::move(batch), w).events) events.push_back(std::move(e));
-  }
-  co_return events;
+  return cases::collectEvents(watch, count, w.ok(), kEtcdTimeout);
 }
 
 }  // namespace
 
 TEST_CASE("sim etcd: put, range, delete, revisions", "[sim-etcd]") {
   EtcdWorld w;
-  auto& c = *w.client;
-  w.run([&]() -> Task<void> {
-    auto first = etcdOk(co_await c.put({"/t/a", "1"}, kEtcdTimeout), w);
-    CHECK(first.header.revision == 2);  // etcd starts at revision 1
-    auto second = etcdOk(co_await c.put({"/t/b", std::string("two\0bytes", 9)}, kEtcdTimeout), w);
-    auto other = etcdOk(co_await c.put({"/u", "elsewhere"}, kEtcdTimeout), w);
-    CHECK(second.header.revision == first.header.revision + 1);
-    CHECK(other.header.revision == second.header.revision + 1);
-
-    auto one = etcdOk(co_await c.range({"/t/a"}, kEtcdTimeout), w);
-    REQUIRE(one.kvs.size() == 1);
-    CHECK(one.kvs[0].value == "1");
-    CHECK(one.kvs[0].createRevision == first.header.revision);
-    CHECK(one.kvs[0].modRevision == first.header.revision);
-    CHECK(one.kvs[0].version == 1);
-    CHECK(one.header.revision == other.header.revision);
-
-    auto prefix = etcdOk(co_await c.range(RangeRequest::prefix("/t/"), kEtcdTimeout), w);
-    REQUIRE(prefix.kvs.size() == 2);
-    CHECK(prefix.count == 2);
-    CHECK(prefix.kvs[1].key == "/t/b");
-    CHECK(prefix.kvs[1].value == std::string("two\0bytes", 9));
-    RangeRequest limited = RangeRequest::prefix("/");
-    limited.limit = 2;
-    limited.keysOnly = true;
-    auto some = etcdOk(co_await c.range(limited, kEtcdTimeout), w);
-    CHECK(some.kvs.size() == 2);
-    CHECK(some.more);
-    CHECK(some.count == 3);
-    CHECK(some.kvs[0].value.empty());
-
-    // A rewrite: the old pair back, the version counted, the old value at its revision.
-    auto rewrite = etcdOk(co_await c.put({"/t/a", "3", 0, true}, kEtcdTimeout), w);
-    REQUIRE(rewrite.prevKv);
-    CHECK(rewrite.prevKv->value == "1");
-    auto now = etcdOk(co_await c.range({"/t/a"}, kEtcdTimeout), w);
-    REQUIRE(now.kvs.size() == 1);
-    CHECK(now.kvs[0].version == 2);
-    CHECK(now.kvs[0].createRevision == first.header.revision);
-    CHECK(now.kvs[0].modRevision == rewrite.header.revision);
-    auto old = etcdOk(co_await c.range(RangeRequest("/t/a", "", first.header.revision), kEtcdTimeout), w);
-    REQUIRE(old.kvs.size() == 1);
-    CHECK(old.kvs[0].value == "1");
-    Result<RangeResponse> future = co_await c.range(RangeRequest("/t/a", "", rewrite.header.revision + 5), kEtcdTimeout);
-    CHECK(future.error() == EtcdErrc::futureRevision);
-
-    auto deleted = etcdOk(co_await c.deleteRange(DeleteRequest("/t/", prefixEnd("/t/"), true), kEtcdTimeout), w);
-    CHECK(deleted.deleted == 2);
-    CHECK(deleted.prevKvs.size() == 2);
-    CHECK(deleted.header.revision == rewrite.header.revision + 1);  // one revision for both
-    auto nothing = etcdOk(co_await c.deleteRange({"/t/a"}, kEtcdTimeout), w);
-    CHECK(nothing.deleted == 0);
-    CHECK(nothing.header.revision == deleted.header.revision);  // no revision for a delete of nothing
-    auto none = etcdOk(co_await c.range(RangeRequest::prefix("/t/"), kEtcdTimeout), w);
-    CHECK(none.kvs.empty());
-    CHECK(none.count == 0);
-    auto recreated = etcdOk(co_await c.put({"/t/a", "again"}, kEtcdTimeout), w);
-    auto fresh = etcdOk(co_await c.range({"/t/a"}, kEtcdTimeout), w);
-    REQUIRE(fresh.kvs.size() == 1);
-    CHECK(fresh.kvs[0].version == 1);
-    CHECK(fresh.kvs[0].createRevision == recreated.header.revision);
-
-    // etcd's refusals come back as such, with its words.
-    Result<PutResponse> empty = co_await c.put({"", "no key"}, kEtcdTimeout);
-    CHECK(empty.error() == EtcdErrc::invalidArgument);
-    CHECK(c.lastError().find("key is not provided") != std::string::npos);
-    Result<PutResponse> unleased = co_await c.put({"/k", "v", 12345}, kEtcdTimeout);
-    CHECK(unleased.error() == EtcdErrc::leaseNotFound);
-  });
+  w.run([&] { return cases::putRangeDelete(*w.client, w.ok(), kEtcdTimeout); });
 }
 
 TEST_CASE("sim etcd: a transaction runs the branch its compares choose", "[sim-etcd]") {
   EtcdWorld w;
-  auto& c = *w.client;
-  w.run([&]() -> Task<void> {
-    using Op = Compare::Op;
-    const auto createIfAbsent = [](std::string value) {
-      return TxnRequest{{Compare::createRevision("/lock", Op::equal, 0)},
-                        {PutRequest{"/lock", std::move(value)}},
-                        {RangeRequest{"/lock"}}};
-    };
-    auto won = etcdOk(co_await c.txn(createIfAbsent("me"), kEtcdTimeout), w);
-    CHECK(won.succeeded);
-    REQUIRE(won.responses.size() == 1);
-    CHECK(std::holds_alternative<PutResponse>(won.responses[0]));
-    auto lost = etcdOk(co_await c.txn(createIfAbsent("you"), kEtcdTimeout), w);
-    CHECK(!lost.succeeded);
-    CHECK(lost.header.revision == won.header.revision);  // nothing written
-    REQUIRE(lost.responses.size() == 1);
-    const auto* read = std::get_if<RangeResponse>(&lost.responses[0]);
-    REQUIRE(read);
-    REQUIRE(read->kvs.size() == 1);
-    CHECK(read->kvs[0].value == "me");
-    const std::int64_t created = read->kvs[0].modRevision;
-
-    // Compare-and-swap on mod_revision: a stale revision loses.
-    TxnRequest swap{{Compare::modRevision("/lock", Op::equal, created)}, {PutRequest{"/lock", "next"}}, {}};
-    auto swapped = etcdOk(co_await c.txn(swap, kEtcdTimeout), w);
-    CHECK(swapped.succeeded);
-    auto stale = etcdOk(co_await c.txn(swap, kEtcdTimeout), w);
-    CHECK(!stale.succeeded);
-    CHECK(stale.responses.empty());
-
-    // Value, version and lease compares; several operations at one revision, reads seeing the writes before them.
-    TxnRequest multi{{Compare::valueOf("/lock", Op::equal, "next"), Compare::version("/lock", Op::greater, 1),
-                      Compare::lease("/lock", Op::equal, 0)},
-                     {PutRequest{"/a", "1"}, PutRequest{"/b", "2"}, DeleteRequest{"/lock"}, RangeRequest::prefix("/")},
-                     {}};
-    auto all = etcdOk(co_await c.txn(multi, kEtcdTimeout), w);
-    CHECK(all.succeeded);
-    CHECK(all.header.revision == swapped.header.revision + 1);
-    REQUIRE(all.responses.size() == 4);
-    const auto* del = std::get_if<DeleteResponse>(&all.responses[2]);
-    REQUIRE(del);
-    CHECK(del->deleted == 1);
-    const auto* after = std::get_if<RangeResponse>(&all.responses[3]);
-    REQUIRE(after);
-    REQUIRE(after->kvs.size() == 2);
-    CHECK(after->kvs[0].key == "/a");
-    CHECK(after->kvs[1].modRevision == all.header.revision);
-    TxnRequest notEqual{{Compare::valueOf("/a", Op::notEqual, "1")}, {PutRequest{"/a", "2"}}, {}};
-    auto unchanged = etcdOk(co_await c.txn(notEqual, kEtcdTimeout), w);
-    CHECK(!unchanged.succeeded);
-    // A range compare holds for every key in it; a value compare on no key fails.
-    Compare allOne = Compare::version("/", Op::equal, 1);
-    allOne.rangeEnd = prefixEnd("/");
-    TxnRequest rangedCompare({allOne}, {});
-    auto ranged = etcdOk(co_await c.txn(rangedCompare, kEtcdTimeout), w);
-    CHECK(ranged.succeeded);
-    TxnRequest absentCompare({Compare::valueOf("/none", Op::notEqual, "x")}, {});
-    auto absent = etcdOk(co_await c.txn(absentCompare, kEtcdTimeout), w);
-    CHECK(!absent.succeeded);
-    // etcd refuses a branch that writes a key twice.
-    TxnRequest putAndDelete({}, {PutRequest{"/a", "x"}, DeleteRequest::prefix("/")});
-    Result<TxnResponse> twice = co_await c.txn(putAndDelete, kEtcdTimeout);
-    CHECK(twice.error() == EtcdErrc::invalidArgument);
-    CHECK(c.lastError().find("duplicate key") != std::string::npos);
-  });
+  w.run([&] { return cases::transactions(*w.client, w.ok(), kEtcdTimeout); });
 }
 
 TEST_CASE("sim etcd: a lease expires exactly at its TTL without keep-alives, stays with them, goes on revoke",
@@ -307,45 +176,8 @@ TEST_CASE("sim etcd: a lease expires exactly at its TTL without keep-alives, sta
 
 TEST_CASE("sim etcd: a watch sees puts and deletes in order, and replays from a past revision", "[sim-etcd]") {
   EtcdWorld w;
-  auto& c = *w.client;
-  w.run([&]() -> Task<void> {
-    (void)etcdOk(co_await c.put({"/w/before", "old"}, kEtcdTimeout), w);
-    auto watch = etcdOk(co_await c.watch(WatchRequest::prefix("/w/"), kEtcdTimeout), w);
-    auto a = etcdOk(co_await c.put({"/w/a", "1"}, kEtcdTimeout), w);
-    (void)etcdOk(co_await c.put({"/elsewhere", "-"}, kEtcdTimeout), w);
-    auto b = etcdOk(co_await c.put({"/w/b", "2"}, kEtcdTimeout), w);
-    auto d = etcdOk(co_await c.deleteRange({"/w/a"}, kEtcdTimeout), w);
-    std::vector<Event> events = co_await collectEvents(*watch, 3, w);
-    REQUIRE(events.size() == 3);
-    CHECK(events[0].type == Event::Type::put);
-    CHECK(events[0].kv.key == "/w/a");
-    CHECK(events[0].kv.value == "1");
-    CHECK(events[0].kv.modRevision == a.header.revision);
-    CHECK(events[1].kv.key == "/w/b");
-    CHECK(events[1].kv.modRevision == b.header.revision);
-    CHECK(events[2].type == Event::Type::del);
-    CHECK(events[2].kv.key == "/w/a");
-    CHECK(events[2].kv.modRevision == d.header.revision);
-    CHECK(watch->nextRevision() == d.header.revision + 1);
-
-    // Nothing more: exactly the deadline, and the watch goes on.
-    const auto started = w.sim.now();
-    Result<WatchBatch> quiet = co_await watch->next(200ms);
-    CHECK(quiet.error() == std::errc::timed_out);
-    CHECK(w.sim.now() - started == 200ms);
-    auto e = etcdOk(co_await c.put({"/w/c", "3"}, kEtcdTimeout), w);
-    std::vector<Event> later = co_await collectEvents(*watch, 1, w);
-    CHECK(later[0].kv.modRevision == e.header.revision);
-
-    // From a past revision: the history again, from there, with the pairs before.
-    auto replay = etcdOk(co_await c.watch(WatchRequest("/w/", prefixEnd("/w/"), a.header.revision, true), kEtcdTimeout), w);
-    std::vector<Event> history = co_await collectEvents(*replay, 4, w);
-    CHECK(history[0].kv.modRevision == a.header.revision);
-    CHECK(!history[0].prevKv);
-    REQUIRE(history[2].prevKv);  // the delete's
-    CHECK(history[2].prevKv->value == "1");
-    CHECK(history[3].kv.modRevision == e.header.revision);
-  });
+  // Quiet for exactly its deadline: no slack in virtual time.
+  w.run([&] { return cases::watchInOrder(*w.client, w.ok(), kEtcdTimeout, [&] { return w.sim.now(); }, 1ns); });
 }
 
 TEST_CASE("sim etcd: a watch from a compacted revision fails as EtcdClient reports it", "[sim-etcd]") {
