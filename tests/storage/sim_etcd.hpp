@@ -394,35 +394,37 @@ class SimEtcdServer {
     }
   }
 
+  // Requests on one connection, answered in order, until it ends (or a
+  // request that is none: refused, then the connection closed).
+  // (Replies are named before they are sent: g++ 12 frees an aggregate
+  // temporary in a co_await expression twice.)
   coio::Task<void> serve(Stream stream) {
     std::string buffer;
     for (;;) {
       simetcd::Request request;
       coio::Result<void> read = co_await simetcd::readRequest(stream, buffer, request);
-      if (!read) {
-        if (read.error() == std::errc::bad_message || read.error() == std::errc::message_size) {
-          (void)co_await send(stream, simetcd::refusalReply(Refusal{3, "bad request: " + read.error().message()}));
-        }
-        co_return;
-      }
+      const bool malformed = !read && (read.error() == std::errc::bad_message || read.error() == std::errc::message_size);
+      if (!read && !malformed) co_return;  // the client's end
       store_.expireDue(reactor_.now());
-      if (request.method != "POST") {
-        (void)co_await send(stream, simetcd::reply(405, "Method Not Allowed", R"({"error":"Method Not Allowed","code":12,"message":"Method Not Allowed"})"));
-        co_return;
-      }
       std::string why;
-      coio::Result<Json> json = parseJson(request.body, why);
-      if (!json) {
-        (void)co_await send(stream, simetcd::refusalReply(Refusal{3, why}));
-        continue;
-      }
-      if (request.target == "/v3/watch") {
+      coio::Result<Json> json = malformed ? coio::Result<Json>(EtcdErrc::badResponse) : parseJson(request.body, why);
+      if (json && request.method == "POST" && request.target == "/v3/watch") {
         co_await watch(stream, *json);
         co_return;
       }
-      const std::string answer = call(request.target, *json);
+      std::string answer;
+      if (malformed) {
+        answer = simetcd::refusalReply(Refusal{3, "bad request: " + read.error().message()});
+      } else if (request.method != "POST") {
+        answer = simetcd::reply(405, "Method Not Allowed",
+                                R"({"error":"Method Not Allowed","code":12,"message":"Method Not Allowed"})");
+      } else if (!json) {
+        answer = simetcd::refusalReply(Refusal{3, why});
+      } else {
+        answer = call(request.target, *json);
+      }
       coio::Result<void> sent = co_await send(stream, answer);
-      if (!sent || request.target == "/v3/lease/keepalive") co_return;
+      if (!sent || malformed || request.method != "POST" || request.target == "/v3/lease/keepalive") co_return;
     }
   }
 
@@ -503,7 +505,8 @@ class SimEtcdServer {
       if (c.ok() && w.key.empty()) c.fail("key", "is empty");
     }
     if (!why.empty()) {
-      (void)co_await send(stream, simetcd::refusalReply(Refusal{3, why}));
+      const std::string refused = simetcd::refusalReply(Refusal{3, why});
+      (void)co_await send(stream, refused);
       co_return;
     }
     // Whichever ends first: the client's side (its close), or the stream (a send failed).

@@ -10,6 +10,9 @@
 #include <coio/core/async_scope.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
+#include <coio/net/socket_address.hpp>
+#include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/with_timeout.hpp>
 #include <coio/testing/sim_reactor.hpp>
 
 #include <catch2/catch.hpp>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <variant>
@@ -293,5 +297,49 @@ TEST_CASE("sim etcd: a lost lease ends its keep-alive and deletes its keys", "[s
     CHECK(gone[0].type == Event::Type::del);
     CHECK(gone[1].type == Event::Type::del);
     CHECK(gone[0].kv.modRevision == gone[1].kv.modRevision);  // one revision
+  });
+}
+
+namespace {
+
+// Sends `request` on a fresh connection to the simulated etcd; what came back until it closed (or 1 s passed).
+Task<std::string> exchangeRaw(SimReactor& sim, std::string request) {
+  Result<coio::TcpStream<SimReactor>> stream =
+      co_await coio::TcpStream<SimReactor>::connect(sim, *coio::SocketAddress::parse(std::string(kEtcdHost) + ":2379"));
+  REQUIRE(stream);
+  Result<void> sent = co_await stream->writeAll(std::as_bytes(std::span(request)));
+  REQUIRE(sent);
+  std::string reply;
+  char buffer[4096];
+  for (;;) {
+    Result<std::size_t> n = co_await coio::withTimeout(
+        sim, [&](std::stop_token stop) { return stream->read(std::as_writable_bytes(std::span(buffer)), stop); }, 1s);
+    if (!n || *n == 0) co_return reply;
+    reply.append(buffer, *n);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sim etcd: bad requests get the gateway's error replies, and it goes on serving", "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    const std::string notHttp = co_await exchangeRaw(w.sim, "hello\r\n\r\n");
+    CHECK(notHttp.starts_with("HTTP/1.1 400"));
+    const std::string unknown =
+        co_await exchangeRaw(w.sim, "POST /v3/nothing HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}");
+    CHECK(unknown.starts_with("HTTP/1.1 404"));
+    const std::string notJson =
+        co_await exchangeRaw(w.sim, "POST /v3/kv/put HTTP/1.1\r\nContent-Length: 5\r\n\r\n{key:");
+    CHECK(notJson.starts_with("HTTP/1.1 400"));
+    CHECK(notJson.find("\"code\":3") != std::string::npos);
+    const std::string wrongShape =
+        co_await exchangeRaw(w.sim, "POST /v3/kv/put HTTP/1.1\r\nContent-Length: 12\r\n\r\n{\"key\":\"!!\"}");
+    CHECK(wrongShape.find("put.key is not base64") != std::string::npos);
+    const std::string tooLong = co_await exchangeRaw(w.sim, "POST /v3/kv/put HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n");
+    CHECK(tooLong.starts_with("HTTP/1.1 400"));
+    auto still = etcdOk(co_await c.put({"/after", "bad input"}, kEtcdTimeout), w);
+    CHECK(still.header.revision == 2);  // nothing bad was applied
   });
 }
