@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <variant>
@@ -214,6 +215,38 @@ coio::Task<void> watchInOrder(EtcdClient<R>& c, Ok ok, Clock::duration timeout, 
     REQUIRE(history[2].prevKv);  // the delete's
     CHECK(history[2].prevKv->value == "1");
     CHECK(history[3].kv.modRevision == e.header.revision);
+}
+
+/// A watch from a compacted revision fails as such, for good (etcd
+/// creates it, then cancels it: the error comes from watch() or from the
+/// first next()); a read there too; both work from the compaction revision
+/// on. `compact(rev)` compacts etcd (the test's means: etcdctl, or the
+/// model's store).
+template <coio::Reactor R, typename Ok, typename Compact>
+coio::Task<void> compactedWatch(EtcdClient<R>& c, Ok ok, Clock::duration timeout, Compact compact) {
+  auto first = ok(co_await c.put({"/k", "1"}, timeout));
+  (void)ok(co_await c.put({"/k", "2"}, timeout));
+  auto third = ok(co_await c.put({"/k", "3"}, timeout));
+  compact(third.header.revision);
+  coio::Result<std::unique_ptr<EtcdWatch<R>>> late = co_await c.watch(WatchRequest{"/k", "", first.header.revision}, timeout);
+  std::error_code error = late.error();
+  if (late) {
+    coio::Result<WatchBatch> batch = co_await (*late)->next(timeout);
+    error = batch.error();
+    CHECK((*late)->compactRevision() == third.header.revision);
+    coio::Result<WatchBatch> still = co_await (*late)->next(timeout);
+    CHECK(still.error() == EtcdErrc::compacted);  // for good
+  }
+  CHECK(error == EtcdErrc::compacted);
+  CHECK(c.lastError().find("compacted") != std::string::npos);
+  coio::Result<RangeResponse> old = co_await c.range(RangeRequest("/k", "", first.header.revision), timeout);
+  CHECK(old.error() == EtcdErrc::compacted);
+  auto kept = ok(co_await c.range(RangeRequest("/k", "", third.header.revision), timeout));
+  REQUIRE(kept.kvs.size() == 1);
+  CHECK(kept.kvs[0].value == "3");
+  auto fromThere = ok(co_await c.watch(WatchRequest{"/k", "", third.header.revision}, timeout));
+  std::vector<Event> events = co_await collectEvents(*fromThere, 1, ok, timeout);
+  CHECK(events[0].kv.value == "3");
 }
 
 }  // namespace storage::etcd::cases

@@ -143,7 +143,6 @@ class SimEtcdStore {
   /// etcd's LeaseGrant at `now`: a lease of `ttlSeconds` (1 at least), of
   /// id `id` if not 0.
   Outcome<Lease> grant(std::int64_t ttlSeconds, std::int64_t id, Clock::time_point now) {
-    if (id < 0) return Refusal{3, "etcdserver: lease ID must be positive"};  // (etcd's gateway: an int64)
     if (id != 0 && leases_.contains(id)) return Refusal{9, "etcdserver: lease already exists"};
     if (ttlSeconds > kMaxTtl) return Refusal{11, "etcdserver: too large lease TTL"};
     while (id == 0 || leases_.contains(id)) id = kFirstLeaseId + nextLease_++;

@@ -186,41 +186,34 @@ TEST_CASE("sim etcd: a watch sees puts and deletes in order, and replays from a 
 
 TEST_CASE("sim etcd: a watch from a compacted revision fails as EtcdClient reports it", "[sim-etcd]") {
   EtcdWorld w;
+  w.run([&] {
+    return cases::compactedWatch(*w.client, w.ok(), kEtcdTimeout, [&](std::int64_t revision) {
+      CHECK(w.store.compact(revision));
+      CHECK(!w.store.compact(revision - 1));  // not back
+      CHECK_THROWS_AS(w.store.compact(revision + 1), std::invalid_argument);
+    });
+  });
+}
+
+TEST_CASE("sim etcd: a watch whose stream was lost resumes from its next revision; compacted meanwhile, it fails as "
+          "such",
+          "[sim-etcd]") {
+  EtcdWorld w;
   auto& c = *w.client;
   w.run([&]() -> Task<void> {
-    auto first = etcdOk(co_await c.put({"/k", "1"}, kEtcdTimeout), w);
-    (void)etcdOk(co_await c.put({"/k", "2"}, kEtcdTimeout), w);
-    auto third = etcdOk(co_await c.put({"/k", "3"}, kEtcdTimeout), w);
-    CHECK(w.store.compact(third.header.revision));
-    CHECK(!w.store.compact(first.header.revision));  // not back
-    CHECK_THROWS_AS(w.store.compact(third.header.revision + 1), std::invalid_argument);
-    // etcd creates the watch, then cancels it: the error comes from the first next().
-    auto late = etcdOk(co_await c.watch(WatchRequest{"/k", "", first.header.revision}, kEtcdTimeout), w);
-    Result<WatchBatch> batch = co_await late->next(kEtcdTimeout);
-    CHECK(batch.error() == EtcdErrc::compacted);
-    CHECK(late->compactRevision() == third.header.revision);
-    Result<WatchBatch> still = co_await late->next(kEtcdTimeout);
-    CHECK(still.error() == EtcdErrc::compacted);  // for good
-    CHECK(c.lastError().find("compacted") != std::string::npos);
-    Result<RangeResponse> old = co_await c.range(RangeRequest("/k", "", first.header.revision), kEtcdTimeout);
-    CHECK(old.error() == EtcdErrc::compacted);
-    auto kept = etcdOk(co_await c.range(RangeRequest("/k", "", third.header.revision), kEtcdTimeout), w);
-    REQUIRE(kept.kvs.size() == 1);
-    CHECK(kept.kvs[0].value == "3");
-    auto fromThere = etcdOk(co_await c.watch(WatchRequest{"/k", "", third.header.revision}, kEtcdTimeout), w);
-    std::vector<Event> events = co_await collectEvents(*fromThere, 1, w);
-    CHECK(events[0].kv.value == "3");
-
-    // A watch whose stream was lost resumes from its next revision: compacted meanwhile, it fails as such.
     auto live = etcdOk(co_await c.watch(WatchRequest::prefix("/r/"), kEtcdTimeout), w);
     (void)etcdOk(co_await c.put({"/r/1", "a"}, kEtcdTimeout), w);
     std::vector<Event> one = co_await collectEvents(*live, 1, w);
     w.etcd.restart();  // the stream is reset; the store stays
-    (void)etcdOk(co_await c.put({"/r/2", "b"}, kEtcdTimeout), w);
-    auto latest = etcdOk(co_await c.put({"/r/3", "c"}, kEtcdTimeout), w);
-    w.store.compact(latest.header.revision);
-    Result<WatchBatch> resumed = co_await live->next(kEtcdTimeout);
-    CHECK(resumed.error() == EtcdErrc::compacted);
+    auto second = etcdOk(co_await c.put({"/r/2", "b"}, kEtcdTimeout), w);
+    std::vector<Event> resumed = co_await collectEvents(*live, 1, w);
+    CHECK(resumed[0].kv.modRevision == second.header.revision);
+    w.etcd.restart();
+    (void)etcdOk(co_await c.put({"/r/3", "c"}, kEtcdTimeout), w);
+    auto latest = etcdOk(co_await c.put({"/r/4", "d"}, kEtcdTimeout), w);
+    w.store.compact(latest.header.revision);  // past the watch's next revision (/r/3's)
+    Result<WatchBatch> lost = co_await live->next(kEtcdTimeout);
+    CHECK(lost.error() == EtcdErrc::compacted);
     CHECK(live->compactRevision() == latest.header.revision);
   });
 }
