@@ -4,7 +4,7 @@
 // --etcd` runs), a ClusterManager turning registrations into chain states,
 // a ClusterClient routed by EtcdRouting, all nodes of one simulation; while
 // it reads, etcd stops (SIGSTOP) for 1-3 s, crashes and restarts, slows
-// down, and a server's lease is lost. Invariant: every IO reads the
+// down, loses its leader, and a server's lease is lost. Invariant: every IO reads the
 // dataset's bytes (the servers all live: etcd's faults may delay the
 // routing, never fail a read).
 #include "sim_cluster.hpp"
@@ -57,6 +57,7 @@ struct EtcdRunReport {
   std::uint64_t etcdStops = 0;       // the faults: etcd stopped (SIGSTOP),
   std::uint64_t etcdCrashes = 0;     // crashed and restarted,
   std::uint64_t etcdSlowdowns = 0;   // slowed down,
+  std::uint64_t etcdLeaderless = 0;  // without a leader for a while,
   std::uint64_t leasesLost = 0;      // a server's lease lost
   std::uint64_t registrations = 0;   // servers' registrations (the first ones and those after a lost lease)
 };
@@ -102,7 +103,7 @@ void startEtcdServers(R& reactor, ClusterData& data, const ServerOptions& option
 // The fault schedule of etcd, beside the reads: every 0.5-1.5 s, etcd stops
 // for 1-3 s, or crashes (its connections reset, or its machine silent) and
 // restarts 0.2-2 s later, or its links slow to 100-400 ms each way for a
-// while, or a server's registration lease is lost (at most one per 2 s:
+// while, or it has no leader for 1-3 s, or a server's registration lease is lost (at most one per 2 s:
 // a chain keeps a serving replica while its server registers again).
 Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, EtcdRunReport& out, std::stop_token stop) {
   const std::vector<std::string> hosts{"127.0.0.1", host(0), host(1), host(2), kManagerNode};
@@ -111,7 +112,7 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, EtcdRu
     return std::chrono::milliseconds(from + r.random().below(to - from));
   };
   while (co_await r.sleepFor(lasting(500, 1500), stop)) {
-    switch (r.random().below(4)) {
+    switch (r.random().below(5)) {
       case 0: {
         simLog(r, "fault: etcd stops (SIGSTOP)");
         ++out.etcdStops;
@@ -140,6 +141,16 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, EtcdRu
         for (const std::string& h : hosts) r.setLink(kEtcdNode, h, {.latency = slow});
         const bool on = co_await r.sleepFor(lasting(500, 2000), stop);
         for (const std::string& h : hosts) r.setLink(kEtcdNode, h, {.latency = 200us});
+        if (!on) co_return;
+        break;
+      }
+      case 3: {
+        simLog(r, "fault: etcd loses its leader");
+        ++out.etcdLeaderless;
+        store.setNoLeader(true, r.now());
+        const bool on = co_await r.sleepFor(lasting(1000, 3000), stop);
+        store.setNoLeader(false, r.now());
+        simLog(r, "fault: etcd has a leader again");
         if (!on) co_return;
         break;
       }
@@ -296,6 +307,7 @@ TEST_CASE("Storage cluster with its routing in the simulated etcd, under seeds: 
         all.etcdStops += r.etcdStops;
         all.etcdCrashes += r.etcdCrashes;
         all.etcdSlowdowns += r.etcdSlowdowns;
+        all.etcdLeaderless += r.etcdLeaderless;
         all.leasesLost += r.leasesLost;
         all.registrations += r.registrations;
         return r.reads.trace;
@@ -307,12 +319,12 @@ TEST_CASE("Storage cluster with its routing in the simulated etcd, under seeds: 
   CHECK(report.runs == seeds.count);
   CHECK(report.failures.empty());
   std::printf("[cluster-etcd]: %llu seeds, %.2f s of wall time, trace %016llx; IOs %s; etcd stopped %llu, "
-              "crashed %llu, slowed %llu times, leases lost %llu; registrations %llu, chain changes %llu, "
+              "crashed %llu, slowed %llu, without a leader %llu times, leases lost %llu; registrations %llu, chain changes %llu, "
               "routings applied %llu\n",
               static_cast<unsigned long long>(report.runs), report.wall.count(),
               static_cast<unsigned long long>(report.trace), describe(all.reads).c_str(),
               static_cast<unsigned long long>(all.etcdStops), static_cast<unsigned long long>(all.etcdCrashes),
-              static_cast<unsigned long long>(all.etcdSlowdowns),
+              static_cast<unsigned long long>(all.etcdSlowdowns), static_cast<unsigned long long>(all.etcdLeaderless),
               static_cast<unsigned long long>(all.leasesLost), static_cast<unsigned long long>(all.registrations),
               static_cast<unsigned long long>(all.chainChanges), static_cast<unsigned long long>(all.routingUpdates));
   // The faults struck and the cluster answered: leases lost, servers registered
@@ -321,6 +333,7 @@ TEST_CASE("Storage cluster with its routing in the simulated etcd, under seeds: 
     CHECK(all.etcdStops > 0);
     CHECK(all.etcdCrashes > 0);
     CHECK(all.etcdSlowdowns > 0);
+    CHECK(all.etcdLeaderless > 0);
     CHECK(all.leasesLost > 0);
     CHECK(all.registrations > all.leasesLost);
     CHECK(all.chainChanges > 0);

@@ -336,7 +336,9 @@ inline Json toJson(const Event& e, bool prevKv) {
 ///   etcd's cancel with compact_revision. A watch's stream ends when its
 ///   client closes it.
 /// - Bad input (not HTTP, an unknown path, JSON not of the call's shape)
-///   gets the gateway's error reply; the server goes on.
+///   gets the gateway's error reply; the server goes on. While the store
+///   has no leader (SimEtcdStore::setNoLeader) every call but a watch is
+///   answered Unavailable.
 template <coio::Reactor R>
 class SimEtcdServer {
  public:
@@ -382,15 +384,17 @@ class SimEtcdServer {
     std::exchange(changed_, std::make_shared<coio::Event>())->set();
   }
 
-  // Expires lease `id` at its deadline, as long as it lives.
+  // Expires lease `id` at its deadline, as long as it lives (while the
+  // member has no leader, at the deadline the leader's return gives it).
   coio::Task<void> expire(std::int64_t id) {
     const std::stop_token stop = co_await coio::currentStopToken();
     for (std::optional<SimEtcdStore::Clock::time_point> due; (due = store_.deadline(id));) {
-      if (*due <= reactor_.now()) {
-        store_.expireDue(reactor_.now());
-        co_return;
+      if (*due > reactor_.now()) {
+        if (!co_await reactor_.sleepUntil(*due, stop)) co_return;
+      } else if (store_.expireDue(reactor_.now()) == 0) {
+        const std::shared_ptr<coio::Event> changed = changed_;  // no leader: until there is one
+        if (!co_await changed->wait(stop)) co_return;
       }
-      if (!co_await reactor_.sleepUntil(*due, stop)) co_return;
     }
   }
 
@@ -408,12 +412,14 @@ class SimEtcdServer {
       store_.expireDue(reactor_.now());
       std::string why;
       coio::Result<Json> json = malformed ? coio::Result<Json>(EtcdErrc::badResponse) : parseJson(request.body, why);
-      if (json && request.method == "POST" && request.target == "/v3/watch") {
+      if (json && request.method == "POST" && request.target == "/v3/watch") {  // (no leader needed)
         co_await watch(stream, *json);
         co_return;
       }
       std::string answer;
-      if (malformed) {
+      if (store_.noLeader()) {
+        answer = simetcd::refusalReply(Refusal{14, "etcdserver: no leader"});
+      } else if (malformed) {
         answer = simetcd::refusalReply(Refusal{3, "bad request: " + read.error().message()});
       } else if (request.method != "POST") {
         answer = simetcd::reply(405, "Method Not Allowed",

@@ -68,7 +68,8 @@ struct RevisionChanges {
 /// - History: every revision's changes since the compaction revision, for
 ///   watches (changesFrom); compact(rev) drops what precedes `rev`.
 /// - onChange (one listener: the serving node) is called after every new
-///   revision and every compaction, from whatever made it.
+///   revision, every compaction and every change of leader, from whatever
+///   made it.
 /// - One thread; the calls never block and never throw for bad requests
 ///   (a Refusal); the test API throws std::invalid_argument for a misuse.
 class SimEtcdStore {
@@ -177,8 +178,10 @@ class SimEtcdStore {
   }
 
   /// Expires every lease due at `now` (its deadline reached), each in its
-  /// own revision if it holds keys; how many expired.
+  /// own revision if it holds keys; how many expired. None while the
+  /// member has no leader (only a leader expires leases).
   std::size_t expireDue(Clock::time_point now) {
+    if (noLeader_) return 0;
     std::vector<std::int64_t> due;
     for (const auto& [id, lease] : leases_) {
       if (lease.deadline <= now) due.push_back(id);
@@ -265,6 +268,20 @@ class SimEtcdStore {
     changed();
     return true;
   }
+
+  /// A fault: the member has lost its leader (an election under way):
+  /// every call is answered Unavailable ("etcdserver: no leader", gRPC 14,
+  /// HTTP 503), no lease expires; open watches stay open (and quiet: no
+  /// write happens). setNoLeader(false, now): a leader again, which gives
+  /// every lease its full TTL from `now` (restartLeases).
+  void setNoLeader(bool lost, Clock::time_point now) {
+    if (lost == noLeader_) return;
+    noLeader_ = lost;
+    if (!lost) restartLeases(now);
+    changed();
+  }
+  /// Whether the member has no leader (setNoLeader).
+  bool noLeader() const noexcept { return noLeader_; }
 
   /// A fault: lease `id` is gone as if it expired now (its keys deleted,
   /// with events): a keep-alive that was on its way finds it gone. False
@@ -490,6 +507,7 @@ class SimEtcdStore {
   std::int64_t compacted_ = 1;
   std::uint64_t raftTerm_ = 1;
   std::int64_t nextLease_ = 1;
+  bool noLeader_ = false;
   std::function<void()> listener_;
 };
 

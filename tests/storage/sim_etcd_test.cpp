@@ -57,12 +57,18 @@ struct EtcdWorld {
     client = std::move(*made);
   }
 
-  // Runs `body()` to its end, then stops etcd (its tasks end as when killed).
+  // Runs `body()` to its end, then stops etcd (its tasks end as when
+  // killed), even if the body failed an assertion.
   template <typename Body>
   void run(Body body) {
+    struct Stop {
+      EtcdWorld& w;
+      ~Stop() {
+        w.client.reset();
+        w.etcd.kill();
+      }
+    } stop{*this};
     sim.runUntil(body());
-    client.reset();
-    etcd.kill();
   }
 
   // ok(result): the value, or a failure that shows the client's log.
@@ -269,6 +275,40 @@ TEST_CASE("sim etcd: killed, calls fail within their deadline; restarted, its st
       CHECK(*w.store.deadline(lease.id) == restarted + 2s);  // a full TTL from the restart
       (void)etcdOk(co_await c.leaseKeepAlive(lease.id, kEtcdTimeout), w);
     }
+  });
+}
+
+TEST_CASE("sim etcd: without a leader, calls are refused as Unavailable and no lease expires; with one again, "
+          "every lease has its full TTL",
+          "[sim-etcd]") {
+  EtcdWorld w;
+  auto& c = *w.client;
+  w.run([&]() -> Task<void> {
+    auto lease = etcdOk(co_await c.leaseGrant(2, kEtcdTimeout), w);
+    (void)etcdOk(co_await c.put({"/leader", "x", lease.id}, kEtcdTimeout), w);
+    auto watch = etcdOk(co_await c.watch(WatchRequest{"/leader"}, kEtcdTimeout), w);
+    w.store.setNoLeader(true, w.sim.now());
+    // A write is not sent again: Unavailable at once. A read is, until its deadline.
+    const auto started = w.sim.now();
+    Result<PutResponse> write = co_await c.put({"/other", "y"}, kEtcdTimeout);
+    CHECK(write.error() == EtcdErrc::unavailable);
+    CHECK(w.sim.now() - started == 4 * kEtcdLatency);  // a connect and one exchange (the watch took the pooled connection)
+    Result<RangeResponse> read = co_await c.range({"/leader"}, 300ms);
+    CHECK(read.error() == std::errc::timed_out);
+    CHECK(c.lastError().find("no leader") != std::string::npos);
+    Result<Lease> renewed = co_await c.leaseKeepAlive(lease.id, 300ms);
+    CHECK(renewed.error() == std::errc::timed_out);
+    co_await w.sim.sleepFor(5s);  // past the lease's deadline: no leader, no expiry
+    CHECK(w.store.get("/leader"));
+    w.store.setNoLeader(false, w.sim.now());
+    const auto back = w.sim.now();
+    CHECK(*w.store.deadline(lease.id) == back + 2s);
+    Result<WatchBatch> expired = co_await watch->next(5s);  // the open watch sees it
+    REQUIRE(expired);
+    CHECK(expired->events.at(0).type == Event::Type::del);
+    CHECK(w.sim.now() == back + 2s + kEtcdLatency);
+    auto after = etcdOk(co_await c.range({"/leader"}, kEtcdTimeout), w);
+    CHECK(after.kvs.empty());
   });
 }
 
