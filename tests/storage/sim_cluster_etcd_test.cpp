@@ -60,6 +60,7 @@ struct EtcdRunReport {
   std::uint64_t etcdLeaderless = 0;  // without a leader for a while,
   std::uint64_t leasesLost = 0;      // a server's lease lost
   std::uint64_t registrations = 0;   // servers' registrations (the first ones and those after a lost lease)
+  std::chrono::steady_clock::duration settle{};  // from the last fault until the routing settled
 };
 
 std::unique_ptr<EtcdClient<R>> etcdClientOn(R& r) {
@@ -167,9 +168,51 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, EtcdRu
   }
 }
 
+// Whether every chain in `store` has all its targets serving, and
+// `followed` (the client's routing) holds those very records.
+bool settled(const SimEtcdStore& store, const ChainTable& followed) {
+  const std::vector<storage::ChainRecord> held = followed.records().chains;
+  for (std::uint32_t id = 1; id <= kServers; ++id) {
+    const std::optional<storage::etcd::KeyValue> kv = store.get(storage::chainKey(id));
+    if (!kv) return false;
+    const Result<storage::ChainRecord> chain = storage::parseChainRecord(kv->value);
+    if (!chain || std::find(held.begin(), held.end(), *chain) == held.end()) return false;
+    for (const storage::TargetRecord& target : chain->targets) {
+      if (target.state != storage::ReplicaState::serving) return false;
+    }
+  }
+  return true;
+}
+
+// Checks one batch's outcomes into `out`.
+void check(R& r, ClusterData& d, const std::vector<ReadOp>& ios, const std::vector<ClusterOutcome>& outcomes,
+           RunReport& out) {
+  for (std::size_t i = 0; i < ios.size(); ++i) {
+    const ClusterOutcome& io = outcomes.at(i);
+    if (!io.ok()) {
+      simLog(r, "IO failed: chunk " + std::to_string(ios[i].chunkId) + ", " + std::string(proto::toString(io.status)) +
+                    ", " + io.error.message());
+      ++out.failed[std::string(proto::toString(io.status))];
+    } else if (io.bytes != ios[i].length || !d.matches(ios[i].chunkId, ios[i].offset, ios[i].into.first(io.bytes))) {
+      out.wrongBytes += io.bytes;
+    } else {
+      ++out.ok;
+    }
+  }
+}
+
+// How long the routing may take to settle once the faults stop: a lost
+// lease's server registers again at its next keep-alive (TTL / 3), a
+// deposed manager campaigns again after a second, leads after its grace.
+constexpr auto kSettleWithin = 15s;
+
 // The client: the routing from etcd (EtcdRouting, followed), `batches`
-// batches of reads 0-200 ms apart, each IO checked.
-Task<void> etcdRoutedReads(R& r, ClusterData& d, int batches, RunReport& out, std::uint64_t& updates) {
+// batches of reads 0-200 ms apart, each IO checked; then the faults stop
+// (`faults`), the routing must settle (every target serving in etcd, the
+// client following) within kSettleWithin, and every chunk then reads right.
+Task<void> etcdRoutedReads(R& r, ClusterData& d, const SimEtcdStore& store, int batches, std::stop_source& faults,
+                           EtcdRunReport& report) {
+  RunReport& out = report.reads;
   std::unique_ptr<EtcdClient<R>> etcd = etcdClientOn(r);
   std::string why;
   Result<std::unique_ptr<storage::EtcdRouting<R>>> routing =
@@ -193,22 +236,32 @@ Task<void> etcdRoutedReads(R& r, ClusterData& d, int batches, RunReport& out, st
     const auto called = r.now();
     const std::vector<ClusterOutcome> outcomes = co_await client->batchRead(ios);
     out.longestBatch = std::max(out.longestBatch, r.now() - called);
-    for (std::size_t i = 0; i < ios.size(); ++i) {
-      const ClusterOutcome& io = outcomes.at(i);
-      if (!io.ok()) {
-        simLog(r, "IO failed: chunk " + std::to_string(ios[i].chunkId) + ", " + std::string(proto::toString(io.status)) +
-                      ", " + io.error.message());
-        ++out.failed[std::string(proto::toString(io.status))];
-      } else if (io.bytes != ios[i].length || !d.matches(ios[i].chunkId, ios[i].offset, ios[i].into.first(io.bytes))) {
-        out.wrongBytes += io.bytes;
-      } else {
-        ++out.ok;
-      }
+    check(r, d, ios, outcomes, out);
+  }
+  faults.request_stop();
+  const auto stopped = r.now();
+  while (!settled(store, (*routing)->table())) {
+    if (r.now() - stopped > kSettleWithin) {
+      throw std::runtime_error("the routing did not settle within 15 s of the last fault");
     }
+    co_await r.sleepFor(50ms);
+  }
+  report.settle = r.now() - stopped;
+  for (std::uint64_t first = 0; first < kClusterChunks; first += 16) {  // every chunk, whole
+    std::vector<ReadOp> ios;
+    for (std::uint64_t c = first; c < std::min<std::uint64_t>(first + 16, kClusterChunks); ++c) {
+      ReadOp op;
+      op.chunkId = c;
+      op.length = kClusterChunk;
+      op.into = std::span(arena).subspan((c - first) * kClusterChunk, kClusterChunk);
+      ios.push_back(op);
+    }
+    const std::vector<ClusterOutcome> outcomes = co_await client->batchRead(ios);
+    check(r, d, ios, outcomes, out);
   }
   out.cluster = client->stats();
   for (std::size_t i = 0; i < client->servers(); ++i) out.requests += client->serverStats(i).requests;
-  updates = (*routing)->stats().updates;
+  report.routingUpdates = (*routing)->stats().updates;
   co_await (*routing)->close();
   co_await client->close();
 }
@@ -217,13 +270,13 @@ constexpr int kEtcdRunBatches = 30;
 
 // The invariants of a run: every IO read right (the servers all live:
 // etcd's faults may delay the routing, never fail a read), none
-// unaccounted for, no batchRead past its retry budget and a request's
+// unaccounted for, the routing settled after the faults (checked in the run), no batchRead past its retry budget and a request's
 // deadline (3 s + 0.3 s), nothing in flight. What was violated, if anything.
 std::optional<std::string> etcdRunViolated(const EtcdRunReport& r) {
   std::string why;
   if (r.reads.wrongBytes != 0) why += " wrong bytes delivered as good;";
   if (failures(r.reads) != 0) why += " IOs failed;";
-  if (r.reads.ok + failures(r.reads) != kEtcdRunBatches * 16u) why += " IOs unaccounted for;";
+  if (r.reads.ok + failures(r.reads) != kEtcdRunBatches * 16u + kClusterChunks) why += " IOs unaccounted for;";
   if (r.reads.longestBatch > 3400ms) why += " a batchRead outlived its deadline;";
   if (r.reads.inFlight != 0) why += " operations left in flight;";
   if (why.empty()) return std::nullopt;
@@ -268,7 +321,7 @@ EtcdRunReport clusterEtcdRun(std::uint64_t seed, ClusterData& data, int batches 
       co_await std::move(reads);
     };
     try {
-      co_await coio::collectAll(readThenStop(etcdRoutedReads(r, d, n, out.reads, out.routingUpdates), stopFaults),
+      co_await coio::collectAll(readThenStop(etcdRoutedReads(r, d, s, n, stopFaults, out), stopFaults),
                                 etcdFaults(r, s, t, out, stopFaults.get_token()));
     } catch (...) {
       f = std::current_exception();
@@ -290,7 +343,7 @@ EtcdRunReport clusterEtcdRun(std::uint64_t seed, ClusterData& data, int batches 
 using namespace storage::simcluster;
 
 TEST_CASE("Storage cluster with its routing in the simulated etcd, under seeds: etcd stops, crashes, slows down, "
-          "loses a lease; every IO reads right",
+          "loses a lease; every IO reads right, the routing settles after the faults",
           "[sim][seeds][cluster-etcd]") {
   ClusterData data;
   const coio::sim::SeedRange seeds = coio::sim::SeedRange::fromEnvironment(20);
@@ -310,6 +363,7 @@ TEST_CASE("Storage cluster with its routing in the simulated etcd, under seeds: 
         all.etcdLeaderless += r.etcdLeaderless;
         all.leasesLost += r.leasesLost;
         all.registrations += r.registrations;
+        all.settle = std::max(all.settle, r.settle);
         return r.reads.trace;
       },
       coio::sim::thisProgram() + " '[cluster-etcd]'");
@@ -320,13 +374,14 @@ TEST_CASE("Storage cluster with its routing in the simulated etcd, under seeds: 
   CHECK(report.failures.empty());
   std::printf("[cluster-etcd]: %llu seeds, %.2f s of wall time, trace %016llx; IOs %s; etcd stopped %llu, "
               "crashed %llu, slowed %llu, without a leader %llu times, leases lost %llu; registrations %llu, chain changes %llu, "
-              "routings applied %llu\n",
+              "routings applied %llu; the routing settled at most %.2f s after the last fault\n",
               static_cast<unsigned long long>(report.runs), report.wall.count(),
               static_cast<unsigned long long>(report.trace), describe(all.reads).c_str(),
               static_cast<unsigned long long>(all.etcdStops), static_cast<unsigned long long>(all.etcdCrashes),
               static_cast<unsigned long long>(all.etcdSlowdowns), static_cast<unsigned long long>(all.etcdLeaderless),
               static_cast<unsigned long long>(all.leasesLost), static_cast<unsigned long long>(all.registrations),
-              static_cast<unsigned long long>(all.chainChanges), static_cast<unsigned long long>(all.routingUpdates));
+              static_cast<unsigned long long>(all.chainChanges), static_cast<unsigned long long>(all.routingUpdates),
+              std::chrono::duration<double>(all.settle).count());
   // The faults struck and the cluster answered: leases lost, servers registered
   // again, the manager moved chains, the client followed.
   if (seeds.count >= 20) {
