@@ -4,9 +4,10 @@
 // --etcd` runs), a ClusterManager turning registrations into chain states,
 // a ClusterClient routed by EtcdRouting, all nodes of one simulation; while
 // it reads, etcd stops (SIGSTOP) for 1-3 s, crashes and restarts, slows
-// down, loses its leader, and a server's lease is lost. Invariant: every IO reads the
-// dataset's bytes (the servers all live: etcd's faults may delay the
-// routing, never fail a read).
+// down, loses its leader, and a server's lease is lost (and, in a second
+// scenario, servers crash). Invariants: every IO reads the dataset's bytes
+// (or, with servers crashing, fails by name); once the faults stop, the
+// routing settles and every chunk reads right.
 #include "sim_cluster.hpp"
 #include "sim_etcd.hpp"
 #include "client/cluster_client.hpp"
@@ -105,8 +106,10 @@ void startEtcdServers(R& reactor, ClusterData& data, const ServerOptions& option
 // The fault schedule of etcd, beside the reads: every 0.5-1.5 s, etcd stops
 // for 1-3 s, or crashes (its connections reset, or its machine silent) and
 // restarts 0.2-2 s later, or its links slow to 100-400 ms each way for a
-// while, or it has no leader for 1-3 s, or a server's registration lease is lost (at most one per 2 s:
-// a chain keeps a serving replica while its server registers again).
+// while, or it has no leader for 1-3 s, or a server's registration lease
+// is lost (at most one per 2 s: a chain keeps a serving replica while its
+// server registers again); with `serverCrashes`, or a server crashes
+// (reset or silent) and restarts 1-8 s later. One fault at a time.
 Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, bool serverCrashes, EtcdRunReport& out,
                       std::stop_token stop) {
   const std::vector<std::string> hosts{"127.0.0.1", host(0), host(1), host(2), kManagerNode};
@@ -114,15 +117,20 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, bool s
   const auto lasting = [&r](std::uint64_t from, std::uint64_t to) {
     return std::chrono::milliseconds(from + r.random().below(to - from));
   };
+  // Holds a fault for `d` (less if stopped), then undoes it: whether to go on.
+  const auto held = [&r, &stop](std::chrono::milliseconds d, auto undo) -> Task<bool> {
+    const bool on = co_await r.sleepFor(d, stop);
+    undo();
+    simLog(r, "fault: over");
+    co_return on;
+  };
   while (co_await r.sleepFor(lasting(500, 1500), stop)) {
     switch (r.random().below(serverCrashes ? 6 : 5)) {
       case 0: {
         simLog(r, "fault: etcd stops (SIGSTOP)");
         ++out.etcdStops;
         etcd.pause();
-        const bool on = co_await r.sleepFor(lasting(1000, 3000), stop);
-        etcd.resume();
-        simLog(r, "fault: etcd goes on");
+        const bool on = co_await held(lasting(1000, 3000), [&] { etcd.resume(); });
         if (!on) co_return;
         break;
       }
@@ -131,9 +139,7 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, bool s
         simLog(r, silent ? "fault: etcd's machine is gone" : "fault: etcd crashes");
         ++out.etcdCrashes;
         etcd.kill(silent ? coio::sim::KillMode::silent : coio::sim::KillMode::reset);
-        const bool on = co_await r.sleepFor(lasting(200, 2000), stop);
-        etcd.restart();
-        simLog(r, "fault: etcd restarted");
+        const bool on = co_await held(lasting(200, 2000), [&] { etcd.restart(); });
         if (!on) co_return;
         break;
       }
@@ -142,8 +148,9 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, bool s
         simLog(r, "fault: etcd's links slow to " + std::to_string(slow.count()) + " ms");
         ++out.etcdSlowdowns;
         for (const std::string& h : hosts) r.setLink(kEtcdNode, h, {.latency = slow});
-        const bool on = co_await r.sleepFor(lasting(500, 2000), stop);
-        for (const std::string& h : hosts) r.setLink(kEtcdNode, h, {.latency = 200us});
+        const bool on = co_await held(lasting(500, 2000), [&] {
+          for (const std::string& h : hosts) r.setLink(kEtcdNode, h, {.latency = 200us});
+        });
         if (!on) co_return;
         break;
       }
@@ -151,9 +158,7 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, bool s
         simLog(r, "fault: etcd loses its leader");
         ++out.etcdLeaderless;
         store.setNoLeader(true, r.now());
-        const bool on = co_await r.sleepFor(lasting(1000, 3000), stop);
-        store.setNoLeader(false, r.now());
-        simLog(r, "fault: etcd has a leader again");
+        const bool on = co_await held(lasting(1000, 3000), [&] { store.setNoLeader(false, r.now()); });
         if (!on) co_return;
         break;
       }
@@ -164,9 +169,7 @@ Task<void> etcdFaults(R& r, SimEtcdStore& store, const ChainTable& table, bool s
         ++out.serverCrashes;
         coio::sim::Node& node = r.node(host(server));
         node.kill(silent ? coio::sim::KillMode::silent : coio::sim::KillMode::reset);
-        const bool on = co_await r.sleepFor(lasting(1000, 8000), stop);  // longer than its lease, or not
-        node.restart();
-        simLog(r, "fault: " + host(server) + " restarted");
+        const bool on = co_await held(lasting(1000, 8000), [&] { node.restart(); });  // longer than its lease, or not
         if (!on) co_return;
         break;
       }
