@@ -289,8 +289,9 @@ constexpr int kEtcdRunBatches = 30;
 // The invariants of a run: every IO read right (`strict`: the servers all
 // live, etcd's faults may delay the routing, never fail a read) or failed
 // by name (with server crashes: a chain may have no serving replica), none
-// unaccounted for, the routing settled after the faults (checked in the run), no batchRead past its retry budget and a request's
-// deadline (3 s + 0.3 s), nothing in flight. What was violated, if anything.
+// unaccounted for, the routing settled after the faults (checked in the
+// run), no batchRead past its retry budget and a request's deadline (3 s +
+// 0.3 s), nothing in flight. What was violated, if anything.
 std::optional<std::string> etcdRunViolated(const EtcdRunReport& r, bool strict) {
   std::string why;
   if (r.reads.wrongBytes != 0) why += " wrong bytes delivered as good;";
@@ -324,8 +325,8 @@ EtcdRunReport clusterEtcdRun(std::uint64_t seed, ClusterData& data, bool serverC
   std::uint64_t& changes = report.chainChanges;
   reactor.startNode(kManagerNode, [&changes](R& r) -> Task<void> {
     std::unique_ptr<EtcdClient<R>> etcd = etcdClientOn(r);
-    storage::ClusterManager<R> manager(*etcd, "mgmtd", kManagerTtl, [&r](const std::string& line) { simLog(r, "manager: " + line); },
-                                       std::chrono::seconds(1));
+    auto log = [&r](const std::string& line) { simLog(r, "manager: " + line); };
+    storage::ClusterManager<R> manager(*etcd, "mgmtd", kManagerTtl, log, std::chrono::seconds(1));
     co_await manager.run(co_await coio::currentStopToken());
     changes = manager.changes();
   });
@@ -395,9 +396,9 @@ void etcdSeeds(bool serverCrashes, const char* filter) {
                               << (report.failures.empty() ? "" : report.failures[0].what));
   CHECK(report.runs == seeds.count);
   CHECK(report.failures.empty());
-  std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx; IOs %s; etcd stopped %llu, "
-              "crashed %llu, slowed %llu, without a leader %llu times, leases lost %llu, servers crashed %llu; registrations %llu, chain changes %llu, "
-              "routings applied %llu; the routing settled at most %.2f s after the last fault\n",
+  std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx; IOs %s; etcd stopped %llu, crashed %llu, "
+              "slowed %llu, without a leader %llu times, leases lost %llu, servers crashed %llu; registrations %llu, "
+              "chain changes %llu, routings applied %llu; the routing settled at most %.2f s after the last fault\n",
               filter, static_cast<unsigned long long>(report.runs), report.wall.count(),
               static_cast<unsigned long long>(report.trace), describe(all.reads).c_str(),
               static_cast<unsigned long long>(all.etcdStops), static_cast<unsigned long long>(all.etcdCrashes),

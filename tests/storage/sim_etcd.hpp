@@ -350,7 +350,10 @@ class SimEtcdServer {
   /// cannot listen there (a test's setup error).
   coio::Task<void> run(coio::SocketAddress address) {
     coio::Result<coio::TcpListener<R>> listener = coio::TcpListener<R>::bind(reactor_, address);
-    if (!listener) throw std::runtime_error("simulated etcd: cannot listen on " + address.toString() + ": " + listener.error().message());
+    if (!listener) {
+      throw std::runtime_error("simulated etcd: cannot listen on " + address.toString() + ": " +
+                               listener.error().message());
+    }
     store_.restartLeases(reactor_.now());
     store_.onChange([this] { onChange(); });
     for (std::int64_t id : store_.leases()) scope_.spawn(expire(id));
@@ -530,8 +533,8 @@ class SimEtcdServer {
   coio::Task<void> streamChanges(Stream& stream, WatchRequest w) {
     const std::stop_token stop = co_await coio::currentStopToken();
     std::int64_t next = w.startRevision > 0 ? w.startRevision : store_.revision() + 1;
-    std::string out = simetcd::kStreamHead +
-                      simetcd::chunk(Json{{"result", {{"header", simetcd::headerJson(store_.header())}, {"created", true}}}}.dump());
+    const Json created{{"header", simetcd::headerJson(store_.header())}, {"created", true}};
+    std::string out = simetcd::kStreamHead + simetcd::chunk(Json{{"result", created}}.dump());
     for (;;) {
       if (next < store_.compactRevision()) {
         const Json canceled{{"header", simetcd::headerJson(store_.header())},
