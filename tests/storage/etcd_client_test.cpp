@@ -4,6 +4,7 @@
 // across a cluster that loses a member. The HTTP/JSON layer's bad input
 // comes from a fake peer (etcd_bad_reply_test.cpp).
 #include "etcd/etcd_client.hpp"
+#include "etcd_client_cases.hpp"
 #include "etcd_fixture.hpp"
 
 #include <coio/core/async_scope.hpp>
@@ -52,6 +53,11 @@ struct Fixture {
     client = std::move(*made);
   }
 
+  // ok(result): the value, or a failure that shows the client's log.
+  auto ok() const {
+    return [this](auto result) { return expectOk(std::move(result), *this); };
+  }
+
   // Runs `body()` (a Task<void>) to its end on the reactor.
   template <typename Body>
   void run(Body body) {
@@ -83,106 +89,13 @@ T expectOk(Result<T> r, const Fixture<R>& f) {
 TEMPLATE_LIST_TEST_CASE("etcd: put, range and delete", "[etcd]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
-  auto& c = *f.client;
-  f.run([&]() -> Task<void> {
-    auto first = expectOk(co_await c.put({"/t/a", "1"}, kTimeout), f);
-    auto second = expectOk(co_await c.put({"/t/b", std::string("two\0bytes", 9)}, kTimeout), f);
-    auto other = expectOk(co_await c.put({"/u", "elsewhere"}, kTimeout), f);
-    CHECK(second.header.revision == first.header.revision + 1);
-    CHECK(other.header.revision == second.header.revision + 1);
-
-    auto one = expectOk(co_await c.range({"/t/a"}, kTimeout), f);
-    REQUIRE(one.kvs.size() == 1);
-    CHECK(one.kvs[0].key == "/t/a");
-    CHECK(one.kvs[0].value == "1");
-    CHECK(one.kvs[0].modRevision == first.header.revision);
-    CHECK(one.kvs[0].version == 1);
-
-    auto prefix = expectOk(co_await c.range(RangeRequest::prefix("/t/"), kTimeout), f);
-    REQUIRE(prefix.kvs.size() == 2);
-    CHECK(prefix.count == 2);
-    CHECK(prefix.kvs[1].key == "/t/b");
-    CHECK(prefix.kvs[1].value == std::string("two\0bytes", 9));
-
-    // A rewrite, then the old value read at its revision.
-    auto rewrite = expectOk(co_await c.put({"/t/a", "3", 0, true}, kTimeout), f);
-    REQUIRE(rewrite.prevKv);
-    CHECK(rewrite.prevKv->value == "1");
-    RangeRequest past{"/t/a"};
-    past.revision = first.header.revision;
-    auto old = expectOk(co_await c.range(past, kTimeout), f);
-    REQUIRE(old.kvs.size() == 1);
-    CHECK(old.kvs[0].value == "1");
-
-    auto deleted = expectOk(co_await c.deleteRange(DeleteRequest::prefix("/t/"), kTimeout), f);
-    CHECK(deleted.deleted == 2);
-    auto none = expectOk(co_await c.range(RangeRequest::prefix("/t/"), kTimeout), f);
-    CHECK(none.kvs.empty());
-    CHECK(none.count == 0);
-    auto kept = expectOk(co_await c.range({"/u"}, kTimeout), f);
-    CHECK(kept.kvs.size() == 1);
-
-    // etcd's own refusal comes back as such, with its words.
-    Result<PutResponse> empty = co_await c.put({"", "no key"}, kTimeout);
-    REQUIRE(!empty);
-    CHECK(empty.error() == EtcdErrc::invalidArgument);
-    CHECK(c.lastError().find("key is not provided") != std::string::npos);
-  });
+  f.run([&] { return cases::putRangeDelete(*f.client, f.ok(), kTimeout); });
 }
 
 TEMPLATE_LIST_TEST_CASE("etcd: a transaction runs the branch its compares choose", "[etcd]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
-  auto& c = *f.client;
-  f.run([&]() -> Task<void> {
-    using Op = Compare::Op;
-    // Create if absent: the first succeeds, the second reads what is there.
-    const auto createIfAbsent = [](std::string value) {
-      return TxnRequest{{Compare::createRevision("/lock", Op::equal, 0)},
-                        {PutRequest{"/lock", std::move(value)}},
-                        {RangeRequest{"/lock"}}};
-    };
-    auto won = expectOk(co_await c.txn(createIfAbsent("me"), kTimeout), f);
-    CHECK(won.succeeded);
-    REQUIRE(won.responses.size() == 1);
-    CHECK(std::holds_alternative<PutResponse>(won.responses[0]));
-    auto lost = expectOk(co_await c.txn(createIfAbsent("you"), kTimeout), f);
-    CHECK(!lost.succeeded);
-    CHECK(lost.header.revision == won.header.revision);  // nothing written
-    REQUIRE(lost.responses.size() == 1);
-    const auto* read = std::get_if<RangeResponse>(&lost.responses[0]);
-    REQUIRE(read);
-    REQUIRE(read->kvs.size() == 1);
-    CHECK(read->kvs[0].value == "me");
-    const std::int64_t created = read->kvs[0].modRevision;
-
-    // Compare-and-swap on mod_revision: a stale revision loses.
-    TxnRequest swap{{Compare::modRevision("/lock", Op::equal, created)}, {PutRequest{"/lock", "next"}}, {}};
-    auto swapped = expectOk(co_await c.txn(swap, kTimeout), f);
-    CHECK(swapped.succeeded);
-    auto stale = expectOk(co_await c.txn(swap, kTimeout), f);
-    CHECK(!stale.succeeded);
-    CHECK(stale.responses.empty());
-
-    // Value, version and lease compares, and several operations in a branch.
-    TxnRequest multi{{Compare::valueOf("/lock", Op::equal, "next"), Compare::version("/lock", Op::greater, 1),
-                      Compare::lease("/lock", Op::equal, 0)},
-                     {PutRequest{"/a", "1"}, DeleteRequest{"/lock"}, RangeRequest::prefix("/")},
-                     {}};
-    auto all = expectOk(co_await c.txn(multi, kTimeout), f);
-    CHECK(all.succeeded);
-    REQUIRE(all.responses.size() == 3);
-    const auto* del = std::get_if<DeleteResponse>(&all.responses[1]);
-    REQUIRE(del);
-    CHECK(del->deleted == 1);
-    const auto* after = std::get_if<RangeResponse>(&all.responses[2]);
-    REQUIRE(after);
-    REQUIRE(after->kvs.size() == 1);  // one revision: the put and the delete both seen
-    CHECK(after->kvs[0].key == "/a");
-    TxnRequest notEqual{{Compare::valueOf("/a", Op::notEqual, "1")}, {PutRequest{"/a", "2"}}, {}};
-    auto unchanged = expectOk(co_await c.txn(notEqual, kTimeout), f);
-    CHECK(!unchanged.succeeded);
-  });
+  f.run([&] { return cases::transactions(*f.client, f.ok(), kTimeout); });
 }
 
 TEMPLATE_LIST_TEST_CASE("etcd: a leased key expires without keep-alives, stays with them, goes on revoke",
@@ -261,13 +174,7 @@ namespace {
 // Reads batches until `count` events came (each within kTimeout).
 template <typename R>
 Task<std::vector<Event>> collect(EtcdWatch<R>& watch, std::size_t count, const Fixture<R>& f) {
-  std::vector<Event> events;
-  while (events.size() < count) {
-    Result<WatchBatch> batch = co_await watch.next(kTimeout);
-    INFO("after " << events.size() << " events");
-    for (Event& e : expectOk(std::move(batch), f).events) events.push_back(std::move(e));
-  }
-  co_return events;
+  return cases::collectEvents(watch, count, f.ok(), kTimeout);
 }
 
 }  // namespace
@@ -275,42 +182,7 @@ Task<std::vector<Event>> collect(EtcdWatch<R>& watch, std::size_t count, const F
 TEMPLATE_LIST_TEST_CASE("etcd: a watch sees puts and deletes in order", "[etcd]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
-  auto& c = *f.client;
-  f.run([&]() -> Task<void> {
-    (void)expectOk(co_await c.put({"/w/before", "old"}, kTimeout), f);
-    auto watch = expectOk(co_await c.watch(WatchRequest::prefix("/w/"), kTimeout), f);
-    auto a = expectOk(co_await c.put({"/w/a", "1"}, kTimeout), f);
-    (void)expectOk(co_await c.put({"/elsewhere", "-"}, kTimeout), f);
-    auto b = expectOk(co_await c.put({"/w/b", "2"}, kTimeout), f);
-    auto d = expectOk(co_await c.deleteRange({"/w/a"}, kTimeout), f);
-    std::vector<Event> events = co_await collect(*watch, 3, f);
-    REQUIRE(events.size() == 3);
-    CHECK(events[0].type == Event::Type::put);
-    CHECK(events[0].kv.key == "/w/a");
-    CHECK(events[0].kv.value == "1");
-    CHECK(events[0].kv.modRevision == a.header.revision);
-    CHECK(events[1].kv.key == "/w/b");
-    CHECK(events[1].kv.modRevision == b.header.revision);
-    CHECK(events[2].type == Event::Type::del);
-    CHECK(events[2].kv.key == "/w/a");
-    CHECK(events[2].kv.modRevision == d.header.revision);
-    CHECK(watch->nextRevision() == d.header.revision + 1);
-
-    // Nothing more: the deadline, and the watch goes on.
-    const auto started = Clock::now();
-    Result<WatchBatch> quiet = co_await watch->next(200ms);
-    CHECK(quiet.error() == std::errc::timed_out);
-    CHECK(Clock::now() - started < 200ms + kSlack);
-    auto e = expectOk(co_await c.put({"/w/c", "3"}, kTimeout), f);
-    std::vector<Event> later = co_await collect(*watch, 1, f);
-    CHECK(later[0].kv.modRevision == e.header.revision);
-
-    // From a past revision: the history again, from there.
-    auto replay = expectOk(co_await c.watch(WatchRequest::prefix("/w/", a.header.revision), kTimeout), f);
-    std::vector<Event> history = co_await collect(*replay, 4, f);
-    CHECK(history[0].kv.modRevision == a.header.revision);
-    CHECK(history[3].kv.modRevision == e.header.revision);
-  });
+  f.run([&] { return cases::watchInOrder(*f.client, f.ok(), kTimeout, [] { return Clock::now(); }, kSlack); });
 }
 
 TEMPLATE_LIST_TEST_CASE("etcd: a watch survives etcd restarts and misses no event", "[etcd]", Reactors) {
@@ -355,34 +227,13 @@ TEMPLATE_LIST_TEST_CASE("etcd: a watch survives etcd restarts and misses no even
 TEMPLATE_LIST_TEST_CASE("etcd: a watch from a compacted revision fails as such", "[etcd]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
-  auto& c = *f.client;
-  f.run([&]() -> Task<void> {
-    auto first = expectOk(co_await c.put({"/k", "1"}, kTimeout), f);
-    (void)expectOk(co_await c.put({"/k", "2"}, kTimeout), f);
-    auto third = expectOk(co_await c.put({"/k", "3"}, kTimeout), f);
-    // Compaction is outside the client's subset: etcd's own tool does it.
-    const std::string compact = "ETCDCTL_API=3 etcdctl --endpoints=" + etcd.endpoint(0) + " compact " +
-                                std::to_string(third.header.revision) + " >/dev/null 2>&1";
-    REQUIRE(std::system(compact.c_str()) == 0);
-    // etcd creates the watch, then cancels it: the error comes from
-    // watch() or from the first next().
-    Result<std::unique_ptr<EtcdWatch<TestType>>> late =
-        co_await c.watch(WatchRequest{"/k", "", first.header.revision}, kTimeout);
-    std::error_code error = late.error();
-    if (late) {
-      Result<WatchBatch> batch = co_await (*late)->next(kTimeout);
-      error = batch.error();
-      CHECK((*late)->compactRevision() == third.header.revision);
-      Result<WatchBatch> still = co_await (*late)->next(kTimeout);
-      CHECK(still.error() == EtcdErrc::compacted);  // for good
-    }
-    CHECK(error == EtcdErrc::compacted);
-    CHECK(c.lastError().find("compacted") != std::string::npos);
-    RangeRequest past{"/k"};
-    past.revision = first.header.revision;
-    Result<RangeResponse> old = co_await c.range(past, kTimeout);
-    CHECK(old.error() == EtcdErrc::compacted);
-  });
+  // Compaction is outside the client's subset: etcd's own tool does it.
+  const auto compact = [&etcd](std::int64_t revision) {
+    const std::string command = "ETCDCTL_API=3 etcdctl --endpoints=" + etcd.endpoint(0) + " compact " +
+                                std::to_string(revision) + " >/dev/null 2>&1";
+    REQUIRE(std::system(command.c_str()) == 0);
+  };
+  f.run([&] { return cases::compactedWatch(*f.client, f.ok(), kTimeout, compact); });
 }
 
 TEMPLATE_LIST_TEST_CASE("etcd: calls to a stopped etcd fail within their deadline, and work once it is back",
