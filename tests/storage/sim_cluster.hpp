@@ -15,6 +15,7 @@
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
+#include <coio/testing/seed_driver.hpp>
 #include <coio/testing/sim_disk.hpp>
 #include <coio/testing/sim_reactor.hpp>
 
@@ -116,6 +117,15 @@ inline std::vector<ReadOp> drawIos(coio::sim::Random& random, std::span<std::byt
     ios.push_back(op);
   }
   return ios;
+}
+
+/// How many seeds of `report` failed, and the first one's seed and failure.
+inline std::string failedSeeds(const coio::sim::SeedReport& report) {
+  std::string s = std::to_string(report.failures.size()) + " of " + std::to_string(report.runs) + " seeds failed";
+  if (!report.failures.empty()) {
+    s += "; the first: seed " + std::to_string(report.failures[0].seed) + ": " + report.failures[0].what;
+  }
+  return s;
 }
 
 inline std::string describe(const RunReport& r) {

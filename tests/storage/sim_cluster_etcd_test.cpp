@@ -391,9 +391,7 @@ void etcdSeeds(bool serverCrashes, const char* filter) {
         return r.reads.trace;
       },
       coio::sim::thisProgram() + " '" + filter + "'");
-  INFO(report.failures.size() << " of " << report.runs << " seeds failed; the first: seed "
-                              << (report.failures.empty() ? 0 : report.failures[0].seed) << ": "
-                              << (report.failures.empty() ? "" : report.failures[0].what));
+  INFO(failedSeeds(report));
   CHECK(report.runs == seeds.count);
   CHECK(report.failures.empty());
   std::printf("%s: %llu seeds, %.2f s of wall time, trace %016llx; IOs %s; etcd stopped %llu, crashed %llu, "
