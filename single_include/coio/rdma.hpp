@@ -9714,8 +9714,7 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// Starts a node at `ip` (see Node): `main(reactor)` on a reactor of its
   /// own in this simulation, whose sockets are at `ip`. Only on the
   /// reactor that runs the simulation (not on a node's). The node lives as
-  /// long as this reactor; kill() it before the end if its tasks must end
-  /// as they would when stopped (else its frames are destroyed with it).
+  /// long as this reactor, whose destruction kills it if it still runs.
   /// std::invalid_argument for a malformed address or one a live node has.
   Node& startNode(std::string_view ip, NodeMain main);
   /// The node started at `ip`; std::invalid_argument if there is none.
@@ -9938,7 +9937,17 @@ namespace coio::sim {
 inline std::uint64_t lastTraceHash() noexcept { return detail::lastTraceSlot(); }
 
 // The nodes go first: their reactors leave the world before the runner's.
+// Those still running are killed, so that a run that failed (an exception
+// out of runUntil) unwinds as one that ended does: their tasks end as when
+// stopped (a service that asserts it was shut down before it is destroyed
+// is), and one that cannot end is destroyed as it is.
 inline SimReactor::~SimReactor() {
+  for (const auto& n : nodes_) {
+    try {
+      n->kill();
+    } catch (...) {  // a node that could not end: destroyed below, frames and all
+    }
+  }
   nodes_.clear();
   if (backend_.host.family == AF_UNSPEC) detail::lastTraceSlot() = traceHash();
 }

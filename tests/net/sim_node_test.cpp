@@ -321,3 +321,22 @@ TEST_CASE("sim nodes: the same seed kills and restarts the same way", "[sim][nod
   CHECK(run(11) == run(11));
   CHECK(run(11) != run(12));
 }
+
+TEST_CASE("sim nodes: a run that fails still stops its nodes as a kill does", "[sim][nodes]") {
+  bool shutDown = false;
+  {
+    SimReactor sim(8);
+    sim.startNode("10.0.0.1", [&shutDown](SimReactor& r) -> coio::Task<void> {
+      const std::stop_token stop = co_await coio::currentStopToken();
+      co_await r.sleepFor(1h, stop);
+      shutDown = true;  // its shutdown path: after the stop
+    });
+    CHECK_THROWS_WITH(sim.runUntil([](SimReactor& r) -> coio::Task<void> {
+      co_await r.sleepFor(1s);
+      throw std::runtime_error("an invariant broke");
+    }(sim)),
+                      "an invariant broke");
+    CHECK_FALSE(shutDown);
+  }
+  CHECK(shutDown);
+}
