@@ -146,7 +146,7 @@ TEMPLATE_LIST_TEST_CASE("etcd: a leased key expires without keep-alives, stays w
   });
 }
 
-TEMPLATE_LIST_TEST_CASE("etcd: a heartbeat keeps its lease across an etcd restart", "[etcd]", Reactors) {
+TEMPLATE_LIST_TEST_CASE("etcd: a heartbeat keeps its lease across an etcd restart", "[etcd][restart]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
   auto& c = *f.client;
@@ -185,7 +185,7 @@ TEMPLATE_LIST_TEST_CASE("etcd: a watch sees puts and deletes in order", "[etcd]"
   f.run([&] { return cases::watchInOrder(*f.client, f.ok(), kTimeout, [] { return Clock::now(); }, kSlack); });
 }
 
-TEMPLATE_LIST_TEST_CASE("etcd: a watch survives etcd restarts and misses no event", "[etcd]", Reactors) {
+TEMPLATE_LIST_TEST_CASE("etcd: a watch survives etcd restarts and misses no event", "[etcd][restart]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
   auto& c = *f.client;
@@ -237,7 +237,7 @@ TEMPLATE_LIST_TEST_CASE("etcd: a watch from a compacted revision fails as such",
 }
 
 TEMPLATE_LIST_TEST_CASE("etcd: calls to a stopped etcd fail within their deadline, and work once it is back",
-                        "[etcd]", Reactors) {
+                        "[etcd][restart]", Reactors) {
   EtcdCluster etcd;
   Fixture<TestType> f(etcd.endpoints());
   auto& c = *f.client;
