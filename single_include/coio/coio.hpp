@@ -8183,6 +8183,10 @@ class ManualExecutor {
 // SimBackend: each SimReactor's ReactorBackend, its window on the world:
 // the world's first reactor runs the loop, and gives the others (its
 // nodes) their turns from its poll.
+// One file (over 700 lines): the world's event queue is one state machine
+// (segments, SYN retries, partitions, disk completions, scheduled faults
+// all go through deliverEvents), and SimBackend is its thin per-reactor
+// face; the sockets themselves are in sim_socket.hpp.
 // begin <coio/testing/detail/sim_socket.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_SOCKET_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_SOCKET_HPP

@@ -8,6 +8,10 @@
 // SimBackend: each SimReactor's ReactorBackend, its window on the world:
 // the world's first reactor runs the loop, and gives the others (its
 // nodes) their turns from its poll.
+// One file (over 700 lines): the world's event queue is one state machine
+// (segments, SYN retries, partitions, disk completions, scheduled faults
+// all go through deliverEvents), and SimBackend is its thin per-reactor
+// face; the sockets themselves are in sim_socket.hpp.
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
 #include <coio/reactor/detail/loop_core.hpp>
