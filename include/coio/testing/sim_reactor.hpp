@@ -367,6 +367,9 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// send() of the parts, gathered (a copy: the simulation is not timed).
   SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
     detail::SimSendAttempt attempt;
+    std::size_t total = 0;
+    for (const iovec& part : parts) total += part.iov_len;
+    attempt.gathered.reserve(total);
     for (const iovec& part : parts) {
       const auto* p = static_cast<const std::byte*>(part.iov_base);
       attempt.gathered.insert(attempt.gathered.end(), p, p + part.iov_len);
