@@ -3,6 +3,7 @@
 // --help is exit 0 with the help on stdout; a good command line runs.
 #include <catch2/catch.hpp>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,6 +94,56 @@ TEST_CASE("coio-storage-bench refuses a bad command line with one line and exit 
   checkRefused(bench, {"--chunks", "8", "--chunk-size", "1M", "--etcd", "a,,b"}, "--etcd");
   checkRefused(bench, {"--chunks", "8", "--chunk-size", "1M", "--io-size", "2M"}, "--io-size is larger than a chunk");
   checkRefused(bench, {"--io-size", "4K"}, "dataset's shape");
+  checkRefused(bench, {"--chunks", "8", "--chunk-size", "1M", "--reactors", "0"}, "--reactors");
+  checkRefused(bench, {"--chunks", "8", "--chunk-size", "1M", "--connections", "2", "--reactors", "3"},
+               "--reactors is more than --connections");
+  checkRefused(bench, {"--cluster", "/nonexistent", "--reactors", "2"}, "a cluster client runs on one reactor");
+}
+
+TEST_CASE("The bench spreads its connections over --reactors threads, against a server of two, every byte right",
+          "[storage][cli]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("coio-cli-test-mt-" + std::to_string(::getpid()));
+  REQUIRE(runProgram(COIO_STORAGE_SERVER_BIN, {"init", "--dir", dir.string(), "--chunks", "8", "--chunk-size", "1M"})
+              .exitCode == 0);
+  const std::filesystem::path log = dir / "server.log";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<std::string> args{COIO_STORAGE_SERVER_BIN, "serve", "--dir", dir.string(), "--listen", "127.0.0.1:0",
+                                "--reactors", "2", "--buffered"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t server = 0;
+  REQUIRE(posix_spawn(&server, COIO_STORAGE_SERVER_BIN, &actions, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  std::string address;
+  for (int i = 0; i < 100 && address.empty(); ++i) {
+    const std::string text = slurp(log);
+    if (const std::size_t at = text.find("listening on "); at != std::string::npos && text.find('\n', at) != std::string::npos) {
+      address = text.substr(at + 13, text.find('\n', at) - at - 13);
+    } else {
+      ::usleep(100'000);
+    }
+  }
+  Ran ran;
+  if (!address.empty()) {
+    ran = runProgram(COIO_STORAGE_BENCH_BIN, {"--address", address, "--dir", dir.string(), "--io-size", "64K",
+                                              "--connections", "3", "--reactors", "2", "--depth", "5", "--duration",
+                                              "1", "--verify", "--json"});
+  }
+  ::kill(server, SIGTERM);
+  int status = 0;
+  ::waitpid(server, &status, 0);
+  std::filesystem::remove_all(dir);
+  REQUIRE(!address.empty());
+  INFO("stdout: " << ran.out << "stderr: " << ran.err);
+  CHECK(ran.exitCode == 0);  // 0: IOs were read and none failed or had a wrong byte
+  CHECK(ran.out.find("\"reactors\":2,\"connections\":3") != std::string::npos);
+  CHECK(ran.out.find("\"errors\":{\"total\":0") != std::string::npos);
+  CHECK(ran.out.find("\"ios\":0,") == std::string::npos);
+  CHECK(WIFEXITED(status));
 }
 
 TEST_CASE("The programs print their help on stdout and exit 0", "[storage][cli]") {

@@ -3,10 +3,13 @@
 # commits (the cost of a change), or datasets written with different init options (a setting's).
 # The ratios of throughput and CPU per GiB to the first variant are what it reports.
 #
-#   tests/bench/storage/run_storage_ab.sh LABEL=BUILD_DIR[:INIT_OPTIONS] LABEL=BUILD_DIR[:INIT_OPTIONS]...
+#   tests/bench/storage/run_storage_ab.sh LABEL=BUILD_DIR[:INIT[:SERVE[:BENCH]]] LABEL=...
 #
 #   e.g. base=build-base new=build-sbench                    (BUILD_DIRs configured from two trees)
 #        4K=build-sbench:"--block-size 4K" 64K=build-sbench:"--block-size 64K"
+#        1x1=build-sbench::"--reactors 1":"--reactors 1" 2x2=build-sbench::"--reactors 2":"--reactors 2"
+#   INIT, SERVE, BENCH: more options of the variant's coio-storage-server init, serve (after the
+#   script's own: --reactors $REACTORS ...; the last of an option counts) and coio-storage-bench.
 #
 # Each variant gets its own dataset (CHUNKS x 4 MiB, written by its own coio-storage-server init,
 # with its INIT_OPTIONS) and its own server (its build's coio-storage-server, started once, all of
@@ -48,10 +51,12 @@ die() { echo "run_storage_ab.sh: $*" >&2; exit 1; }
 (($# >= 2)) || die "give two variants or more: LABEL=BUILD_DIR[:INIT_OPTIONS] (see the header)"
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds, not '$duration'"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
-labels=() builds=() inits=()
+labels=() builds=() inits=() serves=() benches=()
 for spec in "$@"; do
-  [[ $spec =~ ^([A-Za-z0-9._-]+)=([^:]+)(:(.*))?$ ]] || die "not LABEL=BUILD_DIR[:INIT_OPTIONS]: $spec"
+  [[ $spec =~ ^([A-Za-z0-9._-]+)=([^:]+)(:([^:]*))?(:([^:]*))?(:([^:]*))?$ ]] ||
+    die "not LABEL=BUILD_DIR[:INIT[:SERVE[:BENCH]]]: $spec"
   labels+=("${BASH_REMATCH[1]}") builds+=("${BASH_REMATCH[2]}") inits+=("${BASH_REMATCH[4]}")
+  serves+=("${BASH_REMATCH[6]}") benches+=("${BASH_REMATCH[8]}")
 done
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-sab-XXXXXX")
@@ -68,11 +73,12 @@ for i in "${!labels[@]}"; do
   cmake --build "$build" -j "$(nproc)" --target coio-storage-server coio-storage-bench >&2
   bin=$build/examples/storage_server
   echo "== $label: dataset of $chunks x 4 MiB (init ${inits[$i]:-with no option})" >&2
-  # shellcheck disable=SC2086  # INIT_OPTIONS are words
+  # shellcheck disable=SC2086  # INIT and SERVE options are words
   "$bin/coio-storage-server" init --dir "$work/$label" --chunks "$chunks" --chunk-size 4M --chunks-per-file 64 \
     ${inits[$i]} >&2
   start_storage_server "$bin/coio-storage-server" "$work/$label.log" 100 serve --dir "$work/$label" \
-    --listen 127.0.0.1:0 --reactors "$reactors" --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"}
+    --listen 127.0.0.1:0 --reactors "$reactors" --reactor "$reactor" --pool 128M ${cc:+--tcp-congestion "$cc"} \
+    ${serves[$i]}
   [[ -n $address ]] || { cat "$work/$label.log" >&2; die "$label: the server did not start"; }
   grep -qi "buffered" "$work/$label.log" && die "$label: the server fell back to buffered reads (no O_DIRECT in $work)"
   pids+=("$server_pid") addresses+=("$address")
@@ -89,7 +95,7 @@ run_bench() {  # variant size batch depth seconds round check(0|1) [results file
   s0=$(cpu_ticks "$pid")
   "$bin/coio-storage-bench" --address "${addresses[$i]}" --dir "$work/${labels[$i]}" --io-size "$size" \
     --batch "$batch" --depth "$depth" --connections 2 --duration "$seconds" --reactor "$reactor" --json "${flags[@]}" \
-    >"$out" || { cat "$out" >&2; die "${labels[$i]}: coio-storage-bench failed or reported errors ($size)"; }
+    ${benches[$i]} >"$out" || { cat "$out" >&2; die "${labels[$i]}: coio-storage-bench failed or reported errors ($size)"; }
   times >"$work/times1"
   s1=$(cpu_ticks "$pid")
   c0=$(children_cpu "$work/times0") c1=$(children_cpu "$work/times1")
@@ -124,6 +130,10 @@ for size in $sizes; do
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+for i in "${!labels[@]}"; do
+  echo "- ${labels[$i]}: ${builds[$i]}; init ${inits[$i]:-as is}; serve ${serves[$i]:-as is}; bench ${benches[$i]:-as is}"
+done
 
 python3 - "$results" "$duration" "$rounds" "$reactors" "$reactor" "$verify" "$chunks" "$load_before" "$load_after" \
   "${labels[@]}" <<'PY'

@@ -72,6 +72,11 @@ void declare(CLI::App& app, CommandLine& line) {
   app.add_option("--connections", s.connections, "spread over this many connections")
       ->transform(countIn(1, 1024))
       ->capture_default_str();
+  app.add_option("--reactors", s.reactors,
+                 "reactor threads the connections are spread over (connection c on thread c mod N; "
+                 "--max-transmissions split between them); the live line is shown with one")
+      ->transform(countIn(1, 256))
+      ->capture_default_str();
   app.add_option("--max-transmissions", s.maxTransmissions, "the client's transmission limit")
       ->transform(countIn(1, UINT64_MAX))
       ->capture_default_str();
@@ -130,6 +135,10 @@ int main(int argc, char** argv) {
   if (!settings.routingLog.empty() && settings.etcdEndpoints.empty() && settings.clusterFile.empty()) {
     return problem("--routing-log is a cluster client's: it needs --cluster or --etcd");
   }
+  if (settings.reactors > 1 && (!settings.etcdEndpoints.empty() || !settings.clusterFile.empty())) {
+    return problem("--reactors is for one server's connections: a cluster client runs on one reactor");
+  }
+  if (settings.reactors > settings.connections) return problem("--reactors is more than --connections");
   if (!settings.etcdEndpoints.empty()) {
     if (!settings.clusterFile.empty()) return problem("--etcd replaces --cluster FILE: give one");
     settings.layout = {1, settings.ioSize, 1};  // a placeholder: etcd's routing gives the shape (runCluster)

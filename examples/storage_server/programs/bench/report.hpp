@@ -231,12 +231,12 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
                p999 = percentile(tally.latencies, 0.999) * 1e3;
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   if (settings.json) {
-    std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
+    std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"reactors\":%zu,\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
                 "\"io_size\":%u,\"verify\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
                 "\"errors\":{\"total\":%llu,\"io_status\":{\"total\":%llu,\"by_status\":{%s}},\"checksum\":%llu,"
                 "\"content\":%llu,\"wrong_bytes\":%llu,\"timed_out\":%llu,\"request\":%llu}",
-                settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(),
+                settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(), settings.reactors,
                 cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
                 settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios), u(tally.bytes), iops, gib,
                 p50, p99, p999, u(tally.errors()), u(tally.badStatus), statusCounts(tally, "\"%s\":%llu", ",").c_str(),
@@ -248,9 +248,9 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
   }
   const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + cluster->source + ")"
                                  : settings.server.toString();
-  std::printf("coio-storage-bench: %s to %s, %s reactor, %zu connection(s), depth %zu, batch %zu x %u bytes, "
-              "verify %s\n",
-              settings.transport.c_str(), to.c_str(), std::string(coio::toString(settings.kind)).c_str(),
+  std::printf("coio-storage-bench: %s to %s, %zu %s reactor(s), %zu connection(s), depth %zu, batch %zu x %u "
+              "bytes, verify %s\n",
+              settings.transport.c_str(), to.c_str(), settings.reactors, std::string(coio::toString(settings.kind)).c_str(),
               cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
               settings.ioSize, settings.verify ? "on" : "off");
   std::printf("  duration        %.2f s\n", elapsed);

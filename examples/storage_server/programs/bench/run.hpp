@@ -13,6 +13,7 @@
 #endif
 
 #include <coio/core/collect_all.hpp>
+#include <coio/reactor/reactor_pool.hpp>
 
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -139,22 +141,30 @@ coio::Task<coio::Result<std::unique_ptr<storage::Channel<R>>>> connectRdma(R& re
 }
 #endif
 
-// Runs --depth workers for --duration, worker w on clients[w % clients]
-// with its slice of `memory`, and the live line; the seconds it took.
+// When a run that began at `begin` ends: --duration later.
+inline Clock::time_point endOfRun(const Settings& settings, Clock::time_point begin) {
+  return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.duration));
+}
+
+// A worker (its index w of --depth: its seed and slice of the memory) and its client.
+template <typename Client>
+using WorkerOn = std::pair<std::size_t, Client*>;
+
+// Runs `workers` until `end`, each keeping a batch in flight on its client
+// with its slice of `memory`, and the live line if `live`; the seconds
+// since `begin`.
 template <coio::Reactor R, typename Client>
-coio::Task<double> runWorkers(R& reactor, const Settings& settings, std::vector<Client*> clients,
-                              std::span<std::byte> memory, std::vector<Tally>& tallies) {
+coio::Task<double> runWorkers(R& reactor, const Settings& settings, std::vector<WorkerOn<Client>> workers,
+                              std::span<std::byte> memory, std::vector<Tally>& tallies, Clock::time_point begin,
+                              Clock::time_point end, bool live) {
   FailureLog failures;
-  const Clock::time_point begin = reactor.now();
-  const Clock::time_point end =
-      begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.duration));
   std::vector<coio::Task<void>> tasks;
-  for (std::size_t w = 0; w < settings.depth; ++w) {
-    const std::size_t slice = settings.batch * settings.ioSize;
-    tasks.push_back(worker(reactor, *clients[w % clients.size()], settings, end, 1000 + w,
-                           memory.subspan(w * slice, slice), tallies[w], failures));
+  const std::size_t slice = settings.batch * settings.ioSize;
+  for (const auto& [w, client] : workers) {
+    tasks.push_back(worker(reactor, *client, settings, end, 1000 + w, memory.subspan(w * slice, slice), tallies[w],
+                           failures));
   }
-  tasks.push_back(progress(reactor, begin, end, tallies));
+  if (live) tasks.push_back(progress(reactor, begin, end, tallies));
   co_await coio::collectAllRange(std::move(tasks));
   co_return std::chrono::duration<double>(reactor.now() - begin).count();
 }
@@ -184,28 +194,72 @@ coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& 
   co_return co_await storage::StorageClient<R>::connect(reactor, settings.server, limiter, options);
 }
 
+// What one reactor of a run does (`part` of --reactors): connects the
+// clients c with c % reactors == part, runs the workers w whose client
+// (w % connections) is one of them, closes its clients. Runs on `reactor`'s
+// thread. How long its workers ran, or the failed connect's error.
 template <coio::Reactor R>
-coio::Task<int> run(R& reactor, const Settings& settings) {
-  storage::TransmissionLimiter limiter(settings.maxTransmissions);
-  // Every worker's destinations, in one allocation that each client registers once (RDMA).
-  std::vector<std::byte> memory(settings.depth * settings.batch * settings.ioSize);
+coio::Task<coio::Result<double>> runPart(R& reactor, const Settings& settings, std::size_t part,
+                                         std::span<std::byte> memory, std::vector<Tally>& tallies,
+                                         Clock::time_point begin, Clock::time_point end) {
+  // --max-transmissions is the client's, split between the reactors (a limiter is one thread's).
+  storage::TransmissionLimiter limiter((settings.maxTransmissions + settings.reactors - 1) / settings.reactors);
   std::vector<std::unique_ptr<storage::StorageClient<R>>> clients;
-  for (std::size_t c = 0; c < settings.connections; ++c) {
+  std::error_code failed;
+  for (std::size_t c = part; c < settings.connections; c += settings.reactors) {
     coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await connect(reactor, settings, limiter, memory);
     if (!client) {
       std::fprintf(stderr, "coio-storage-bench: cannot connect to %s over %s: %s (is coio-storage-server running%s?)\n",
                    settings.server.toString().c_str(), settings.transport.c_str(), client.error().message().c_str(),
                    settings.transport == "rdma" ? " with --transport rdma" : "");
-      for (auto& open : clients) co_await open->close();
-      co_return 1;
+      failed = client.error();
+      break;
     }
     clients.push_back(std::move(*client));
   }
-  std::vector<storage::StorageClient<R>*> all;
-  for (auto& client : clients) all.push_back(client.get());
+  double elapsed = 0;
+  if (!failed) {
+    // Worker w's client is connection w % connections: this part's (w % connections) / reactors-th.
+    std::vector<WorkerOn<storage::StorageClient<R>>> workers;
+    for (std::size_t w = 0; w < settings.depth; ++w) {
+      const std::size_t c = w % settings.connections;
+      if (c % settings.reactors == part) workers.emplace_back(w, clients[c / settings.reactors].get());
+    }
+    elapsed = co_await runWorkers(reactor, settings, std::move(workers), memory, tallies, begin, end,
+                                  settings.reactors == 1);
+  }
+  for (auto& open : clients) co_await open->close();
+  if (failed) co_return failed;
+  co_return elapsed;
+}
+
+// One server: --connections spread over --reactors reactor threads, this
+// one (`reactor`, part 0) and a pool of the others. Each part hops to its
+// reactor, runs there, and hops back: tallies are merged on this thread.
+template <coio::Reactor R>
+coio::Task<int> run(R& reactor, const Settings& settings) {
+  // Every worker's destinations, in one allocation that each client registers once (RDMA).
+  std::vector<std::byte> memory(settings.depth * settings.batch * settings.ioSize);
   std::vector<Tally> tallies(settings.depth);
-  const double elapsed = co_await runWorkers(reactor, settings, all, memory, tallies);
-  for (auto& client : clients) co_await client->close();
+  std::optional<coio::ReactorPool<R>> others;
+  if (settings.reactors > 1) others.emplace(settings.reactors - 1);
+  const Clock::time_point begin = reactor.now(), end = endOfRun(settings, begin);
+  const auto part = [&](std::size_t p) -> coio::Task<coio::Result<double>> {
+    if (p > 0) co_await others->reactor(p - 1).schedule();
+    coio::Result<double> ran = co_await runPart(p > 0 ? others->reactor(p - 1) : reactor, settings, p, memory,
+                                                tallies, begin, end);
+    if (p > 0) co_await reactor.schedule();
+    co_return ran;
+  };
+  std::vector<coio::Task<coio::Result<double>>> parts;
+  for (std::size_t p = 0; p < settings.reactors; ++p) parts.push_back(part(p));
+  double elapsed = 0;
+  bool connected = true;
+  for (const coio::Result<double>& ran : co_await coio::collectAllRange(std::move(parts))) {
+    connected = connected && ran.hasValue();
+    if (ran) elapsed = std::max(elapsed, *ran);
+  }
+  if (!connected) co_return 1;
   co_return finish(settings, tallies, elapsed, nullptr);
 }
 
@@ -288,8 +342,11 @@ coio::Task<int> runCluster(R& reactor, Settings& settings) {
   std::vector<Tally> tallies(settings.depth);
   double elapsed = 0;
   if (registered) {
-    std::vector<storage::ClusterClient<R>*> one(1, client.get());
-    elapsed = co_await runWorkers(reactor, settings, std::move(one), memory, tallies);
+    std::vector<WorkerOn<storage::ClusterClient<R>>> workers;
+    for (std::size_t w = 0; w < settings.depth; ++w) workers.emplace_back(w, client.get());
+    const Clock::time_point begin = reactor.now();
+    elapsed = co_await runWorkers(reactor, settings, std::move(workers), memory, tallies, begin,
+                                  endOfRun(settings, begin), true);
   }
   ClusterFigures figures{settings.clusterFile, settings.table->chains().size(), client->stats(), {}, {}, {}};
   if (routing) {

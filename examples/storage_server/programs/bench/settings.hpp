@@ -32,6 +32,7 @@ struct Settings {
   std::uint32_t ioSize = 64 * 1024;
   std::uint32_t target = 0;
   std::size_t batch = 16, depth = 8, connections = 4, maxTransmissions = 64;
+  std::size_t reactors = 1;  // --reactors: threads the connections are spread over
   double duration = 10;
   std::chrono::milliseconds timeout{30000};
   coio::ReactorKind kind = coio::ReactorKind::uring;
