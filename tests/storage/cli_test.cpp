@@ -1,10 +1,12 @@
 #include "programs/cli.hpp"
 
 #include <catch2/catch.hpp>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 TEST_CASE("The server raises its fd limit to the hard limit", "[storage][cli]") {
@@ -19,6 +21,23 @@ TEST_CASE("The server raises its fd limit to the hard limit", "[storage][cli]") 
   CHECK(after.rlim_cur == before.rlim_max);
   CHECK(limit == after.rlim_cur);
   (void)::setrlimit(RLIMIT_NOFILE, &before);
+}
+
+TEST_CASE("The default reactor count is the CPUs the process may run on, not the machine's", "[storage][cli]") {
+  cpu_set_t mine;
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  CHECK(storage::cli::usableCpus() == static_cast<std::size_t>(CPU_COUNT(&mine)));
+  // On a thread narrowed to one CPU (as taskset or a cpuset would): one.
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  std::size_t narrowed = 0;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (::sched_setaffinity(0, sizeof one, &one) == 0) narrowed = storage::cli::usableCpus();
+  }).join();
+  CHECK(narrowed == 1);
 }
 
 TEST_CASE("The default connection limit stays well under the fd limit", "[storage][cli]") {

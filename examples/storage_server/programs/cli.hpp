@@ -8,6 +8,7 @@
 #include "cluster/numbers.hpp"
 
 #include <CLI/CLI.hpp>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 namespace storage::cli {
@@ -120,6 +122,16 @@ inline std::uint64_t raiseFdLimit() {
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
   return limit.rlim_cur == RLIM_INFINITY ? UINT64_MAX : limit.rlim_cur;
+}
+
+/// The CPUs this process may run on (its affinity mask: a container's or
+/// taskset's share, not the machine's count), at least 1: the default
+/// number of reactor threads.
+inline std::size_t usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 /// The fds a connection holds: its TCP socket, and over RDMA also its

@@ -74,7 +74,8 @@ void declare(CLI::App& app, CommandLine& line) {
       ->capture_default_str();
   app.add_option("--reactors", s.reactors,
                  "reactor threads the connections are spread over (connection c on thread c mod N; "
-                 "--max-transmissions split between them); the live line is shown with one")
+                 "--max-transmissions split between them; the live line is shown with one). Default one: the "
+                 "bench usually shares the machine with the server it measures")
       ->transform(countIn(1, 256))
       ->capture_default_str();
   app.add_option("--max-transmissions", s.maxTransmissions, "the client's transmission limit")

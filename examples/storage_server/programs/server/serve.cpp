@@ -226,7 +226,10 @@ Command addServe(CLI::App& program) {
   sub->add_option("--transport", s.transport, "tcp or rdma")
       ->check(CLI::IsMember({"tcp", "rdma"}))
       ->capture_default_str();
-  sub->add_option("--reactors", s.reactors, "reactor threads, one shard each")
+  s.reactors = std::min<std::size_t>(usableCpus(), 256);
+  sub->add_option("--reactors", s.reactors,
+                  "reactor threads, one shard each, each with its own --pool (default: the CPUs this process may "
+                  "run on)")
       ->transform(countIn(1, 256))
       ->capture_default_str();
   sub->add_option_function<std::string>(

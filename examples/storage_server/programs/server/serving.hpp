@@ -37,7 +37,7 @@ namespace storage::cli {
 struct ServeSettings {
   std::vector<storage::TargetSpec> targets;
   coio::SocketAddress listen;
-  std::size_t reactors = 1;
+  std::size_t reactors = 1;  // --reactors; its default: usableCpus()
   coio::ReactorKind kind = coio::ReactorKind::uring;
   storage::ServerOptions server;
   std::optional<std::uint64_t> maxConnections;  // in all; default: from the fd limit
