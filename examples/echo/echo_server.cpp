@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  coio::detail::FileDescriptor signalFd(::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
+  coio::FileDescriptor signalFd(::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
 
   return coio::withReactor(kind, [&](auto& reactor) {
     using R = std::remove_reference_t<decltype(reactor)>;

@@ -4913,30 +4913,40 @@ struct [[nodiscard]] TransformAwaiter {
 // begin <coio/net/tcp_stream.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
 #define COIO_SINGLE_INCLUDE_COIO_NET_TCP_STREAM_HPP
-// begin <coio/reactor/detail/fd.hpp>
-#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
-#define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
-// FileDescriptor: sole owner of a file descriptor, closed on destruction.
+// begin <coio/reactor/file_descriptor.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_FILE_DESCRIPTOR_HPP
+#define COIO_SINGLE_INCLUDE_COIO_REACTOR_FILE_DESCRIPTOR_HPP
+// FileDescriptor: the sole owner of a file descriptor.
 #include <unistd.h>
 
 #include <utility>
 
-namespace coio::detail {
+namespace coio {
 
+/// Owns one file descriptor (or none: -1) and closes it on destruction or
+/// reset(). Move-only: at most one FileDescriptor closes a given fd.
+/// What TcpStream::release() hands back, and what the reactors, sockets,
+/// pipes and files hold. Not thread-safe: one owner, one thread at a time.
 class FileDescriptor {
  public:
   FileDescriptor() noexcept = default;
+  /// Takes ownership of `fd` (-1: none).
   explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  /// Takes over `other`'s descriptor; `other` owns none.
   FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  /// Closes its own descriptor, then takes over `other`'s.
   FileDescriptor& operator=(FileDescriptor&& other) noexcept {
     if (this != &other) reset(std::exchange(other.fd_, -1));
     return *this;
   }
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
+  /// Closes the descriptor it owns.
   ~FileDescriptor() { reset(); }
 
+  /// The descriptor (-1 if none), still owned.
   int get() const noexcept { return fd_; }
+  /// Whether it owns one.
   bool valid() const noexcept { return fd_ >= 0; }
 
   /// Gives up ownership: returns the descriptor without closing it.
@@ -4953,9 +4963,9 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
-}  // namespace coio::detail
-#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_FD_HPP
-// end <coio/reactor/detail/fd.hpp>
+}  // namespace coio
+#endif  // COIO_SINGLE_INCLUDE_COIO_REACTOR_FILE_DESCRIPTOR_HPP
+// end <coio/reactor/file_descriptor.hpp>
 // begin <coio/reactor/detail/iovec.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
 #define COIO_SINGLE_INCLUDE_COIO_REACTOR_DETAIL_IOVEC_HPP
@@ -5119,13 +5129,8 @@ class TcpStream {
   using WriteAwaiter = WriteAwaitable;
   using WritevAwaiter = WritevAwaitable;
   using ZeroCopyWriteAwaiter = ZeroCopyWriteAwaitable;
-  /// A socket's file descriptor, owned: closed when destroyed (or by
-  /// `reset()`); `get()` is the fd (-1 if none), `valid()` whether there is
-  /// one, `release()` gives it up without closing it. Move-only. What the
-  /// constructor adopts and release() gives back.
-  using FileDescriptor = detail::FileDescriptor;
-
-  /// Adopts a connected non-blocking socket.
+  /// Adopts a connected non-blocking socket (a coio::FileDescriptor,
+  /// <coio/reactor/file_descriptor.hpp>: what release() gives back).
   TcpStream(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
   /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;
@@ -5361,7 +5366,7 @@ class TcpListener {
   static Result<TcpListener> bind(R& reactor, const SocketAddress& address, int backlog = SOMAXCONN) {
     Result<int> fd = reactor.openSocket(address.family());
     if (!fd) return fd.error();
-    TcpListener listener(reactor, detail::FileDescriptor(*fd));  // closes it on the errors below
+    TcpListener listener(reactor, FileDescriptor(*fd));  // closes it on the errors below
     const int one = 1;
     if (Result<void> r = reactor.setSocketOption(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); !r) return r.error();
     if (address.family() == AF_INET6) {
@@ -5385,10 +5390,10 @@ class TcpListener {
   int fd() const noexcept { return fd_.get(); }
 
  private:
-  TcpListener(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpListener(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
 
   R* reactor_;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace coio
@@ -6578,7 +6583,7 @@ class Pipe {
   static Result<Pipe> make(std::size_t capacity = 0) {
     int fds[2];
     if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return systemError(errno);
-    Pipe pipe{detail::FileDescriptor{fds[0]}, detail::FileDescriptor{fds[1]}};
+    Pipe pipe{FileDescriptor{fds[0]}, FileDescriptor{fds[1]}};
     Result<std::size_t> sized = capacity != 0 ? pipe.resize(capacity) : pipe.queryCapacity();
     if (!sized) return sized.error();
     return pipe;
@@ -6639,7 +6644,7 @@ class Pipe {
   }
 
  private:
-  Pipe(detail::FileDescriptor read, detail::FileDescriptor write) noexcept
+  Pipe(FileDescriptor read, FileDescriptor write) noexcept
       : read_(std::move(read)), write_(std::move(write)) {}
 
   Result<std::size_t> queryCapacity() {
@@ -6648,8 +6653,8 @@ class Pipe {
     return capacity_ = static_cast<std::size_t>(size);
   }
 
-  detail::FileDescriptor read_;
-  detail::FileDescriptor write_;
+  FileDescriptor read_;
+  FileDescriptor write_;
   std::size_t capacity_ = 0;
 };
 
@@ -9699,6 +9704,9 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// send() of the parts, gathered (a copy: the simulation is not timed).
   SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
     detail::SimSendAttempt attempt;
+    std::size_t total = 0;
+    for (const iovec& part : parts) total += part.iov_len;
+    attempt.gathered.reserve(total);
     for (const iovec& part : parts) {
       const auto* p = static_cast<const std::byte*>(part.iov_base);
       attempt.gathered.insert(attempt.gathered.end(), p, p + part.iov_len);

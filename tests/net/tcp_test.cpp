@@ -302,7 +302,7 @@ TEMPLATE_LIST_TEST_CASE("an echo server on a ReactorPool: accept on one reactor,
         continue;
       }
       TestType& worker = pool.next();  // hand the socket to a worker reactor
-      Result<coio::detail::FileDescriptor> fd = stream->release();  // not read yet: cannot fail
+      Result<coio::FileDescriptor> fd = stream->release();  // not read yet: cannot fail
       worker.spawn(echoConnection<TestType>(Stream<TestType>(worker, std::move(*fd))));
     }
   };

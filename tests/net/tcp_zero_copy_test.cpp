@@ -70,7 +70,7 @@ Task<Connection<R>> connectStalled(R& reactor) {
   Result<Listener<R>> listener = Listener<R>::bind(reactor, SocketAddress::loopbackV4());
   REQUIRE(listener);
   const SocketAddress address = *listener->localAddress();
-  coio::detail::FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  coio::FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   REQUIRE(fd.valid());
   // Before connect: the window offered in the handshake follows it.
   REQUIRE(::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &kPeerReceiveBuffer, sizeof kPeerReceiveBuffer) == 0);
@@ -181,7 +181,7 @@ TEST_CASE("UringReactor says whether it sends without a copy", "[net][tcp][zeroc
   CopyingUringReactor copying;
   CHECK_FALSE(copying.zeroCopySend());
   coio::EpollReactor epoll;
-  const Stream<coio::EpollReactor> stream(epoll, coio::detail::FileDescriptor{});
+  const Stream<coio::EpollReactor> stream(epoll, coio::FileDescriptor{});
   CHECK_FALSE(stream.writesZeroCopy());
 }
 #endif

@@ -32,7 +32,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using coio::Result;
 using coio::Task;
-using coio::detail::FileDescriptor;
+using coio::FileDescriptor;
 using coio::testing::SocketPair;
 using coio::testing::TcpTestReactors;
 using coio::testing::TestReactors;

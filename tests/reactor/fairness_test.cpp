@@ -23,7 +23,7 @@
 
 using namespace std::chrono_literals;
 using coio::Task;
-using coio::detail::FileDescriptor;
+using coio::FileDescriptor;
 using coio::testing::TcpTestReactors;
 using coio::testing::TestReactors;
 using Clock = std::chrono::steady_clock;
@@ -69,7 +69,7 @@ Task<void> timer(R& reactor, Clock::time_point deadline, Flood& flood, Clock::du
 template <typename R>
 Clock::duration timerLatenessUnderFlood(R& reactor, std::size_t readers) {
   coio::testing::raiseFdLimit();
-  std::vector<coio::detail::FileDescriptor> fds;
+  std::vector<coio::FileDescriptor> fds;
   Flood flood;
   std::vector<Task<void>> tasks;
   Clock::duration lateness = Clock::duration::max();

@@ -5,7 +5,7 @@
 #include <coio/core/collect_all.hpp>
 #include <coio/core/result.hpp>
 #include <coio/core/task.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 
 #include <catch2/catch.hpp>
 #include <sys/socket.h>
@@ -38,7 +38,7 @@ LoopService serviceWhileHammered(R& reactor, Step step) {
   using Clock = std::chrono::steady_clock;
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
-  const detail::FileDescriptor reader(pair[0]), writer(pair[1]);
+  const FileDescriptor reader(pair[0]), writer(pair[1]);
   LoopService result;
   bool served = false;
   const Clock::time_point start = Clock::now();

@@ -7,7 +7,7 @@
 #include <coio/core/blocking_wait.hpp>
 #include <coio/core/collect_all.hpp>
 #include <coio/core/task.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/loop_stats.hpp>
 #include <coio/reactor/reactor.hpp>
 
@@ -32,7 +32,7 @@ using coio::LoopStall;
 using coio::LoopStats;
 using coio::OpKind;
 using coio::Task;
-using coio::detail::FileDescriptor;
+using coio::FileDescriptor;
 using coio::testing::SocketPair;
 using coio::testing::TestReactors;
 

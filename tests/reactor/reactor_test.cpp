@@ -184,7 +184,7 @@ TEMPLATE_LIST_TEST_CASE("stop with operations pending destroys every frame and l
   {
     int pipeFds[2];
     REQUIRE(::pipe2(pipeFds, O_NONBLOCK | O_CLOEXEC) == 0);
-    coio::detail::FileDescriptor readEnd(pipeFds[0]), writeEnd(pipeFds[1]);
+    coio::FileDescriptor readEnd(pipeFds[0]), writeEnd(pipeFds[1]);
     TestType reactor;  // destroyed first: its tasks wait on the pipe
 
     auto waitReadable = [](TestType& r, int fd, std::atomic<int>& n) -> Task<void> {

@@ -19,7 +19,7 @@
 
 using namespace std::chrono_literals;
 using coio::Task;
-using coio::detail::FileDescriptor;
+using coio::FileDescriptor;
 using coio::testing::TestReactors;
 
 namespace {

@@ -38,7 +38,7 @@ using coio::kNoOffset;
 using coio::Pipe;
 using coio::Result;
 using coio::Task;
-using coio::detail::FileDescriptor;
+using coio::FileDescriptor;
 using coio::testing::SocketPair;
 using coio::testing::TempDir;
 using coio::testing::TestReactors;

@@ -1,7 +1,7 @@
 #pragma once
 // The reactors every parameterised reactor/net test runs on, and helpers
 // shared by those tests.
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #if COIO_TEST_URING
 #include <coio/reactor/uring_reactor.hpp>
@@ -54,7 +54,7 @@ struct SocketPair {
     a.reset(fds[0]);
     b.reset(fds[1]);
   }
-  detail::FileDescriptor a, b;
+  FileDescriptor a, b;
 };
 
 /// Lifts the soft fd limit to the hard one (tests open thousands of sockets).

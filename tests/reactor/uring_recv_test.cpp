@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 using coio::Task;
 using coio::UringReactor;
 using coio::RecvMode;
-using coio::detail::FileDescriptor;
+using coio::FileDescriptor;
 using coio::testing::StreamPair;
 using coio::testing::connectPair;
 using coio::testing::patternByte;

@@ -72,7 +72,7 @@ TEMPLATE_LIST_TEST_CASE("a client process killed while connected is dropped at o
   f.run([](Fixture<TestType>& fx) -> Task<void> {
     int pipeFds[2];
     REQUIRE(::pipe2(pipeFds, O_CLOEXEC | O_NONBLOCK) == 0);
-    coio::detail::FileDescriptor readyRead(pipeFds[0]), readyWrite(pipeFds[1]);
+    coio::FileDescriptor readyRead(pipeFds[0]), readyWrite(pipeFds[1]);
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) runDoomedClient<TestType>(fx.address, readyWrite.get());
@@ -158,7 +158,7 @@ TEMPLATE_LIST_TEST_CASE("a server process killed under load: every request ends 
   f.run([&](Fixture<TestType>& fx) -> Task<void> {
     int pipeFds[2];
     REQUIRE(::pipe2(pipeFds, O_CLOEXEC | O_NONBLOCK) == 0);
-    coio::detail::FileDescriptor readyRead(pipeFds[0]), readyWrite(pipeFds[1]);
+    coio::FileDescriptor readyRead(pipeFds[0]), readyWrite(pipeFds[1]);
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) runDoomedServer<TestType>(fx.dir.path, readyWrite.get());

@@ -408,7 +408,7 @@ namespace {
 struct FdSqueeze {
   FdSqueeze() {
     REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-    coio::detail::FileDescriptor null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    coio::FileDescriptor null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     REQUIRE(null.valid());
     rlimit low = saved;
     low.rlim_cur = static_cast<rlim_t>(null.get()) + 64;
@@ -423,7 +423,7 @@ struct FdSqueeze {
     (void)::setrlimit(RLIMIT_NOFILE, &saved);
   }
   rlimit saved{};
-  std::vector<coio::detail::FileDescriptor> dummies;
+  std::vector<coio::FileDescriptor> dummies;
 };
 
 }  // namespace

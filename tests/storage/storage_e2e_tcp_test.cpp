@@ -412,7 +412,7 @@ namespace {
 // stall: its receive buffer (64 KiB) is set before the handshake.
 template <typename R>
 Task<std::unique_ptr<storage::TcpChannel<R>>> connectNarrow(R& reactor, coio::SocketAddress to) {
-  coio::detail::FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  coio::FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   REQUIRE(fd.valid());
   const int receiveBuffer = 64 * 1024;
   REQUIRE(::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &receiveBuffer, sizeof receiveBuffer) == 0);

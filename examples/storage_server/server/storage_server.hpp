@@ -295,7 +295,7 @@ class StorageServer {
         // Not read yet, so nothing is read ahead and the release succeeds
         // (if it did not, this shard would serve the connection, moving
         // the admission here even past this shard's limit).
-        coio::Result<coio::detail::FileDescriptor> fd = stream->release();
+        coio::Result<coio::FileDescriptor> fd = stream->release();
         if (fd) {
           shard->reactor().spawn(adoptOn(shard, std::move(*fd)));
           continue;
@@ -308,7 +308,7 @@ class StorageServer {
   }
 
   // Runs on `shard`'s loop thread.
-  static coio::Task<void> adoptOn(StorageServer* shard, coio::detail::FileDescriptor fd) {
+  static coio::Task<void> adoptOn(StorageServer* shard, coio::FileDescriptor fd) {
     shard->serveAdmitted(coio::TcpStream<R>(shard->reactor(), std::move(fd)));
     co_return;
   }

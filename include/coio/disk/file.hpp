@@ -7,7 +7,7 @@
 #include <coio/disk/detail/disk_operation.hpp>
 #include <coio/disk/direct_io.hpp>
 #include <coio/disk/disk.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/detail/syscall.hpp>
 
 #include <fcntl.h>
@@ -375,7 +375,7 @@ class File {
   }
 
   Disk* disk_ = nullptr;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
   int slot_ = -1;
   bool direct_ = false;
   std::size_t alignment_ = 4096;

@@ -3,7 +3,7 @@
 #include <coio/net/detail/transform_awaiter.hpp>
 #include <coio/net/socket_address.hpp>
 #include <coio/net/tcp_stream.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/reactor.hpp>
 
 #include <netinet/in.h>
@@ -51,7 +51,7 @@ class TcpListener {
   static Result<TcpListener> bind(R& reactor, const SocketAddress& address, int backlog = SOMAXCONN) {
     Result<int> fd = reactor.openSocket(address.family());
     if (!fd) return fd.error();
-    TcpListener listener(reactor, detail::FileDescriptor(*fd));  // closes it on the errors below
+    TcpListener listener(reactor, FileDescriptor(*fd));  // closes it on the errors below
     const int one = 1;
     if (Result<void> r = reactor.setSocketOption(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); !r) return r.error();
     if (address.family() == AF_INET6) {
@@ -75,10 +75,10 @@ class TcpListener {
   int fd() const noexcept { return fd_.get(); }
 
  private:
-  TcpListener(R& reactor, detail::FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
+  TcpListener(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
 
   R* reactor_;
-  detail::FileDescriptor fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace coio

@@ -3,7 +3,7 @@
 #include <coio/core/task.hpp>
 #include <coio/net/detail/transform_awaiter.hpp>
 #include <coio/net/socket_address.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/detail/iovec.hpp>
 #include <coio/reactor/reactor.hpp>
 
@@ -125,13 +125,8 @@ class TcpStream {
   using WriteAwaiter = WriteAwaitable;
   using WritevAwaiter = WritevAwaitable;
   using ZeroCopyWriteAwaiter = ZeroCopyWriteAwaitable;
-  /// A socket's file descriptor, owned: closed when destroyed (or by
-  /// `reset()`); `get()` is the fd (-1 if none), `valid()` whether there is
-  /// one, `release()` gives it up without closing it. Move-only. What the
-  /// constructor adopts and release() gives back.
-  using FileDescriptor = detail::FileDescriptor;
-
-  /// Adopts a connected non-blocking socket.
+  /// Adopts a connected non-blocking socket (a coio::FileDescriptor,
+  /// <coio/reactor/file_descriptor.hpp>: what release() gives back).
   TcpStream(R& reactor, FileDescriptor fd) noexcept : reactor_(&reactor), fd_(std::move(fd)) {}
   /// Takes over `other`'s socket; `other` becomes closed.
   TcpStream(TcpStream&& other) noexcept = default;

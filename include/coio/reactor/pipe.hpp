@@ -2,7 +2,7 @@
 // Pipe: the kernel buffer that splice, tee and sendfile move pages through
 // (see coio/reactor/splice.hpp).
 #include <coio/core/result.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -41,7 +41,7 @@ class Pipe {
   static Result<Pipe> make(std::size_t capacity = 0) {
     int fds[2];
     if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return systemError(errno);
-    Pipe pipe{detail::FileDescriptor{fds[0]}, detail::FileDescriptor{fds[1]}};
+    Pipe pipe{FileDescriptor{fds[0]}, FileDescriptor{fds[1]}};
     Result<std::size_t> sized = capacity != 0 ? pipe.resize(capacity) : pipe.queryCapacity();
     if (!sized) return sized.error();
     return pipe;
@@ -102,7 +102,7 @@ class Pipe {
   }
 
  private:
-  Pipe(detail::FileDescriptor read, detail::FileDescriptor write) noexcept
+  Pipe(FileDescriptor read, FileDescriptor write) noexcept
       : read_(std::move(read)), write_(std::move(write)) {}
 
   Result<std::size_t> queryCapacity() {
@@ -111,8 +111,8 @@ class Pipe {
     return capacity_ = static_cast<std::size_t>(size);
   }
 
-  detail::FileDescriptor read_;
-  detail::FileDescriptor write_;
+  FileDescriptor read_;
+  FileDescriptor write_;
   std::size_t capacity_ = 0;
 };
 

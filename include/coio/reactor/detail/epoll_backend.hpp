@@ -3,7 +3,7 @@
 // the fds operations wait on (edge-triggered, registered on first wait),
 // the loop's wake-up eventfd and a timerfd for the earliest timer.
 #include <coio/core/detail/assert.hpp>
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/detail/loop_core.hpp>
 #include <coio/reactor/detail/syscall.hpp>
 

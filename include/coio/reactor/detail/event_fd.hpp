@@ -1,7 +1,7 @@
 #pragma once
 // EventFd: the wake-up channel of a loop (any thread signals, the loop
 // watches it), also the disk layer's completion signal under EpollReactor.
-#include <coio/reactor/detail/fd.hpp>
+#include <coio/reactor/file_descriptor.hpp>
 #include <coio/reactor/detail/syscall.hpp>
 
 #include <sys/eventfd.h>
