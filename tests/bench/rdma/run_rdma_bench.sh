@@ -35,7 +35,7 @@ perftest() {
   esac
   timeout 300 "$tool" "${args[@]}" >"$work/server" 2>&1 &
   local server=$!
-  sleep 1
+  wait_listening 18515 30 || { kill "$server" 2>/dev/null; return 1; }
   if ! timeout 300 "$tool" "${args[@]}" "$ip" >"$work/client" 2>&1; then
     wait "$server" || true
     cat "$work/client" "$work/server" >&2
@@ -51,6 +51,8 @@ ours() {  # op size iters [rdma_bench options]
   "$bench" "$op" --size "$size" --iters "$iters" --depth "$depth" "$@" | awk '$1 == "RESULT" { print $4, $5 }'
 }
 
+# shellcheck source=../listen.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../listen.sh"
 # shellcheck source=../stats.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../stats.sh"
 

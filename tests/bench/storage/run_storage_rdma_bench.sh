@@ -18,6 +18,7 @@
 # perftest (default 1), DURATION seconds per run (default 5), ROUNDS (default 3).
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/lib/storage_server.sh"
+source "$(dirname "$0")/../listen.sh"
 build=${1:?usage: run_storage_rdma_bench.sh BUILD_DIR}
 bin=$build/examples/storage_server
 dev=${COIO_RDMA_DEVICE:-rxe0}
@@ -49,7 +50,7 @@ perftest() {
   local args=(-d "$dev" -x "$gid" -s "$size" -t "$depth" -D "$duration" -F)
   timeout 120 ib_write_bw "${args[@]}" >"$work/pt-server" 2>&1 &
   local pt=$!
-  sleep 1
+  wait_listening 18515 30 || { kill "$pt" 2>/dev/null; return 1; }
   if ! timeout 120 ib_write_bw "${args[@]}" 127.0.0.1 >"$work/pt-client" 2>&1; then
     wait "$pt" || true
     cat "$work/pt-client" "$work/pt-server" >&2
