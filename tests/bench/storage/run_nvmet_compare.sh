@@ -53,8 +53,15 @@
 #   CONNECTIONS [1]      the bench's --connections
 #   CHUNKS [64]          4 MiB chunks in the data file (256 MiB; the guest has COIO_VM_MEM MiB)
 #   RESULTS [unset]      also write every run as a line to this file (in the shared work tree)
+#   PERF [unset]         a folder (in the shared work tree): profile every run, the whole guest
+#                        (perf record -a, cpu-clock), into PERF/TRANSPORT-SIZE-READER-rROUND.data,
+#                        and write each one's report (by command, object, symbol) beside it as .txt.
+#                        The profiler perturbs the figures: for finding where the time goes only
 #   COIO_VM_TIMEOUT [3600], COIO_VM_MEM, COIO_VM_CACHE: as tests/rdma/vm/run.sh
 set -euo pipefail
+# One compound command: bash reads it whole before running it, so editing this file while a run
+# goes on (it is long) cannot change what the run does.
+{
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 self=tests/bench/storage/run_nvmet_compare.sh
 die() { echo "run_nvmet_compare.sh: $*" >&2; exit 1; }
@@ -92,7 +99,7 @@ if [[ -z ${COIO_VM:-} ]]; then
       die "building $b failed"
   done
   echo "host: $(uptime)"
-  export COIO_VM_PASS_ENV="ROUNDS DURATION SIZES TRANSPORTS SERVER_ARGS REACTORS CONNECTIONS CHUNKS RESULTS"
+  export COIO_VM_PASS_ENV="ROUNDS DURATION SIZES TRANSPORTS SERVER_ARGS REACTORS CONNECTIONS CHUNKS RESULTS PERF"
   set +e
   COIO_VM_TIMEOUT=${COIO_VM_TIMEOUT:-3600} COIO_VM_CWD="$root" tests/rdma/vm/run.sh -- bash "$self" "${variants[@]}"
   rc=$?
@@ -191,17 +198,21 @@ hz=$(getconf CLK_TCK)
 
 # One run; appends "transport size who MiB/s cpu-s-per-GiB" to $work/runs.
 measure() {
-  local t=$1 size=$2 who=$3 bs batch depth before after
+  local t=$1 size=$2 who=$3 bs batch depth before after profile=()
   bs=$(bytes_of "$size")
   if [[ $size == 4K ]]; then batch=16 depth=4; else batch=2 depth=4; fi
+  if [[ -n ${PERF:-} ]]; then
+    local name=nvmet; [[ $who == nvmet ]] || name=${labels[$who]}
+    profile=(perf record -q -a -e cpu-clock -F 499 -o "$PERF/$t-$size-$name-r$round.data" --)
+  fi
   before=$(busy_ticks)
   if [[ $who == nvmet ]]; then
-    fio --name=nvmet --filename="${nvme_dev[$t]}" --ioengine=io_uring --direct=1 --rw=randread --bs="$bs" \
+    "${profile[@]}" fio --name=nvmet --filename="${nvme_dev[$t]}" --ioengine=io_uring --direct=1 --rw=randread --bs="$bs" \
       --iodepth=$((batch * depth)) --time_based --runtime="$duration" --norandommap --randrepeat=0 \
       --output-format=json >"$work/run.json" 2>"$work/run.err" || { cat "$work/run.err" >&2; return 1; }
   else
-    "${builds[$who]}/examples/storage_server/coio-storage-bench" --address "${server_at[$who-$t]}" --dir "$work/data" \
-      --transport "$t" --rdma-device "$dev" --io-size "$bs" --batch "$batch" --depth "$depth" \
+    "${profile[@]}" "${builds[$who]}/examples/storage_server/coio-storage-bench" --address "${server_at[$who-$t]}" \
+      --dir "$work/data" --transport "$t" --rdma-device "$dev" --io-size "$bs" --batch "$batch" --depth "$depth" \
       --connections "$connections" --duration "$duration" --json >"$work/run.json" 2>"$work/run.err" ||
       { cat "$work/run.err" >&2; return 1; }
   fi
@@ -246,6 +257,12 @@ for ((round = 1; round <= rounds; ++round)); do
   done
 done
 [[ -n ${RESULTS:-} ]] && cp "$work/runs" "$RESULTS"
+if [[ -n ${PERF:-} ]]; then
+  for data in "$PERF"/*.data; do
+    perf report -q -i "$data" --stdio --sort comm,dso,symbol --percent-limit 0.5 >"${data%.data}.txt" 2>/dev/null || true
+  done
+  echo "profiles: $PERF/*.txt" >&2
+fi
 
 python3 - "$work/runs" "${labels[@]}" <<'PY'
 import collections, statistics, sys
@@ -302,3 +319,4 @@ for i in "${!labels[@]}"; do
   done
 done
 exit $status
+}
