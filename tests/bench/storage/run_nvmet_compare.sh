@@ -2,11 +2,12 @@
 # coio's storage server against the kernel's NVMe-oF target, side by side in one boot of the
 # Soft-RoCE guest (tests/rdma/vm/run.sh), over RDMA and over TCP.
 #
-#   tests/bench/storage/run_nvmet_compare.sh [LABEL=BUILD_DIR[:SERVER_ARGS]]...
+#   tests/bench/storage/run_nvmet_compare.sh [LABEL=BUILD_DIR[:SERVER_ARGS[:BENCH_ARGS]]]...
 #
 # With no argument, one variant: coio=build-rdma-ci with $SERVER_ARGS. Several variants (builds of
-# two commits, or one build with two server settings) are each measured in every round, so their
-# ratios come from the same boot. Run on the host: it builds what is missing (a BUILD_DIR without
+# two commits, one build with two server settings, or with more bench options, e.g.
+# `two=build:--reactors 2:--connections 2`) are each measured in every round, so their ratios
+# come from the same boot. Run on the host: it builds what is missing (a BUILD_DIR without
 # a CMakeCache is configured with RDMA on), boots the guest and runs itself there. Host needs:
 # fio and nvme-cli (`apt-get install fio nvme-cli`), the guest image's packages (build-image.sh
 # installs them). Takes about 10 minutes with the defaults and one variant (TCG is slow); not in
@@ -50,7 +51,11 @@
 #   TRANSPORTS ["rdma tcp"]
 #   SERVER_ARGS [""]     more `coio-storage-server serve` options for the default variant
 #   REACTORS [unset]     --reactors N for every server (unset: the server's default)
-#   CONNECTIONS [1]      the bench's --connections
+#   CONNECTIONS [1]      the bench's --connections (a variant's BENCH_ARGS may override it)
+#   PERFTEST [0]         1: ib_write_bw (perftest, same message size, as many in flight) is a reader
+#                        too over RDMA: the ceiling of user-space verbs on the device
+#   NVME_IO_QUEUES [unset]  `nvme connect --nr-io-queues` (unset: the host driver's default, one
+#                        per CPU); each I/O queue of nvme-rdma is a queue pair
 #   CHUNKS [64]          4 MiB chunks in the data file (256 MiB; the guest has COIO_VM_MEM MiB)
 #   RESULTS [unset]      also write every run as a line to this file (in the shared work tree)
 #   PERF [unset]         a folder (in the shared work tree): profile every run, the whole guest
@@ -68,10 +73,12 @@ die() { echo "run_nvmet_compare.sh: $*" >&2; exit 1; }
 
 variants=("$@")
 ((${#variants[@]})) || variants=("coio=build-rdma-ci:${SERVER_ARGS:-}")
-labels=() builds=() args=()
+labels=() builds=() args=() bench_args=()
 for spec in "${variants[@]}"; do
-  [[ $spec =~ ^([A-Za-z0-9._-]+)=([^:]+)(:(.*))?$ ]] || die "not LABEL=BUILD_DIR[:SERVER_ARGS]: $spec"
+  [[ $spec =~ ^([A-Za-z0-9._-]+)=([^:]+)(:([^:]*))?(:(.*))?$ ]] ||
+    die "not LABEL=BUILD_DIR[:SERVER_ARGS[:BENCH_ARGS]]: $spec"
   labels+=("${BASH_REMATCH[1]}") builds+=("${BASH_REMATCH[2]}") args+=("${BASH_REMATCH[4]}")
+  bench_args+=("${BASH_REMATCH[6]}")
 done
 rounds=${ROUNDS:-3}
 duration=${DURATION:-5}
@@ -99,7 +106,8 @@ if [[ -z ${COIO_VM:-} ]]; then
       die "building $b failed"
   done
   echo "host: $(uptime)"
-  export COIO_VM_PASS_ENV="ROUNDS DURATION SIZES TRANSPORTS SERVER_ARGS REACTORS CONNECTIONS CHUNKS RESULTS PERF"
+  export COIO_VM_PASS_ENV="ROUNDS DURATION SIZES TRANSPORTS SERVER_ARGS REACTORS CONNECTIONS NVME_IO_QUEUES PERFTEST CHUNKS
+    RESULTS PERF"
   set +e
   COIO_VM_TIMEOUT=${COIO_VM_TIMEOUT:-3600} COIO_VM_CWD="$root" tests/rdma/vm/run.sh -- bash "$self" "${variants[@]}"
   rc=$?
@@ -152,7 +160,8 @@ for t in $transports; do
   echo "$ip" >"$p/addr_traddr"
   echo "$port" >"$p/addr_trsvcid"
   ln -s "$s" "$p/subsystems/$nqn"
-  nvme connect -t "$t" -a "$ip" -s "$port" -n "$nqn" >/dev/null || die "nvme connect -t $t failed"
+  nvme connect -t "$t" -a "$ip" -s "$port" -n "$nqn" ${NVME_IO_QUEUES:+--nr-io-queues "$NVME_IO_QUEUES"} >/dev/null ||
+    die "nvme connect -t $t failed"
   for _ in $(seq 100); do
     for b in /sys/block/nvme*; do
       [[ $(basename "$b") =~ ^nvme[0-9]+n[0-9]+$ && $(cat "$b/device/subsysnqn" 2>/dev/null) == "$nqn" ]] &&
@@ -164,7 +173,11 @@ for t in $transports; do
   [[ -n ${nvme_dev[$t]:-} ]] || die "no block device for $nqn after nvme connect"
   dd if="${nvme_dev[$t]}" of="$work/head" bs=1M count=4 iflag=direct status=none
   cmp -n 4194304 "$work/head" "$file" || die "${nvme_dev[$t]} ($t) does not read the file's bytes"
-  echo "nvmet-$t: $nqn at $ip:$port, read through ${nvme_dev[$t]}" >&2
+  queues="?"
+  for c in /sys/class/nvme/nvme*; do
+    [[ $(cat "$c/subsysnqn" 2>/dev/null) == "$nqn" ]] && queues=$(($(cat "$c/queue_count") - 1))
+  done
+  echo "nvmet-$t: $nqn at $ip:$port, read through ${nvme_dev[$t]} ($queues I/O queues)" >&2
   port=$((port + 1))
 done
 disconnect_all() {
@@ -202,7 +215,7 @@ measure() {
   bs=$(bytes_of "$size")
   if [[ $size == 4K ]]; then batch=16 depth=4; else batch=2 depth=4; fi
   if [[ -n ${PERF:-} ]]; then
-    local name=nvmet; [[ $who == nvmet ]] || name=${labels[$who]}
+    local name=$who; [[ $who =~ ^[0-9]+$ ]] && name=${labels[$who]}
     profile=(perf record -q -a -e cpu-clock -F 499 -o "$PERF/$t-$size-$name-r$round.data" --)
   fi
   before=$(busy_ticks)
@@ -210,11 +223,20 @@ measure() {
     "${profile[@]}" fio --name=nvmet --filename="${nvme_dev[$t]}" --ioengine=io_uring --direct=1 --rw=randread --bs="$bs" \
       --iodepth=$((batch * depth)) --time_based --runtime="$duration" --norandommap --randrepeat=0 \
       --output-format=json >"$work/run.json" 2>"$work/run.err" || { cat "$work/run.err" >&2; return 1; }
+  elif [[ $who == ib_write_bw ]]; then
+    local pt=(ib_write_bw -d "$dev" -x 1 -s "$bs" -t $((batch * depth)) -D "$duration" -F)
+    timeout 120 "${pt[@]}" >"$work/pt-server" 2>&1 &
+    local pt_server=$!
+    sleep 1
+    "${profile[@]}" timeout 120 "${pt[@]}" "$ip" >"$work/pt-client" 2>&1 || { cat "$work/pt-client" >&2; return 1; }
+    wait "$pt_server" || true
+    awk -v s="$bs" -v d="$duration" '$1 == s && NF >= 5 { printf "{\"mib_s\": %s, \"seconds\": %s}\n", $4, d; exit }' \
+      "$work/pt-client" >"$work/run.json"
   else
     "${profile[@]}" "${builds[$who]}/examples/storage_server/coio-storage-bench" --address "${server_at[$who-$t]}" \
       --dir "$work/data" --transport "$t" --rdma-device "$dev" --io-size "$bs" --batch "$batch" --depth "$depth" \
-      --connections "$connections" --duration "$duration" --json >"$work/run.json" 2>"$work/run.err" ||
-      { cat "$work/run.err" >&2; return 1; }
+      --connections "$connections" --duration "$duration" --json ${bench_args[$who]} >"$work/run.json" \
+      2>"$work/run.err" || { cat "$work/run.err" >&2; return 1; }
   fi
   after=$(busy_ticks)
   python3 - "$work/run.json" "$who" "$((after - before))" "$hz" <<'PY' >>"$work/runs.line" || return 1
@@ -225,6 +247,8 @@ if who == "nvmet":
     job = r["jobs"][0]
     assert job["error"] == 0, job
     moved, seconds = job["read"]["io_bytes"], job["read"]["runtime"] / 1000
+elif who == "ib_write_bw":
+    moved, seconds = r["mib_s"] * 2**20 * r["seconds"], r["seconds"]
 else:
     assert r["errors"]["total"] == 0, r["errors"]
     moved, seconds = r["bytes"], r["seconds"]
@@ -238,13 +262,15 @@ PY
 status=0
 : >"$work/runs"
 whos=(nvmet "${!labels[@]}")
+[[ ${PERFTEST:-0} == 1 ]] && whos=(nvmet ib_write_bw "${!labels[@]}")
 for ((round = 1; round <= rounds; ++round)); do
   for size in $sizes; do
     for t in $transports; do
       n=${#whos[@]}
       for ((k = 0; k < n; ++k)); do
         who=${whos[$(((k + round - 1) % n))]}
-        name=nvmet; [[ $who == nvmet ]] || name=${labels[$who]}
+        name=$who; [[ $who =~ ^[0-9]+$ ]] && name=${labels[$who]}
+        [[ $who == ib_write_bw && $t != rdma ]] && continue
         if measure "$t" "$size" "$who"; then
           read -r mib cpu < <(tail -1 "$work/runs.line")
           echo "round $round: $t $size $name: $mib MiB/s, $cpu CPU s per GiB" >&2
@@ -276,8 +302,8 @@ def ratios(a, b, k):
 def cell(rs):
     return f"**{statistics.median(rs):.2f}** ({min(rs):.2f}–{max(rs):.2f})" if rs else "–"
 inflight = {"4K": "64 (16 x 4)", "512K": "8 (2 x 4)", "4M": "8 (2 x 4)"}
-head = ("| transport | IO size | IOs in flight | reader | MiB/s | CPU s per GiB | MiB/s coio / nvmet: median (range) "
-        "| CPU per GiB coio / nvmet |")
+head = ("| transport | IO size | IOs in flight | reader | MiB/s | CPU s per GiB | MiB/s / nvmet's: median (range) "
+        "| CPU per GiB / nvmet's |")
 if len(labels) > 1:
     head += f" MiB/s / {labels[0]}'s |"
 print(head)
@@ -291,6 +317,10 @@ for t in ("rdma", "tcp"):
             print(f"| {t} | {size} | {inflight[size]} | {name} | {statistics.median(r[0] for r in rs):.1f} | "
                   f"{statistics.median(r[1] for r in rs):.3f} | {extra}")
         row("nvmet", base, "| |" + (" |" if len(labels) > 1 else ""))
+        pt = runs.get((t, size, "ib_write_bw"))
+        if pt:
+            row("ib_write_bw", pt, f"{cell(ratios(pt, base, 0))} | {cell(ratios(pt, base, 1))} |" +
+                (" |" if len(labels) > 1 else ""))
         first = runs.get((t, size, "0"), [])
         for i, label in enumerate(labels):
             rs = runs.get((t, size, str(i)))
@@ -307,7 +337,7 @@ for i in "${!labels[@]}"; do
   for t in $transports; do
     if "${builds[$i]}/examples/storage_server/coio-storage-bench" --address "${server_at[$i-$t]}" --dir "$work/data" \
       --transport "$t" --rdma-device "$dev" --io-size 512K --batch 2 --depth 4 --connections "$connections" \
-      --duration 2 --verify --json >"$work/verify.json" 2>"$work/verify.err" &&
+      --duration 2 --verify --json ${bench_args[$i]} >"$work/verify.json" 2>"$work/verify.err" &&
       python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(r["errors"]["total"] != 0 or r["ios"] == 0)' \
         "$work/verify.json"; then
       echo "verify run (${labels[$i]}, $t, 512 KiB, 2 s, every byte and CRC checked): 0 errors"
