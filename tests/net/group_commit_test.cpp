@@ -1,6 +1,6 @@
 // GroupCommit: items submitted concurrently are carried out in batches, in
-// submit order, within maxWeight; a queued item can be cancelled; a failed
-// batch breaks the commit. On every reactor.
+// submit order, within maxWeight, at most maxBatches at once; a queued item
+// can be cancelled; a failed batch breaks the commit. On every reactor.
 #include "../reactor/test_reactors.hpp"
 
 #include <coio/core/collect_all.hpp>
@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <stop_token>
@@ -34,6 +35,25 @@ struct RecordingBatch {
 
 template <typename R>
 using Commit = coio::GroupCommit<R, int, RecordingBatch<R>>;
+
+// Records each batch's items when it starts, and how many batches are under
+// way at most; each lasts `turns` turns of the loop (a chain of RDMA WRITEs
+// waiting for the peer's acknowledgement).
+template <typename R>
+struct SlowBatch {
+  R* reactor;
+  int turns;
+  std::vector<std::vector<int>>* started;
+  int* underWay;
+  int* mostUnderWay;
+  coio::Task<coio::Result<void>> operator()(std::span<const int> items, std::stop_token) const {
+    started->emplace_back(items.begin(), items.end());
+    *mostUnderWay = std::max(*mostUnderWay, ++*underWay);
+    for (int i = 0; i < turns; ++i) co_await reactor->schedule();
+    --*underWay;
+    co_return coio::Result<void>{};
+  }
+};
 
 // Submits `item` and stores what it yields.
 template <typename R>
@@ -126,4 +146,37 @@ TEMPLATE_LIST_TEST_CASE("GroupCommit: a failed batch fails its items and breaks 
   REQUIRE(!later);
   CHECK(later.error() == coio::Errc::closed);
   CHECK(batches.size() == 1);  // nothing more was handed to the batch
+}
+
+TEMPLATE_LIST_TEST_CASE("GroupCommit: with maxBatches, batches overlap up to it and start in submit order",
+                        "[net][group_commit]", coio::testing::TestReactors) {
+  // One item per turn of the loop, each batch lasting 5 turns: one batch at a
+  // time (the default) takes what queued while the one before ran; with 2,
+  // a second starts beside the first and a third waits for one to end.
+  for (const std::size_t maxBatches : {std::size_t{1}, std::size_t{2}}) {
+    CAPTURE(maxBatches);
+    TestType reactor;
+    std::vector<std::vector<int>> started;
+    int underWay = 0, mostUnderWay = 0;
+    coio::GroupCommit<TestType, int, SlowBatch<TestType>> commit(
+        reactor, 100, SlowBatch<TestType>{&reactor, 5, &started, &underWay, &mostUnderWay}, maxBatches);
+    std::vector<coio::Result<void>> results(12, coio::Errc::closed);
+    reactor.runUntil([](TestType& r, coio::GroupCommit<TestType, int, SlowBatch<TestType>>& c,
+                        std::vector<coio::Result<void>>& out) -> coio::Task<void> {
+      auto submitLater = [](TestType& r, coio::GroupCommit<TestType, int, SlowBatch<TestType>>& c, int item,
+                            coio::Result<void>& into) -> coio::Task<void> {
+        for (int i = 0; i < item; ++i) co_await r.schedule();
+        into = co_await c.submit(item, 1, {});
+      };
+      std::vector<coio::Task<void>> submits;
+      for (int i = 0; i < 12; ++i) submits.push_back(submitLater(r, c, i, out[static_cast<std::size_t>(i)]));
+      co_await coio::collectAllRange(std::move(submits));
+    }(reactor, commit, results));
+    for (const coio::Result<void>& r : results) CHECK(r.hasValue());
+    CHECK(mostUnderWay == static_cast<int>(maxBatches));
+    CHECK(underWay == 0);
+    std::vector<int> order;  // every item once, in submit order
+    for (const std::vector<int>& b : started) order.insert(order.end(), b.begin(), b.end());
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  }
 }

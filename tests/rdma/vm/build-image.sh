@@ -16,8 +16,12 @@ force=0
 
 host_packages=(qemu-system-x86 busybox-static cpio kmod iproute2 libibverbs1 ibverbs-providers
   ibverbs-utils perftest)
-# Guest modules; modprobe --show-depends adds what they depend on.
+# Guest modules; modprobe --show-depends adds what they depend on. guest-init.sh loads
+# `modules` at boot; `nvme_modules` (the kernel's NVMe-oF target and host, for
+# tests/bench/storage/run_nvmet_compare.sh) are only copied, listed in load order in
+# kmods/nvme.list, for a command that wants them to insmod.
 modules=(rdma_rxe ib_uverbs ib_umad crc32_generic dummy virtio_pci 9pnet_virtio 9p)
+nvme_modules=(configfs nvmet nvmet_rdma nvmet_tcp nvme_rdma nvme_tcp)
 
 say() { echo "coio-vm: $*" >&2; }
 sudo=""
@@ -73,18 +77,25 @@ ln -s ../tmp "$root/var/tmp"
 cp "$(command -v busybox)" "$root/bb/busybox"
 for applet in $("$root/bb/busybox" --list); do [[ $applet == busybox ]] || ln -s busybox "$root/bb/$applet"; done
 
-# Modules in load order (dependencies first), listed in kmods/load.list.
+# Modules in load order (dependencies first), listed in kmods/LIST; a module an
+# earlier list (or this one) already holds is left out.
 dest=$root/kmods
-: >"$dest/load.list"
-for m in "${modules[@]}"; do
-  modprobe -d "$tree" -S "$kver" --show-depends "$m" || { say "no module $m in $kpkg"; exit 1; }
-done | awk '$1 == "insmod" { print $2 }' | while read -r path; do
-  rel=${path#"$tree/lib/modules/$kver/"}
-  grep -qxF "$rel" "$dest/load.list" && continue
-  echo "$rel" >>"$dest/load.list"
-  mkdir -p "$dest/$(dirname "$rel")"
-  cp "$path" "$dest/$rel"
-done
+copy_modules() {
+  local list=$1
+  shift
+  : >"$dest/$list"
+  for m in "$@"; do
+    modprobe -d "$tree" -S "$kver" --show-depends "$m" || { say "no module $m in $kpkg"; exit 1; }
+  done | awk '$1 == "insmod" { print $2 }' | while read -r path; do
+    rel=${path#"$tree/lib/modules/$kver/"}
+    grep -qxF "$rel" "$dest"/*.list && continue
+    echo "$rel" >>"$dest/$list"
+    mkdir -p "$dest/$(dirname "$rel")"
+    cp "$path" "$dest/$rel"
+  done
+}
+copy_modules load.list "${modules[@]}"
+copy_modules nvme.list "${nvme_modules[@]}"
 install -m 755 "$here/guest-init.sh" "$root/init"
 
 mkdir -p "$img"
@@ -94,4 +105,4 @@ cp "$tree/boot/vmlinuz-$kver" "$img/vmlinuz.new"
 mv "$img/vmlinuz.new" "$img/vmlinuz"
 mv "$img/initrd.img.new" "$img/initrd.img"
 echo "$stamp" >"$img/stamp"
-say "built $img ($kpkg, $(wc -l <"$dest/load.list") modules, initrd $(du -h "$img/initrd.img" | cut -f1))"
+say "built $img ($kpkg, $(wc -l <"$dest/load.list") modules loaded at boot, $(wc -l <"$dest/nvme.list") in nvme.list, initrd $(du -h "$img/initrd.img" | cut -f1))"
