@@ -14,6 +14,7 @@ storage::ServerOptions spliceOptions(storage::DataPath path = storage::DataPath:
   storage::ServerOptions o = Fixture<S>::small();
   o.directIo = false;  // through the page cache: the path that splices
   o.dataPath = path;
+  o.splicePieceSize = 2 * o.pieceSize;  // two per chunk: an IO's pieces go in runs of several pipes
   return o;
 }
 

@@ -90,6 +90,13 @@ struct ServerOptions {
   /// a target opened without O_DIRECT whose file system splices. Otherwise,
   /// and when its pipes cannot be had (the fd limit), it is copied.
   DataPath dataPath = DataPath::automatic;
+  /// A spliced request's pieces, each through a pipe of its own of that
+  /// capacity (--splice-piece-size): a multiple of pieceSize (so whole
+  /// blocks). Larger pieces make fewer splices; past 1 MiB
+  /// (fs.pipe-max-size) pipes need CAP_SYS_RESOURCE, and a request whose
+  /// pipes cannot be had is copied. Its bytes in flight count against the
+  /// pool as a copied request's do.
+  std::size_t splicePieceSize = 1u << 20;
   /// A debugging aid (--poison-buffers): pool buffers are filled with a
   /// pattern when they go back to the pool and, under AddressSanitizer,
   /// poisoned until taken again (BufferPool::Options::poisonOnRelease).

@@ -115,6 +115,7 @@ class StorageServer {
   static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::vector<TargetSpec>& targets,
                                                           ServerOptions options) {
     if (targets.empty() || options.pieceSize == 0 || options.pieceSize % 4096 != 0 ||
+        options.splicePieceSize % options.pieceSize != 0 || options.splicePieceSize > (1u << 30) ||
         options.poolBytes < options.pieceSize || options.frameTimeout <= std::chrono::steady_clock::duration::zero() ||
         options.idleTimeout <= std::chrono::steady_clock::duration::zero() || options.maxConnections == 0) {
       return coio::Errc::invalidArgument;
@@ -270,7 +271,7 @@ class StorageServer {
                .poisonOnRelease = options.poisonBuffers}),
         disk_(reactor),
         tokens_(pool_.count()),
-        pipes_(reactor, options.pieceSize, pool_.count()),
+        pipes_(reactor, options.splicePieceSize, pool_.count()),
         transport_(std::make_unique<TcpTransport<R>>(options.zeroCopySend)) {}
 
   coio::Task<void> joinThenSet(coio::Event& joined) {
@@ -523,12 +524,17 @@ class StorageServer {
     }
     if constexpr (coio::SpliceReactor<R>) {
       if (splicing(request, plans, *conn.channel)) {
+        // Pieces of splicePieceSize (a pipe each): fewer system calls than pool-buffer ones. The
+        // tokens taken for the pool-buffer pieces still bound the bytes in flight.
+        std::vector<IoPlan> splicePlans = plans;
+        std::vector<Piece> spliced;
+        planReads(request, results, splicePlans, spliced, options_.splicePieceSize);
         PipeLease<R> pipes(pipes_);
-        if (pipes.take(pieces.size())) {
+        if (pipes.take(spliced.size())) {
           ++stats_.splicedRequests;
           lease.holdTokens(tokens_, pieces.size());
-          SplicedPieces<R> source(reactor_, disk_, pieces, pipes.pipes);
-          co_await stream(conn, id, request, results, plans, pieces, source, received);
+          SplicedPieces<R> source(reactor_, disk_, spliced, pipes.pipes);
+          co_await stream(conn, id, request, results, splicePlans, spliced, source, received);
           co_return;
         }
         ++stats_.spliceFallbacks;  // no pipes (the fd limit, the pipe quota): copied instead

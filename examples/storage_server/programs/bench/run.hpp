@@ -174,7 +174,8 @@ template <coio::Reactor R>
 coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& reactor, const Settings& settings,
                                                                              storage::TransmissionLimiter& limiter,
                                                                              std::span<std::byte> memory) {
-  const storage::ClientOptions options{.timeout = settings.timeout, .verifyChecksums = settings.verify};
+  const storage::ClientOptions options{.timeout = settings.timeout,
+                                       .verifyChecksums = settings.verify || settings.checksums};
 #if COIO_STORAGE_RDMA
   if (settings.device) {
     coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(

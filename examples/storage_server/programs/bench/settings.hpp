@@ -37,6 +37,7 @@ struct Settings {
   std::chrono::milliseconds timeout{30000};
   coio::ReactorKind kind = coio::ReactorKind::uring;
   bool verify = false, json = false;
+  bool checksums = false;  // --checksums: CRC32C asked for and checked (--verify: and the content)
   std::string transport = "tcp";
   std::string latencyLog;
   std::string routingLog;                    // --routing-log: a cluster client's routings, as applied

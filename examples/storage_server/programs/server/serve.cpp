@@ -137,6 +137,9 @@ int serve(ServeCommandLine& line) {
     }
   }
   if (settings.server.poolBytes < settings.server.pieceSize) return problem("--pool must hold one --piece-size buffer");
+  if (settings.server.splicePieceSize % settings.server.pieceSize != 0) {
+    return problem("--splice-piece-size must be a multiple of --piece-size");
+  }
   coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(line.listen);
   if (!address) return problem("--listen takes host:port, e.g. 127.0.0.1:9000 or [::1]:9000");
   settings.listen = *address;
@@ -296,6 +299,11 @@ Command addServe(CLI::App& program) {
           [](std::string& path) { return parseDataPath(path) ? std::string() : path + " is not auto, splice or copy"; },
           "auto|splice|copy"))
       ->default_str("auto");
+  sub->add_option("--splice-piece-size", server.splicePieceSize,
+                  "a spliced request's pieces, a pipe each (a multiple of --piece-size; over 1M, fs.pipe-max-size, "
+                  "needs CAP_SYS_RESOURCE)")
+      ->transform(sizeIn(4096, 1u << 30, 4096))
+      ->default_str("1M");
   sub->add_flag("--zero-copy-send", server.zeroCopySend,
                 "send the data over TCP straight from the read buffers (io_uring zero-copy sends, Linux 6.1+; "
                 "else it copies, as the banner says)");
