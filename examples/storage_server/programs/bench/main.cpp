@@ -65,6 +65,10 @@ void declare(CLI::App& app, CommandLine& line) {
   app.add_option("--io-size", s.ioSize, "bytes per IO (at most the chunk size); offsets are random, unaligned")
       ->transform(sizeIn(1, UINT32_MAX))
       ->default_str("64K");
+  app.add_option("--align", s.align,
+                 "offsets are random multiples of N (e.g. 4K: IOs of whole blocks; default 1: any byte)")
+      ->transform(sizeIn(1, UINT32_MAX))
+      ->default_str("1");
   app.add_option("--batch", s.batch, "IOs per batchRead")
       ->transform(countIn(1, storage::proto::kMaxIosPerFrame))
       ->capture_default_str();
