@@ -79,6 +79,15 @@ namespace storage {
 ///   finish.
 ///   The response goes last. Pool buffers are returned on every path:
 ///   completion, timeout, disconnect, shutdown.
+/// - Spliced requests (ServerOptions::dataPath; TCP, targets read through
+///   the page cache, requests asking for the response CRC): each piece's
+///   asked bytes are spliced into a pipe of the reactor's PipePool and from
+///   there into the socket behind its IoData frame (SplicedPieces); only
+///   the blocks an IO covers in part are read and checked, the response CRC
+///   of the others comes from their stored CRCs. A piece the file no longer
+///   holds whole fails its IO (ioError) before any of it is sent. Pipes go
+///   back (emptied) on every path, as buffers do; without pipes (EMFILE)
+///   the request is copied.
 /// - Bounded per connection: at most maxRequestsPerConnection requests in
 ///   flight, and sends that make no progress for sendTimeout (a client
 ///   that stopped reading) drop the connection (and free its buffers).
