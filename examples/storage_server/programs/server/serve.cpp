@@ -293,8 +293,9 @@ Command addServe(CLI::App& program) {
          "how TCP data of a target read through the page cache (--buffered, or a file system without O_DIRECT) "
          "leaves: splice (file -> pipe -> socket, no copy in the server; for requests that ask for CRCs, which the "
          "client then checks for the blocks the server does not see), copy (read into the pool, checked, sent), "
-         "auto (splice requests whose IOs are all 64K or more, copy the rest). Splice wins on hot data (in the page "
-         "cache); cold data reads best with O_DIRECT, the default")
+         "auto (splice requests whose IOs are all 64K or more, copy the rest). On hot data (in the page cache) splice "
+         "spends a third to a half of copy's server CPU; cold data reads best with O_DIRECT, the default "
+         "(docs/benchmarks.md, hot data)")
       ->check(CLI::Validator(
           [](std::string& path) { return parseDataPath(path) ? std::string() : path + " is not auto, splice or copy"; },
           "auto|splice|copy"))
