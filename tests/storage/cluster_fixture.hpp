@@ -55,8 +55,10 @@ struct Cluster {
   static constexpr std::size_t kServers = S::rdma ? 2 : 3;
   static constexpr std::uint64_t kChunks = 20 * kServers;
 
-  // `firstRouting`: the chain versions server 0 starts with (none: it knows none).
-  explicit Cluster(const storage::ChainTable* firstRouting = nullptr) : arena(8u << 20) {
+  // `firstRouting`: the chain versions server 0 starts with (none: it knows none). `spliced`: the
+  // servers read through the page cache and splice (--buffered --data-path splice).
+  explicit Cluster(const storage::ChainTable* firstRouting = nullptr, bool spliced = false)
+      : splicedReads(spliced), arena(8u << 20) {
     std::vector<std::uint16_t> placeholders;
     for (std::size_t s = 0; s < kServers; ++s) placeholders.push_back(static_cast<std::uint16_t>(1 + s));
     // The chunks of a target depend on its chain, not on addresses.
@@ -108,6 +110,10 @@ struct Cluster {
     storage::ServerOptions o;
     o.pieceSize = 16 * 1024;
     o.poolBytes = 4u << 20;
+    if (splicedReads) {
+      o.directIo = false;
+      o.dataPath = storage::DataPath::splice;
+    }
     servers[s].template start<R>(targetsOf(s), o, port, S::rdma, routing);
   }
   void restart(std::size_t s) {
@@ -201,6 +207,7 @@ struct Cluster {
     co_return done();
   }
 
+  bool splicedReads;  // the servers splice (read through the page cache)
   std::map<std::uint32_t, std::unique_ptr<storage::testing::TempDir>> dirs;  // by target id
   std::array<storage::testing::ServerProcess, kServers> servers;             // killed before the dirs go
   storage::ChainTable table;

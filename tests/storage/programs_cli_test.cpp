@@ -77,6 +77,7 @@ TEST_CASE("coio-storage-server refuses a bad command line with one line and exit
   checkRefused(server, {"serve", "--dir", "/nonexistent", "--frame-timeout-ms", "ten"}, "--frame-timeout-ms");
   checkRefused(server, {"serve", "--dir", "/nonexistent", "--target", "x=/tmp"}, "--target");
   checkRefused(server, {"serve", "--dir", "/nonexistent", "--transport", "udp"}, "--transport");
+  checkRefused(server, {"serve", "--dir", "/nonexistent", "--data-path", "sendfile"}, "--data-path");
   checkRefused(server, {"serve", "--dir", "/nonexistent", "--bogus", "1"}, "--bogus");
   checkRefused(server, {"serve", "--target", "0=/a", "--target", "0=/b"}, "target 0 given twice");
   checkRefused(server, {"init", "--dir", "/nonexistent", "--chunks", "8", "--chunk-size", "4Q"}, "--chunk-size");
@@ -151,6 +152,7 @@ TEST_CASE("The programs print their help on stdout and exit 0", "[storage][cli]"
   CHECK(server.exitCode == 0);
   CHECK(server.err.empty());
   CHECK(server.out.find("--piece-size") != std::string::npos);
+  CHECK(server.out.find("--data-path") != std::string::npos);
   const Ran bench = runProgram(COIO_STORAGE_BENCH_BIN, {"--help"});
   CHECK(bench.exitCode == 0);
   CHECK(bench.out.find("--io-size") != std::string::npos);

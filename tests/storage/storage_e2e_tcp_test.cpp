@@ -35,7 +35,7 @@ Task<std::optional<storage::proto::ProtocolErrc>> scriptedServer(coio::TcpListen
     std::vector<std::byte> data(p.length);
     for (std::size_t k = 0; k < p.length; ++k) data[k] = scriptedByte(p.io, p.offset + k);
     const std::span<std::byte> buffers[] = {data};
-    const storage::OutgoingPiece piece{id, {}, {p.io, p.offset, p.length}, buffers};
+    const storage::OutgoingPiece piece{id, {}, {p.io, p.offset, p.length}, buffers, {}};
     const Result<void> sent = co_await channel.sendData(piece, {});
     REQUIRE(sent);
   }

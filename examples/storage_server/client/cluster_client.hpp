@@ -694,7 +694,9 @@ class ClusterClient {
   }
 
   // `onDisk`: the server found the copy corrupt (status corrupt), else its
-  // bytes failed the response's checksum here.
+  // bytes failed the response's checksum here (damage on the way, or at
+  // rest in a block the server spliced without reading: PROTOCOL.md,
+  // "Checksums").
   void reportCorrupt(const SubBatch& sub, std::size_t k, std::uint64_t chunkId, bool onDisk) {
     if (!router_.markCorrupt(sub.targets[k], chunkId)) return;
     ++stats_.corruptReplicas;

@@ -42,6 +42,8 @@ inline void addStats(ServerStats& sum, const ServerStats& shard) noexcept {
   sum.acceptErrors += shard.acceptErrors;
   sum.staleIos += shard.staleIos;
   sum.corruptIos += shard.corruptIos;
+  sum.splicedRequests += shard.splicedRequests;
+  sum.spliceFallbacks += shard.spliceFallbacks;
   sum.connections += shard.connections;
   sum.transmitting += shard.transmitting;
   sum.maxTransmitting = std::max(sum.maxTransmitting, shard.maxTransmitting);
@@ -103,6 +105,10 @@ inline std::string renderMetrics(const std::vector<ShardSnapshot>& shards) {
          all.server.staleIos);
   server("storage_corrupt_ios_total", "counter", "IOs answered corrupt: a block they read failed its stored CRC.",
          all.server.corruptIos);
+  server("storage_spliced_requests_total", "counter", "Requests whose data was spliced (file -> pipe -> socket).",
+         all.server.splicedRequests);
+  server("storage_splice_fallbacks_total", "counter", "Requests copied for want of pipes (the fd limit, the pipe quota).",
+         all.server.spliceFallbacks);
   server("storage_connections", "gauge", "Connections open.", all.server.connections);
   server("storage_transmitting", "gauge", "Requests whose data is being sent.", all.server.transmitting);
   server("storage_read_buffers_in_use", "gauge", "Read buffers held by requests.", all.buffersInUse);

@@ -17,6 +17,22 @@ struct TargetSpec {
   std::string dir;
 };
 
+/// How a StorageServer sends the data of a target read through the page
+/// cache (not O_DIRECT) over TCP (--data-path).
+enum class DataPath {
+  /// Spliced for requests whose IOs are all at least kSpliceMinIo bytes,
+  /// else copied: splicing a small IO costs more than copying it
+  /// (docs/benchmarks.md, "Splice or copy").
+  automatic,
+  /// Spliced wherever it can be (below), whatever the IO size.
+  splice,
+  /// Read into pool buffers, checked, and sent from them, always.
+  copy,
+};
+
+/// The smallest IO DataPath::automatic splices.
+inline constexpr std::uint32_t kSpliceMinIo = 64 * 1024;
+
 /// A StorageServer's options. Its durations, and its latency histograms,
 /// run on the reactor's clock (now(): steady_clock, or virtual time in a
 /// simulation).
@@ -65,6 +81,22 @@ struct ServerOptions {
   /// the kernel copies anyway to deliver to the local socket and buffers
   /// wait for the ACKs (docs/benchmarks.md, storage over TCP).
   bool zeroCopySend = false;
+  /// Splice or copy the data of buffered targets (--data-path). A request
+  /// is spliced (file -> pipe -> socket, no copy in the server) when the
+  /// path allows it, the reactor can splice (coio::SpliceReactor), the
+  /// transport is TCP, it asks for the response CRC (checksumMode 1: its
+  /// whole blocks are checked by the client against the CRC derived from
+  /// the stored ones, PROTOCOL.md "Checksums") and every IO it reads is on
+  /// a target opened without O_DIRECT whose file system splices. Otherwise,
+  /// and when its pipes cannot be had (the fd limit), it is copied.
+  DataPath dataPath = DataPath::automatic;
+  /// A spliced request's pieces, each through a pipe of its own of that
+  /// capacity (--splice-piece-size): a multiple of pieceSize (so whole
+  /// blocks). Larger pieces make fewer splices; past 1 MiB
+  /// (fs.pipe-max-size) pipes need CAP_SYS_RESOURCE, and a request whose
+  /// pipes cannot be had is copied. Its bytes in flight count against the
+  /// pool as a copied request's do.
+  std::size_t splicePieceSize = 1u << 20;
   /// A debugging aid (--poison-buffers): pool buffers are filled with a
   /// pattern when they go back to the pool and, under AddressSanitizer,
   /// poisoned until taken again (BufferPool::Options::poisonOnRelease).
@@ -88,6 +120,10 @@ struct ServerStats {
   std::uint64_t staleIos = 0;
   /// IOs answered corrupt: a block they read failed its stored CRC.
   std::uint64_t corruptIos = 0;
+  /// Requests whose data was spliced (file -> pipe -> socket).
+  std::uint64_t splicedRequests = 0;
+  /// Requests that would have been spliced but were copied: no pipe could be had (EMFILE, EPERM).
+  std::uint64_t spliceFallbacks = 0;
   std::size_t connections = 0;
   std::size_t transmitting = 0;      ///< requests between grant and the end of their data
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`

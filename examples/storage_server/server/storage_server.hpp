@@ -4,8 +4,10 @@
 // runs one per reactor and lets one of them accept for all (serve()).
 #include "cluster/chain_table.hpp"
 #include "server/connection.hpp"
+#include "server/pipe_pool.hpp"
 #include "server/read_plan.hpp"
 #include "server/server_options.hpp"
+#include "server/spliced_pieces.hpp"
 #include "server/target.hpp"
 #include "transport/channel.hpp"
 #include "store/chunk_store.hpp"
@@ -29,6 +31,7 @@
 #include <coio/net/tcp_listener.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/splice.hpp>
 #include <coio/reactor/wait_for.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
@@ -76,6 +79,15 @@ namespace storage {
 ///   finish.
 ///   The response goes last. Pool buffers are returned on every path:
 ///   completion, timeout, disconnect, shutdown.
+/// - Spliced requests (ServerOptions::dataPath; TCP, targets read through
+///   the page cache, requests asking for the response CRC): each piece's
+///   asked bytes are spliced into a pipe of the reactor's PipePool and from
+///   there into the socket behind its IoData frame (SplicedPieces); only
+///   the blocks an IO covers in part are read and checked, the response CRC
+///   of the others comes from their stored CRCs. A piece the file no longer
+///   holds whole fails its IO (ioError) before any of it is sent. Pipes go
+///   back (emptied) on every path, as buffers do; without pipes (EMFILE)
+///   the request is copied.
 /// - Bounded per connection: at most maxRequestsPerConnection requests in
 ///   flight, and sends that make no progress for sendTimeout (a client
 ///   that stopped reading) drop the connection (and free its buffers).
@@ -112,6 +124,7 @@ class StorageServer {
   static coio::Result<std::unique_ptr<StorageServer>> open(R& reactor, const std::vector<TargetSpec>& targets,
                                                           ServerOptions options) {
     if (targets.empty() || options.pieceSize == 0 || options.pieceSize % 4096 != 0 ||
+        options.splicePieceSize % options.pieceSize != 0 || options.splicePieceSize > (1u << 30) ||
         options.poolBytes < options.pieceSize || options.frameTimeout <= std::chrono::steady_clock::duration::zero() ||
         options.idleTimeout <= std::chrono::steady_clock::duration::zero() || options.maxConnections == 0) {
       return coio::Errc::invalidArgument;
@@ -130,6 +143,7 @@ class StorageServer {
                                                              : "; zero-copy sends unavailable on this reactor: copying";
     }
     if (options.poisonBuffers) server->note_ += "; buffers poisoned on release (a debugging aid)";
+    server->note_ += server->dataPathNote();
     return server;
   }
 
@@ -160,6 +174,10 @@ class StorageServer {
   std::size_t admittedConnections() const noexcept { return admitted_.load(std::memory_order_relaxed); }
   /// Pool buffers held by requests right now.
   std::size_t buffersInUse() const noexcept { return pool_.count() - pool_.available(); }
+  /// Pipes held by spliced requests right now.
+  std::size_t pipesInUse() const noexcept { return pipes_.inUse(); }
+  /// Pipes open: held, or kept for the next spliced requests (2 fds each).
+  std::size_t pipesOpen() const noexcept { return pipes_.open(); }
   /// O_DIRECT and buffer-registration notes, for the start-up banner.
   const std::string& note() const noexcept { return note_; }
   /// The read-buffer pool's whole mapping (to register it for RDMA).
@@ -218,6 +236,17 @@ class StorageServer {
   using Lease = BufferLease;
 
   const Target* findTarget(std::uint32_t id) const noexcept { return findServedTarget(targets_, id); }
+  // Which targets' data is spliced, for the banner.
+  std::string dataPathNote() const {
+    if (options_.dataPath == DataPath::copy) return "; data copied (--data-path copy)";
+    if (!coio::SpliceReactor<R>) return "";
+    const auto splices = std::count_if(targets_.begin(), targets_.end(), [](const Target& t) { return t.splices; });
+    if (splices == 0) return "; data copied (no target read through the page cache, or no splice on its file system)";
+    return "; TCP data of " + std::to_string(splices) + " of " + std::to_string(targets_.size()) +
+           " target(s) spliced from the page cache" +
+           (options_.dataPath == DataPath::automatic ? " (requests of IOs >= 64K asking for CRCs)"
+                                                     : " (requests asking for CRCs)");
+  }
   coio::Result<Target> openTarget(const TargetSpec& spec) { return openServedTarget(disk_, spec, options_, note_); }
   using Connection = ServedConnection<R>;
   using Expiry = ConnectionExpiry;
@@ -251,6 +280,7 @@ class StorageServer {
                .poisonOnRelease = options.poisonBuffers}),
         disk_(reactor),
         tokens_(pool_.count()),
+        pipes_(reactor, options.splicePieceSize, pool_.count()),
         transport_(std::make_unique<TcpTransport<R>>(options.zeroCopySend)) {}
 
   coio::Task<void> joinThenSet(coio::Event& joined) {
@@ -500,38 +530,75 @@ class StorageServer {
     if (!pieces.empty()) {
       const bool haveTokens = co_await tokens_.acquire(pieces.size(), stop);
       if (!haveTokens) co_return;  // the connection is going away
-      lease.hold(tokens_, pool_, pieces.size());
     }
+    if constexpr (coio::SpliceReactor<R>) {
+      if (splicing(request, plans, *conn.channel)) {
+        // Pieces of splicePieceSize (a pipe each): fewer system calls than pool-buffer ones. The
+        // tokens taken for the pool-buffer pieces still bound the bytes in flight.
+        std::vector<IoPlan> splicePlans = plans;
+        std::vector<Piece> spliced;
+        planReads(request, results, splicePlans, spliced, options_.splicePieceSize);
+        PipeLease<R> pipes(pipes_);
+        if (pipes.take(spliced.size())) {
+          ++stats_.splicedRequests;
+          lease.holdTokens(tokens_, pieces.size());
+          SplicedPieces<R> source(reactor_, disk_, spliced, pipes.pipes);
+          co_await stream(conn, id, request, results, splicePlans, spliced, source, received);
+          co_return;
+        }
+        ++stats_.spliceFallbacks;  // no pipes (the fd limit, the pipe quota): copied instead
+      }
+    }
+    if (!pieces.empty()) lease.hold(tokens_, pool_, pieces.size());
+    CopiedPieces source(disk_, pieces, lease);
+    co_await stream(conn, id, request, results, plans, pieces, source, received);
+  }
 
-    coio::ReadBatch batch(disk_);
-    // Pieces complete one by one, so that each goes out while the rest are
-    // read: merged back into one request they would complete together.
-    batch.keepApart();
-    batch.reserve(pieces.size());
-    for (std::size_t p = 0; p < pieces.size(); ++p) {
-      batch.add(*pieces[p].file, pieces[p].fileOffset, lease.buffers[p].slice(0, pieces[p].length));
+  // Whether a granted request's data is spliced (ServerOptions::dataPath):
+  // everything it reads is on targets that splice, it asks for the
+  // response CRC (which then checks the blocks the server does not see),
+  // and its channel splices.
+  bool splicing(const proto::BatchReadRequest& request, const std::vector<IoPlan>& plans,
+                const Channel<R>& channel) const {
+    if (options_.dataPath == DataPath::copy || request.checksum != proto::ChecksumMode::crc32c ||
+        !channel.splicesData()) {
+      return false;
     }
+    bool reads = false;
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      if (plans[i].pieces == 0) continue;  // invalid or empty: nothing read
+      if (!plans[i].target->splices) return false;
+      if (options_.dataPath == DataPath::automatic && request.ios[i].length < kSpliceMinIo) return false;
+      reads = true;
+    }
+    return reads;
+  }
+
+  // Reads a granted request's pieces from `source` and streams each run of
+  // pieces as soon as it and the pieces before it in its IO are read and
+  // checked (PROTOCOL.md: an IO's data goes in order). Sends start in
+  // order and overlap the reads still in flight. Then the response.
+  template <typename Pieces>
+  coio::Task<void> stream(Connection& conn, std::uint64_t id, const proto::BatchReadRequest& request,
+                          std::vector<proto::IoResult>& results, const std::vector<IoPlan>& plans,
+                          const std::vector<Piece>& pieces, Pieces& source,
+                          std::chrono::steady_clock::time_point received) {
+    const std::stop_token stop = conn.stop.get_token();
     const std::chrono::steady_clock::time_point reading = reactor_.now();
-    batch.start();
-    // Stream each run of pieces as soon as it and the pieces before it in
-    // its IO are read (PROTOCOL.md: an IO's data goes in order). Sends start
-    // in order and overlap the reads still in flight.
-    RequestStream out(request, results, plans, pieces, lease, id);
+    RequestStream<Pieces> out(request, results, plans, pieces, source, id);
     coio::AsyncScope sends;
-    const auto release = [&](std::size_t io) {
+    auto onRead = [&](std::size_t p) {
+      out.done[p] = true;
+      const std::size_t io = out.ioOf[p];
+      if (--out.unread[io] == 0) latencies_.diskRead.observe(reactor_.now() - reading);
       if (stop.stop_requested()) return;  // the connection is going away: a send now would only break it
-      if (const std::optional<OutgoingPiece> piece = out.releasable(io, batch)) {
+      if (const std::optional<OutgoingPiece> piece = out.releasable(io)) {
         if (!out.transmitting) stats_.maxTransmitting = std::max(stats_.maxTransmitting, ++stats_.transmitting);
         out.transmitting = true;
         sends.spawn(conn.sendPiece(*piece));
       }
     };
-    while (std::optional<std::size_t> p = co_await batch.next(stop)) {
-      out.done[*p] = true;
-      const std::size_t io = out.ioOf[*p];
-      if (--out.unread[io] == 0) latencies_.diskRead.observe(reactor_.now() - reading);
-      release(io);
-    }
+    co_await source.readAll(stop, onRead);
     // The response (every piece is released by now, so the results are
     // final), once every piece has gone, or at least (a channel that sends
     // in order) started: then queued right behind the request's last piece,
@@ -567,6 +634,7 @@ class StorageServer {
   // table per ring, so one registered pool serves them all.
   std::vector<Target> targets_;
   coio::BatchSemaphore tokens_;  // one per free pool buffer: a request waits for all of its buffers at once
+  PipePool<R> pipes_;  // spliced pieces' (one per piece, bounded by tokens_ as buffers are)
   ServerStats stats_;
   ServerLatencies latencies_;
   std::stop_source stop_;  // the accept loop's

@@ -7,6 +7,9 @@
 #include <coio/core/result.hpp>
 #include <coio/disk/disk.hpp>
 #include <coio/disk/file.hpp>
+#include <coio/reactor/pipe.hpp>
+
+#include <fcntl.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -25,7 +28,19 @@ struct ServedTarget {
   BlockVerifier verifier;  // of its block size
   std::vector<coio::File> files;
   std::uint32_t chainVersion = 0;  // of its chain, as last routed (updateRouting); 0: unknown
+  bool splices = false;  // read through the page cache, on a file system that splices (splicesFrom)
 };
+
+/// Whether the kernel splices from `fd` (a file opened without O_DIRECT):
+/// one byte spliced into a fresh pipe. False for a file system without
+/// splice (EINVAL), and when no pipe can be made to find out.
+inline bool splicesFrom(int fd) noexcept {
+  coio::Result<coio::Pipe> pipe = coio::Pipe::make();
+  if (!pipe) return false;
+  loff_t offset = 0;
+  const ssize_t n = ::splice(fd, &offset, pipe->writeFd(), nullptr, 1, SPLICE_F_NONBLOCK);
+  return n == 1;
+}
 
 /// The target `id` in `targets`, or null.
 inline const ServedTarget* findServedTarget(const std::vector<ServedTarget>& targets, std::uint32_t id) noexcept {
@@ -63,6 +78,8 @@ inline coio::Result<ServedTarget> openServedTarget(coio::Disk& disk, const Targe
     (void)file->registerWithRing();  // a plain fd works too, just with a lookup per read
     target.files.push_back(std::move(*file));
   }
+  target.splices = options.dataPath != DataPath::copy && target.files.front().alignment() == 1 &&
+                   splicesFrom(target.files.front().fd());
   return target;
 }
 

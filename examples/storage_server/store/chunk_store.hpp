@@ -171,13 +171,25 @@ class BlockVerifier {
   /// from their stored CRCs, the range's parts of the others read.
   std::uint32_t crcOf(std::span<const std::byte> blocks, std::span<const std::uint32_t> stored, std::size_t from,
                       std::size_t to, std::uint32_t crc) const noexcept {
+    return crcOfRange(stored, from, to, crc,
+                      [&](std::size_t block) { return blocks.subspan(block * blockSize_, blockSize_); });
+  }
+
+  /// crcOf() for blocks that are not in memory (spliced, never read):
+  /// `blockBytes(b)` yields block b's bytes, and is called only for a block
+  /// the range covers in part (its first and last at most); the blocks it
+  /// covers whole come from `stored` alone, without their bytes.
+  template <typename BlockBytes>
+  std::uint32_t crcOfRange(std::span<const std::uint32_t> stored, std::size_t from, std::size_t to, std::uint32_t crc,
+                           BlockBytes&& blockBytes) const {
     while (from < to) {
       const std::size_t block = from / blockSize_;
       const std::size_t end = std::min(to, (block + 1) * blockSize_);
       if (end - from == blockSize_) {
         crc = appender_.append(crc, stored[block]);
       } else {
-        crc = crc32c(blocks.subspan(from, end - from), crc);
+        const std::span<const std::byte> bytes = blockBytes(block);
+        crc = crc32c(bytes.subspan(from - block * blockSize_, end - from), crc);
       }
       from = end;
     }

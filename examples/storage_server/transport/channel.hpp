@@ -38,14 +38,24 @@ struct ReadFailure {
   bool isProtocolError() const noexcept { return error.category() == proto::protocolCategory(); }
 };
 
+/// Bytes waiting in a pipe to be spliced into a socket: the pipe's read
+/// end, and how many bytes it holds (exactly: a splice out of it waits for
+/// any byte it lacks).
+struct PipedBytes {
+  int pipe;
+  std::size_t length;
+};
+
 /// One piece of an IO's data: where it goes (`remote`, the IO's buffer:
 /// RDMA only), which bytes of the IO it is, and where they are: in order,
-/// in one or more of the server's read buffers.
+/// in one or more of the server's read buffers, or (a channel whose
+/// splicesData() is true) in pipes, spliced there from a file's page cache.
 struct OutgoingPiece {
   std::uint64_t requestId;
   proto::RemoteBuffer remote;
-  proto::IoData where;  // ioIndex, offset within the IO, length = the buffers' total
+  proto::IoData where;  // ioIndex, offset within the IO, length = the buffers' (or pipes') total
   std::span<const std::span<std::byte>> buffers;
+  std::span<const PipedBytes> piped;  // instead of buffers
 };
 
 /// One connection's frames, over TCP or RDMA.
@@ -81,6 +91,10 @@ class Channel {
   /// sends in call order); false if the piece's send must complete first
   /// (RDMA: the WRITE must be posted before the SEND that announces it).
   virtual bool sendsInOrder() const noexcept = 0;
+  /// True if sendData takes a piece whose bytes are in pipes
+  /// (OutgoingPiece::piped) and splices them into the connection (TCP on a
+  /// coio::SpliceReactor); false if only buffers will do.
+  virtual bool splicesData() const noexcept = 0;
 
   /// Reads the next frame. On failure `failure` says why (and for which
   /// request id); a header that fails validation is a protocol error.
@@ -92,10 +106,13 @@ class Channel {
   /// Sends one frame.
   virtual coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) = 0;
   /// Server: one piece of data. TCP: its IoData frame and bytes in one
-  /// gather write. RDMA: an RDMA WRITE to remote.addr + where.offset.
+  /// gather write (piped bytes: the frame, then a splice out of each pipe
+  /// into the socket, with no other frame in between). RDMA: an RDMA WRITE
+  /// to remote.addr + where.offset.
   /// Resumes once the piece's buffer may be reused (TCP: the kernel took
-  /// the bytes, or with zero-copy sends let go of the buffer; RDMA: the
-  /// write completed, so a response sent after it arrives after the data).
+  /// the bytes, or with zero-copy sends let go of the buffer; its pipes are
+  /// empty; RDMA: the write completed, so a response sent after it arrives
+  /// after the data). A send that fails part-way may leave bytes in a pipe.
   virtual coio::Task<coio::Result<void>> sendData(const OutgoingPiece& piece, std::stop_token stop) = 0;
   /// Client, TCP: takes the `into.size()` bytes that follow an IoData frame.
   virtual coio::Task<coio::Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) = 0;

@@ -10,6 +10,7 @@
 #include <coio/net/group_commit.hpp>
 #include <coio/net/tcp_stream.hpp>
 #include <coio/reactor/reactor.hpp>
+#include <coio/reactor/splice.hpp>
 #include <coio/reactor/with_timeout.hpp>
 
 #include <sys/uio.h>
@@ -133,6 +134,10 @@ coio::Task<coio::Result<IncomingFrame>> readFrame(BufferedReader<R>& source, Rea
 /// A write that fails or is cancelled part-way leaves the byte stream cut
 /// mid-frame: the writer is then broken and every later send fails at once.
 ///
+/// Splice: a send made with sendSpliced() ends the gather write it is in;
+/// its pipes' bytes are then spliced into the stream, and the next sends
+/// go in a gather write of their own.
+///
 /// Zero copy: a send made with `zeroCopy` takes its bytes straight from its
 /// memory (TcpStream::writeAllZeroCopy, where the reactor can), and so does
 /// the whole write it goes out in: every send in that write resumes once the
@@ -149,7 +154,19 @@ class FrameWriter {
   FrameWriter& operator=(const FrameWriter&) = delete;
 
   coio::Task<coio::Result<void>> send(std::span<const iovec> parts, std::stop_token stop, bool zeroCopy = false) {
-    return commit_.submit(Send{parts, zeroCopy}, parts.size(), std::move(stop));
+    return commit_.submit(Send{parts, zeroCopy, {}}, parts.size(), std::move(stop));
+  }
+
+  /// Sends `parts`, then splices each of `piped`'s pipes into the stream
+  /// behind them (a coio::SpliceReactor only): the bytes never enter this
+  /// process. Whole, like any send: no other send's bytes go in between.
+  /// Each pipe must hold exactly the bytes it names; it is empty once this
+  /// resumes with success.
+  coio::Task<coio::Result<void>> sendSpliced(std::span<const iovec> parts, std::span<const PipedBytes> piped,
+                                             std::stop_token stop)
+    requires coio::SpliceReactor<R>
+  {
+    return commit_.submit(Send{parts, false, piped}, parts.size(), std::move(stop));
   }
 
   coio::Task<coio::Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) {
@@ -163,24 +180,54 @@ class FrameWriter {
   struct Send {
     std::span<const iovec> parts;
     bool zeroCopy;
+    std::span<const PipedBytes> piped;  // spliced in after the parts
   };
 
-  // One batch of sends as one gather write, zero copy if any send asked.
+  // One batch of sends as one gather write, zero copy if any send asked;
+  // a send with piped bytes ends a gather write, and its pipes are
+  // spliced in behind it before the next one.
   coio::Task<coio::Result<void>> writeSends(std::span<const Send> sends, std::stop_token stop) {
     gather_.clear();
     bool zeroCopy = false;
     for (const Send& s : sends) {
       gather_.insert(gather_.end(), s.parts.begin(), s.parts.end());
       zeroCopy = zeroCopy || s.zeroCopy;
+      if (s.piped.empty()) continue;
+      coio::Result<void> written = co_await writeGathered(std::exchange(zeroCopy, false), stop);
+      for (std::size_t i = 0; written && i < s.piped.size(); ++i) written = co_await splice(s.piped[i], stop);
+      if (!written) co_return written;
     }
+    co_return co_await writeGathered(zeroCopy, stop);
+  }
+
+  // Writes what gather_ holds and empties it.
+  coio::Task<coio::Result<void>> writeGathered(bool zeroCopy, std::stop_token stop) {
     coio::Result<void> written;
+    if (gather_.empty()) co_return written;
     if (zeroCopy) {
       const std::stop_callback abortOnStop(stop, AbortOnStop{&stream_});
       written = co_await stream_.writeAllZeroCopy(gather_, stop);
     } else {
       written = co_await stream_.writeAll(gather_, stop);
     }
+    gather_.clear();
     co_return written;
+  }
+
+  // Moves all of a pipe's bytes into the stream.
+  coio::Task<coio::Result<void>> splice(PipedBytes from, std::stop_token stop) {
+    if constexpr (coio::SpliceReactor<R>) {
+      for (std::size_t left = from.length; left > 0;) {
+        const coio::Result<std::size_t> moved = co_await stream_.reactor().splice(
+            from.pipe, coio::kNoOffset, stream_.fd(), coio::kNoOffset, left, stop);
+        if (!moved) co_return moved.error();
+        if (*moved == 0) co_return coio::Errc::closed;  // a pipe whose write end is gone: short of its bytes
+        left -= *moved;
+      }
+      co_return coio::Result<void>{};
+    } else {
+      co_return coio::Errc::invalidArgument;  // unreachable: sendSpliced needs a SpliceReactor
+    }
   }
   struct WriteSends {
     FrameWriter* writer;

@@ -86,6 +86,7 @@ class RdmaChannel final : public Channel<R> {
     return broken_ || writes_.broken() || qp_->state() != coio::rdma::QueuePairState::ready;
   }
   bool sendsInOrder() const noexcept override { return false; }
+  bool splicesData() const noexcept override { return false; }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
     coio::Result<std::size_t> n = co_await qp_->recv(inbox_, std::move(stop));

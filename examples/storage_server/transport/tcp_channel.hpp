@@ -5,6 +5,7 @@
 #include "transport/frame_io.hpp"
 
 #include <coio/net/tcp_stream.hpp>
+#include <coio/reactor/splice.hpp>
 
 #include <sys/uio.h>
 
@@ -18,6 +19,8 @@
 namespace storage {
 
 /// A Channel over a connected TcpStream (see Channel for the guarantees).
+/// On a coio::SpliceReactor it splices pieces whose bytes are in pipes
+/// (splicesData()).
 /// With `zeroCopySend`, sendData sends the piece's bytes straight from its
 /// buffers (FrameWriter's zero copy, where the reactor can) and resumes once
 /// the kernel is done with them.
@@ -34,6 +37,7 @@ class TcpChannel final : public Channel<R> {
   std::uint32_t maxIosPerFrame() const noexcept override { return proto::kMaxIosPerFrame; }
   bool broken() const noexcept override { return writer_.broken(); }
   bool sendsInOrder() const noexcept override { return true; }
+  bool splicesData() const noexcept override { return coio::SpliceReactor<R>; }
 
   coio::Task<coio::Result<IncomingFrame>> readFrame(ReadFailure& failure, std::stop_token stop) override {
     return storage::readFrame(reader_, failure, std::move(stop), frameStartedAt_);
@@ -51,6 +55,9 @@ class TcpChannel final : public Channel<R> {
     std::vector<iovec> parts;
     parts.reserve(1 + piece.buffers.size());
     parts.push_back({frame.data(), frame.size()});
+    if constexpr (coio::SpliceReactor<R>) {
+      if (!piece.piped.empty()) co_return co_await writer_.sendSpliced(parts, piece.piped, std::move(stop));
+    }
     for (std::span<std::byte> buffer : piece.buffers) parts.push_back({buffer.data(), buffer.size()});
     co_return co_await writer_.send(parts, std::move(stop), zeroCopySend_);
   }

@@ -34,6 +34,15 @@
 #                    2 connections; fio iodepth D), "" to skip; SWEEP_SECONDS [3] per point
 #   PLOT [$TMPDIR/...] where the sweep's SVG plot goes (gnuplot; skipped with a notice without it)
 #   SERVER_ARGS [""]  more coio-storage-server serve flags, e.g. --zero-copy-send (an A/B of one flag)
+#   HOT [1]          1: also the hot-data rows: the same dataset read through the page cache (cat into it
+#                    before each size's rounds), from two more servers, --buffered --data-path copy (read
+#                    into the pool, checked, sent) and --buffered --data-path splice (file -> pipe ->
+#                    socket), alternated in each round (copy first in odd rounds, splice first in even
+#                    ones), against min(fio buffered on the cached files, iperf3); each with its server's
+#                    CPU s per GiB (the server process's CPU time over the bytes moved). The bench asks
+#                    for CRCs and checks them in both (--checksums, as a cluster client always does: the
+#                    server splices only such requests). The hot servers take SERVER_ARGS too; each size
+#                    gets a --verify check on the splice server first.
 #   FLOOR [0]        1: also, in each round after coio, floor_bench (tests/bench/storage/floor_bench.cpp,
 #                    no coio: raw liburing, the same files, IO size, outstanding IOs, 128 KiB pieces
 #                    kept apart and connections) twice: --send copy (O_DIRECT, the server copies into
@@ -95,6 +104,7 @@ sweep=${SWEEP-1 2 4 8 16 32 64}
 sweep_seconds=${SWEEP_SECONDS:-3}
 cc=${CC-cubic}
 floor=${FLOOR:-0}
+hot=${HOT:-1}
 
 die() { echo "run_storage_bench.sh: $*" >&2; exit 1; }
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds, not '$duration'"
@@ -116,7 +126,7 @@ floor_bench=$build_dir/tests/bench/storage/floor_bench
 
 # --- dataset, cleanup ---------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/coio-sbench-XXXXXX")
-server_pid="" iperf_pid=""
+server_pid="" iperf_pid="" hot_pids=()
 stop_server() {  # TERM, then wait; returns the server's exit status
   local pid=$server_pid status=0
   server_pid=""
@@ -127,6 +137,8 @@ stop_server() {  # TERM, then wait; returns the server's exit status
 cleanup() {
   if [[ -n $iperf_pid ]]; then kill "$iperf_pid" 2>/dev/null || true; wait "$iperf_pid" 2>/dev/null || true; fi
   if [[ -n $server_pid ]]; then stop_server || true; fi
+  local pid
+  for pid in "${hot_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -138,6 +150,20 @@ echo "== creating the dataset: $chunks chunks of 4 MiB in $data" >&2
 files=$(python3 -c 'import sys; print(":".join(f"{sys.argv[1]}/data-{f}" for f in range((int(sys.argv[2]) + 63) // 64)))' \
   "$data" "$chunks")
 [[ $data != *:* ]] || die "the dataset path must not contain ':' (fio's file separator)"
+
+declare -A hot_pid hot_address
+if ((hot)); then  # first: start_storage_server sets $server_pid and $address, the main server's below
+  for mode in copy splice; do
+    echo "== starting the hot-data server: --buffered --data-path $mode" >&2
+    start_storage_server "$bin/coio-storage-server" "$work/server-$mode.log" 100 serve --dir "$data" \
+      --listen 127.0.0.1:0 --transport tcp --reactors "$reactors" --reactor "$reactor" --pool 128M --buffered \
+      --data-path $mode ${cc:+--tcp-congestion "$cc"} ${SERVER_ARGS:-}
+    [[ -n $address ]] || { cat "$work/server-$mode.log" >&2; die "the hot-data server ($mode) did not start"; }
+    hot_pids+=("$server_pid")
+    hot_pid[$mode]=$server_pid hot_address[$mode]=$address
+    sed 's/^/   server ('"$mode"'): /' "$work/server-$mode.log" >&2
+  done
+fi
 
 echo "== starting coio-storage-server (tcp, $reactors $reactor reactor(s), --pool 128M, congestion control ${cc:-default})" >&2
 start_storage_server "$bin/coio-storage-server" "$work/server.log" 100 serve --dir "$data" --listen 127.0.0.1:0 \
@@ -166,7 +192,7 @@ run_fio() {  # size iodepth round [seconds label]
   local size=$1 depth=$2 round=$3 seconds=${4:-$duration} label=${5:-fio} out=$work/fio.json d0 d1
   d0=$(cat "$diskstat")
   GLIBC_TUNABLES=glibc.malloc.hugetlb=1 fio --name=sbench --filename="$files" --file_service_type=random \
-    --rw=randread --bs="$size" --blockalign="$size" --iodepth="$depth" --direct=1 --ioengine=io_uring \
+    --rw=randread --bs="$size" --blockalign="$size" --iodepth="$depth" --direct="${FIO_DIRECT:-1}" --ioengine=io_uring \
     --runtime="$seconds" --time_based --norandommap --randrepeat=0 --output-format=json >"$out" ||
     die "fio failed (bs=$size iodepth=$depth)"
   d1=$(cat "$diskstat")
@@ -238,21 +264,23 @@ print(json.dumps({"tool": "sockperf", "size": "64", "round": int(sys.argv[1]), "
     "$round" <<<"$out" >>"$results" || { echo "$out" >&2; die "sockperf's output is unusable"; }
 }
 
-run_coio() {  # size batch depth connections seconds round verify(0|1) [label]
+run_coio() {  # size batch depth connections seconds round verify(0|1) [label]; COIO_PID, COIO_ADDRESS: another
+              # server; COIO_CHECKSUMS=1: the bench asks for CRCs and checks them (--checksums)
   local size=$1 batch=$2 depth=$3 conns=$4 seconds=$5 round=$6 check=$7 label=${8:-coio}
-  local out=$work/coio.json s0 s1 c0 c1 t0 t1 d0 d1 flags=()
+  local out=$work/coio.json s0 s1 c0 c1 t0 t1 d0 d1 flags=() pid=${COIO_PID:-$server_pid} addr=${COIO_ADDRESS:-$address}
   ((check)) && flags=(--verify)
-  kill -0 "$server_pid" 2>/dev/null || die "the server is gone"
+  [[ -n ${COIO_CHECKSUMS:-} ]] && flags+=(--checksums)
+  kill -0 "$pid" 2>/dev/null || die "the server is gone"
   times >"$work/times0"
-  s0=$(cpu_ticks "$server_pid") t0=$(date +%s.%N) d0=$(cat "$diskstat")
-  "$bin/coio-storage-bench" --address "$address" --dir "$data" --transport tcp --io-size "$size" --batch "$batch" \
+  s0=$(cpu_ticks "$pid") t0=$(date +%s.%N) d0=$(cat "$diskstat")
+  "$bin/coio-storage-bench" --address "$addr" --dir "$data" --transport tcp --io-size "$size" --batch "$batch" \
     --depth "$depth" --connections "$conns" --duration "$seconds" --reactor "$reactor" --json "${flags[@]}" \
     >"$out" || { cat "$out" >&2; die "coio-storage-bench failed or reported errors ($size batch $batch depth $depth)"; }
   t1=$(date +%s.%N) d1=$(cat "$diskstat")
   times >"$work/times1"
   c0=$(children_cpu "$work/times0") c1=$(children_cpu "$work/times1")
-  kill -0 "$server_pid" 2>/dev/null || die "the server died during the run"
-  s1=$(cpu_ticks "$server_pid")
+  kill -0 "$pid" 2>/dev/null || die "the server died during the run"
+  s1=$(cpu_ticks "$pid")
   python3 - "$out" "$size" "$round" "$label" "$(getconf CLK_TCK)" "$s0" "$s1" "$c0" "$c1" "$t0" "$t1" \
     "$(disk_queue "$d0" "$d1" "$(python3 -c "print($t1 - $t0)")")" >>"$results" <<'PY' ||
 import json, sys
@@ -263,6 +291,7 @@ assert d["errors"]["total"] == 0 and d["ios"] > 0, d
 wall = float(t1) - float(t0)
 server_cpu, bench_cpu = (int(s1) - int(s0)) / int(hz), float(c1) - float(c0)  # seconds
 print(json.dumps({"cpu_per_gib": (server_cpu + bench_cpu) / (d["bytes"] / 2**30),
+                  "server_cpu_per_gib": server_cpu / (d["bytes"] / 2**30),
                   "tool": label, "size": size, "round": int(rnd), "gib": d["gib_per_s"], "iops": d["iops"],
                   "batch": d["batch"], "depth": d["depth"], "connections": d["connections"], "verify": d["verify"],
                   "p50_ms": d["batch_latency_ms"]["p50"], "p99_ms": d["batch_latency_ms"]["p99"],
@@ -300,6 +329,12 @@ for size in $sizes; do
   b=${batch_of[$size]} d=${depth_of[$size]} c=${conns_of[$size]}
   echo "== $size: --verify check, $verify_seconds s" >&2
   run_coio "$size" "$b" "$d" "$c" "$verify_seconds" 0 1 verify-check
+  if ((hot)); then
+    echo "== $size: the dataset into the page cache; --verify check of the splice server, $verify_seconds s" >&2
+    cat "$data"/data-* >/dev/null
+    COIO_PID=${hot_pid[splice]} COIO_ADDRESS=${hot_address[splice]} \
+      run_coio "$size" "$b" "$d" "$c" "$verify_seconds" 0 1 verify-check-splice
+  fi
   for ((round = 1; round <= rounds; ++round)); do
     echo "== $size round $round/$rounds: fio (iodepth $((b * d))), iperf3 (-P $c), coio (batch $b depth $d connections $c), $duration s each" >&2
     run_fio "$size" $((b * d)) "$round"
@@ -307,6 +342,16 @@ for size in $sizes; do
     run_coio "$size" "$b" "$d" "$c" "$duration" "$round" "$verify"
     # CPU per GiB at the rate coio just reached: iperf3 flat out amortises more per wake-up.
     run_iperf3 "$size" "$c" "$round" "$(tail -n 1 "$results" | python3 -c 'import json, sys; print(json.load(sys.stdin)["gib"])')" iperf3-paced
+    if ((hot)); then
+      order=(copy splice)
+      ((round % 2 == 0)) && order=(splice copy)
+      echo "== $size round $round/$rounds, hot data: fio buffered, coio ${order[0]} then ${order[1]}" >&2
+      FIO_DIRECT=0 run_fio "$size" $((b * d)) "$round" "$duration" fio-hot
+      for mode in "${order[@]}"; do
+        COIO_PID=${hot_pid[$mode]} COIO_ADDRESS=${hot_address[$mode]} COIO_CHECKSUMS=1 \
+          run_coio "$size" "$b" "$d" "$c" "$duration" "$round" "$verify" "coio-hot-$mode"
+      done
+    fi
     if ((floor)); then
       echo "== $size round $round/$rounds: floor_bench --send copy, then --send splice ($((b * d)) outstanding, $c connections)" >&2
       run_floor "$size" $((b * d)) "$c" "$round" copy
@@ -328,6 +373,11 @@ for depth in $sweep; do
 done
 
 stop_server || die "the server exited with an error"
+for pid in "${hot_pids[@]}"; do
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" || die "a hot-data server exited with an error"
+done
+hot_pids=()
 tail -n +1 "$work/server.log" | grep -E "stopped|error" >&2 || true
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 plot=${PLOT:-${TMPDIR:-/var/tmp}/coio-storage-sweep.svg}
@@ -405,6 +455,32 @@ if any(r["tool"] == "floor-copy" for r in rows):
               f"{m('fio', 'queue_ios'):.1f} / {m('floor-copy', 'queue_ios'):.1f} / {m('floor-splice', 'queue_ios'):.1f} / "
               f"{m('coio', 'queue_ios'):.1f} | {m('coio', 'queue_ios') / m('floor-copy', 'queue_ios'):.2f} | "
               f"{m('floor-splice', 'from_disk'):.2f} |")
+hot = [s for s in sizes if any(r["tool"] == "coio-hot-splice" and r["size"] == s for r in rows)]
+if hot:
+    print()
+    print("Hot data (the dataset in the page cache): servers --buffered --data-path copy and splice, alternated in "
+          "each round, the bench checking CRCs (--checksums), against min(fio buffered on the cached files, iperf3); "
+          "ratios: medians of the rounds'. "
+          "CPU s per GiB: the server process's CPU time over the bytes it served (and with the bench's).")
+    print()
+    print("| io size | fio buffered GiB/s | iperf3 GiB/s | coio copy / splice GiB/s | ratio to min: copy / splice | splice / copy | server CPU s per GiB copy / splice | server + bench CPU s per GiB copy / splice |")
+    print("|---|---|---|---|---|---|---|---|")
+    for s in hot:
+        by = lambda t: sorted((r for r in rows if r["size"] == s and r["tool"] == t), key=lambda r: r["round"])
+        rounds_ = list(zip(by("fio-hot"), by("iperf3"), by("coio-hot-copy"), by("coio-hot-splice")))
+        ratio = lambda k: statistics.median(x[k]["gib"] / min(x[0]["gib"], x[1]["gib"]) for x in rounds_)
+        m = lambda t, k="gib": med(s, t, k)
+        print(f"| {s} | {m('fio-hot'):.3f} | {m('iperf3'):.3f} | {m('coio-hot-copy'):.3f} / {m('coio-hot-splice'):.3f} | "
+              f"{ratio(2):.2f} / {ratio(3):.2f} | {statistics.median(x[3]['gib'] / x[2]['gib'] for x in rounds_):.2f} | "
+              f"{m('coio-hot-copy', 'server_cpu_per_gib'):.3f} / {m('coio-hot-splice', 'server_cpu_per_gib'):.3f} | "
+              f"{m('coio-hot-copy', 'cpu_per_gib'):.3f} / {m('coio-hot-splice', 'cpu_per_gib'):.3f} |")
+    if int(rounds) > 1:
+        print()
+        print("Hot, per round, fio buffered / iperf3 / copy / splice GiB/s: " + "; ".join(
+            f"{s}: " + ", ".join("/".join(f"{r['gib']:.2f}" for r in x) for x in zip(
+                *[sorted((r for r in rows if r["size"] == s and r["tool"] == t), key=lambda r: r["round"])
+                  for t in ("fio-hot", "iperf3", "coio-hot-copy", "coio-hot-splice")]))
+            for s in hot))
 qd1 = [r for r in rows if r["tool"] in ("fio-qd1", "sockperf", "coio-qd1")]
 if qd1:
     f = next(r["p50_ms"] for r in qd1 if r["tool"] == "fio-qd1") * 1e3

@@ -65,6 +65,10 @@ void declare(CLI::App& app, CommandLine& line) {
   app.add_option("--io-size", s.ioSize, "bytes per IO (at most the chunk size); offsets are random, unaligned")
       ->transform(sizeIn(1, UINT32_MAX))
       ->default_str("64K");
+  app.add_option("--align", s.align,
+                 "offsets are random multiples of N (e.g. 4K: IOs of whole blocks; default 1: any byte)")
+      ->transform(sizeIn(1, UINT32_MAX))
+      ->default_str("1");
   app.add_option("--batch", s.batch, "IOs per batchRead")
       ->transform(countIn(1, storage::proto::kMaxIosPerFrame))
       ->capture_default_str();
@@ -96,6 +100,9 @@ void declare(CLI::App& app, CommandLine& line) {
           "uring|epoll"))
       ->default_str("uring");
   app.add_flag("--verify", s.verify, "ask for CRC32C and check it, and check every byte's content");
+  app.add_flag("--checksums", s.checksums,
+               "ask for CRC32C and check it against the bytes received, as a cluster client always does (a server "
+               "splices only such requests: serve --data-path); --verify does too");
   app.add_flag("--json", s.json, "print the report as one JSON object");
   app.add_option("--latency-log", s.latencyLog, "write one line per batch: \"UNIX-TIME-MS LATENCY-MS\" (its end)");
   app.add_option("--cluster", s.clusterFile, "read a whole cluster, the chain table FILE (below)");

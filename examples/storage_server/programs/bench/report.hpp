@@ -232,13 +232,14 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   if (settings.json) {
     std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"reactors\":%zu,\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
-                "\"io_size\":%u,\"verify\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
+                "\"io_size\":%u,\"verify\":%s,\"checksums\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
                 "\"errors\":{\"total\":%llu,\"io_status\":{\"total\":%llu,\"by_status\":{%s}},\"checksum\":%llu,"
                 "\"content\":%llu,\"wrong_bytes\":%llu,\"timed_out\":%llu,\"request\":%llu}",
                 settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(), settings.reactors,
                 cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
-                settings.ioSize, settings.verify ? "true" : "false", elapsed, u(tally.ios), u(tally.bytes), iops, gib,
+                settings.ioSize, settings.verify ? "true" : "false",
+                settings.verify || settings.checksums ? "true" : "false", elapsed, u(tally.ios), u(tally.bytes), iops, gib,
                 p50, p99, p999, u(tally.errors()), u(tally.badStatus), statusCounts(tally, "\"%s\":%llu", ",").c_str(),
                 u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests),
                 u(tally.failedRequests));
@@ -249,10 +250,11 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
   const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + cluster->source + ")"
                                  : settings.server.toString();
   std::printf("coio-storage-bench: %s to %s, %zu %s reactor(s), %zu connection(s), depth %zu, batch %zu x %u "
-              "bytes, verify %s\n",
+              "bytes, verify %s%s\n",
               settings.transport.c_str(), to.c_str(), settings.reactors, std::string(coio::toString(settings.kind)).c_str(),
               cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
-              settings.ioSize, settings.verify ? "on" : "off");
+              settings.ioSize, settings.verify ? "on" : "off",
+              !settings.verify && settings.checksums ? ", checksums on" : "");
   std::printf("  duration        %.2f s\n", elapsed);
   std::printf("  IOPS            %.0f\n", iops);
   std::printf("  throughput      %.3f GiB/s\n", gib);

@@ -35,7 +35,8 @@ inline void randomBatch(std::mt19937_64& random, const Settings& settings, std::
                  std::vector<storage::ReadOp>& ios) {
   for (std::size_t i = 0; i < ios.size(); ++i) {
     ios[i].chunkId = settings.layout.chunkAt(random() % settings.layout.chunks);
-    ios[i].offset = static_cast<std::uint32_t>(random() % (settings.layout.chunkSize - settings.ioSize + 1));
+    const std::uint64_t slots = (settings.layout.chunkSize - settings.ioSize) / settings.align + 1;
+    ios[i].offset = static_cast<std::uint32_t>(random() % slots * settings.align);
     ios[i].length = settings.ioSize;
     ios[i].into = std::span(memory).subspan(i * settings.ioSize, settings.ioSize);
     ios[i].targetId = settings.target;
@@ -174,7 +175,8 @@ template <coio::Reactor R>
 coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& reactor, const Settings& settings,
                                                                              storage::TransmissionLimiter& limiter,
                                                                              std::span<std::byte> memory) {
-  const storage::ClientOptions options{.timeout = settings.timeout, .verifyChecksums = settings.verify};
+  const storage::ClientOptions options{.timeout = settings.timeout,
+                                       .verifyChecksums = settings.verify || settings.checksums};
 #if COIO_STORAGE_RDMA
   if (settings.device) {
     coio::Result<std::unique_ptr<storage::StorageClient<R>>> client = co_await storage::StorageClient<R>::connect(

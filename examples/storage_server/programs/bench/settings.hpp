@@ -30,6 +30,7 @@ struct Settings {
   coio::SocketAddress server;
   storage::ChunkStoreLayout layout;
   std::uint32_t ioSize = 64 * 1024;
+  std::uint32_t align = 1;  // --align: offsets are multiples of it
   std::uint32_t target = 0;
   std::size_t batch = 16, depth = 8, connections = 4, maxTransmissions = 64;
   std::size_t reactors = 1;  // --reactors: threads the connections are spread over
@@ -37,6 +38,7 @@ struct Settings {
   std::chrono::milliseconds timeout{30000};
   coio::ReactorKind kind = coio::ReactorKind::uring;
   bool verify = false, json = false;
+  bool checksums = false;  // --checksums: CRC32C asked for and checked (--verify: and the content)
   std::string transport = "tcp";
   std::string latencyLog;
   std::string routingLog;                    // --routing-log: a cluster client's routings, as applied

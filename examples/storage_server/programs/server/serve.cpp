@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -82,8 +83,11 @@ std::optional<std::uint64_t> checkTargets(const ServeSettings& settings) {
 // a warning if the one given may not fit. Splits it between the reactors.
 void limitConnections(ServeSettings& settings, std::uint64_t files) {
   settings.fdLimit = storage::cli::raiseFdLimit();
-  // Each reactor opens every target's data files, and has its ring (or epoll) and wake-up fds.
-  const std::uint64_t reserved = settings.reactors * (files + 8) + 64;
+  // Each reactor opens every target's data files, and has its ring (or epoll) and wake-up fds; one
+  // that may splice, a pipe (2 fds) per pool buffer at most.
+  const bool splices = settings.transport == "tcp" && settings.server.dataPath != storage::DataPath::copy;
+  const std::uint64_t pipeFds = splices ? 2 * (settings.server.poolBytes / settings.server.pieceSize) : 0;
+  const std::uint64_t reserved = settings.reactors * (files + 8 + pipeFds) + 64;
   const std::uint64_t perConnection = storage::cli::fdsPerConnection(settings.transport == "rdma");
   if (!settings.maxConnections) {
     settings.maxConnections = storage::cli::defaultMaxConnections(settings.fdLimit, reserved, perConnection);
@@ -96,6 +100,14 @@ void limitConnections(ServeSettings& settings, std::uint64_t files) {
   }
   settings.server.maxConnections = (*settings.maxConnections + settings.reactors - 1) / settings.reactors;
 }
+// --data-path's value, or nullopt.
+std::optional<storage::DataPath> parseDataPath(std::string_view value) {
+  if (value == "auto") return storage::DataPath::automatic;
+  if (value == "splice") return storage::DataPath::splice;
+  if (value == "copy") return storage::DataPath::copy;
+  return std::nullopt;
+}
+
 // --target ID=DIR: the target, or nullopt.
 std::optional<TargetSpec> parseTarget(const std::string& value) {
   const std::size_t equals = value.find('=');
@@ -125,6 +137,9 @@ int serve(ServeCommandLine& line) {
     }
   }
   if (settings.server.poolBytes < settings.server.pieceSize) return problem("--pool must hold one --piece-size buffer");
+  if (settings.server.splicePieceSize % settings.server.pieceSize != 0) {
+    return problem("--splice-piece-size must be a multiple of --piece-size");
+  }
   coio::Result<coio::SocketAddress> address = coio::SocketAddress::parse(line.listen);
   if (!address) return problem("--listen takes host:port, e.g. 127.0.0.1:9000 or [::1]:9000");
   settings.listen = *address;
@@ -273,6 +288,23 @@ Command addServe(CLI::App& program) {
   sub->add_option("--tcp-congestion", server.tcpCongestion,
                   "the congestion control of the served connections (default: the system's; e.g. cubic)")
       ->check(nonEmpty());
+  sub->add_option_function<std::string>(
+         "--data-path", [&server](const std::string& path) { server.dataPath = *parseDataPath(path); },
+         "how TCP data of a target read through the page cache (--buffered, or a file system without O_DIRECT) "
+         "leaves: splice (file -> pipe -> socket, no copy in the server; for requests that ask for CRCs, which the "
+         "client then checks for the blocks the server does not see), copy (read into the pool, checked, sent), "
+         "auto (splice requests whose IOs are all 64K or more, copy the rest). On hot data (in the page cache) splice "
+         "spends a third to a half of copy's server CPU; cold data reads best with O_DIRECT, the default "
+         "(docs/benchmarks.md, hot data)")
+      ->check(CLI::Validator(
+          [](std::string& path) { return parseDataPath(path) ? std::string() : path + " is not auto, splice or copy"; },
+          "auto|splice|copy"))
+      ->default_str("auto");
+  sub->add_option("--splice-piece-size", server.splicePieceSize,
+                  "a spliced request's pieces, a pipe each (a multiple of --piece-size; over 1M, fs.pipe-max-size, "
+                  "needs CAP_SYS_RESOURCE)")
+      ->transform(sizeIn(4096, 1u << 30, 4096))
+      ->default_str("1M");
   sub->add_flag("--zero-copy-send", server.zeroCopySend,
                 "send the data over TCP straight from the read buffers (io_uring zero-copy sends, Linux 6.1+; "
                 "else it copies, as the banner says)");
