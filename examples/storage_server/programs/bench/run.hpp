@@ -198,12 +198,12 @@ coio::Task<coio::Result<std::unique_ptr<storage::StorageClient<R>>>> connect(R& 
 
 // What one reactor of a run does (`part` of --reactors): connects the
 // clients c with c % reactors == part, runs the workers w whose client
-// (w % connections) is one of them, closes its clients. Runs on `reactor`'s
-// thread. How long its workers ran, or the failed connect's error.
+// (w % connections) is one of them for --duration from the moment its
+// clients are connected, closes its clients. Runs on `reactor`'s thread.
+// How long its workers ran, or the failed connect's error.
 template <coio::Reactor R>
 coio::Task<coio::Result<double>> runPart(R& reactor, const Settings& settings, std::size_t part,
-                                         std::span<std::byte> memory, std::vector<Tally>& tallies,
-                                         Clock::time_point begin, Clock::time_point end) {
+                                         std::span<std::byte> memory, std::vector<Tally>& tallies) {
   // --max-transmissions is the client's, split between the reactors (a limiter is one thread's).
   storage::TransmissionLimiter limiter((settings.maxTransmissions + settings.reactors - 1) / settings.reactors);
   std::vector<std::unique_ptr<storage::StorageClient<R>>> clients;
@@ -227,8 +227,9 @@ coio::Task<coio::Result<double>> runPart(R& reactor, const Settings& settings, s
       const std::size_t c = w % settings.connections;
       if (c % settings.reactors == part) workers.emplace_back(w, clients[c / settings.reactors].get());
     }
-    elapsed = co_await runWorkers(reactor, settings, std::move(workers), memory, tallies, begin, end,
-                                  settings.reactors == 1);
+    const Clock::time_point begin = reactor.now();
+    elapsed = co_await runWorkers(reactor, settings, std::move(workers), memory, tallies, begin,
+                                  endOfRun(settings, begin), settings.reactors == 1);
   }
   for (auto& open : clients) co_await open->close();
   if (failed) co_return failed;
@@ -237,7 +238,9 @@ coio::Task<coio::Result<double>> runPart(R& reactor, const Settings& settings, s
 
 // One server: --connections spread over --reactors reactor threads, this
 // one (`reactor`, part 0) and a pool of the others. Each part hops to its
-// reactor, runs there, and hops back: tallies are merged on this thread.
+// reactor, runs there, and hops back: tallies are merged on this thread,
+// over the longest part's time (the parts connect at once, each timing its
+// own run from its last connect).
 template <coio::Reactor R>
 coio::Task<int> run(R& reactor, const Settings& settings) {
   // Every worker's destinations, in one allocation that each client registers once (RDMA).
@@ -245,11 +248,10 @@ coio::Task<int> run(R& reactor, const Settings& settings) {
   std::vector<Tally> tallies(settings.depth);
   std::optional<coio::ReactorPool<R>> others;
   if (settings.reactors > 1) others.emplace(settings.reactors - 1);
-  const Clock::time_point begin = reactor.now(), end = endOfRun(settings, begin);
   const auto part = [&](std::size_t p) -> coio::Task<coio::Result<double>> {
     if (p > 0) co_await others->reactor(p - 1).schedule();
-    coio::Result<double> ran = co_await runPart(p > 0 ? others->reactor(p - 1) : reactor, settings, p, memory,
-                                                tallies, begin, end);
+    coio::Result<double> ran =
+        co_await runPart(p > 0 ? others->reactor(p - 1) : reactor, settings, p, memory, tallies);
     if (p > 0) co_await reactor.schedule();
     co_return ran;
   };
