@@ -29,11 +29,10 @@ std::string slurp(const std::filesystem::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// Runs `program` with `args` to its end, its stdout and stderr in files.
-Ran runProgram(const char* program, std::vector<std::string> args) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string tag = std::to_string(::getpid());
-  const std::filesystem::path out = dir / ("coio-cli-test-" + tag + ".out"), err = dir / ("coio-cli-test-" + tag + ".err");
+// Starts `program` with `args`, its stdout and stderr into the files `out`
+// and `err`; its pid.
+pid_t spawnProgram(const char* program, std::vector<std::string> args, const std::filesystem::path& out,
+                   const std::filesystem::path& err) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -46,6 +45,15 @@ Ran runProgram(const char* program, std::vector<std::string> args) {
   const int spawned = posix_spawn(&pid, program, &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   REQUIRE(spawned == 0);
+  return pid;
+}
+
+// Runs `program` with `args` to its end, its stdout and stderr in files.
+Ran runProgram(const char* program, std::vector<std::string> args) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(::getpid());
+  const std::filesystem::path out = dir / ("coio-cli-test-" + tag + ".out"), err = dir / ("coio-cli-test-" + tag + ".err");
+  const pid_t pid = spawnProgram(program, std::move(args), out, err);
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   Ran ran{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
@@ -108,17 +116,10 @@ TEST_CASE("The bench spreads its connections over --reactors threads, against a 
   REQUIRE(runProgram(COIO_STORAGE_SERVER_BIN, {"init", "--dir", dir.string(), "--chunks", "8", "--chunk-size", "1M"})
               .exitCode == 0);
   const std::filesystem::path log = dir / "server.log";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::vector<std::string> args{COIO_STORAGE_SERVER_BIN, "serve", "--dir", dir.string(), "--listen", "127.0.0.1:0",
-                                "--reactors", "2", "--buffered"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t server = 0;
-  REQUIRE(posix_spawn(&server, COIO_STORAGE_SERVER_BIN, &actions, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t server = spawnProgram(COIO_STORAGE_SERVER_BIN,
+                                    {"serve", "--dir", dir.string(), "--listen", "127.0.0.1:0", "--reactors", "2",
+                                     "--buffered"},
+                                    log, dir / "server.err");
   std::string address;
   for (int i = 0; i < 100 && address.empty(); ++i) {
     const std::string text = slurp(log);
