@@ -96,9 +96,25 @@ std::size_t fillSocket(int fd) {
 }
 
 // Receives `n` bytes from socket `fd`, starting after `delay`.
+// The reactor's transfers waited for an end to be ready (a reader that
+// started late let the socket fill): epoll waits (counted as `other`),
+// io_uring polls.
 template <typename R>
-Task<std::vector<std::byte>> receive(R& r, int fd, std::size_t n, std::chrono::milliseconds delay = 0ms) {
-  co_await r.sleepFor(delay);
+bool waited(const R& r) {
+  constexpr bool kEpoll = std::is_same_v<R, coio::EpollReactor>;
+  return r.stats()[kEpoll ? coio::OpKind::other : coio::OpKind::poll].submitted > 0;
+}
+
+template <typename R>
+Task<std::vector<std::byte>> receive(R& r, int fd, std::size_t n, bool afterWait = false) {
+  // Reading only once the sender has waited makes its wait certain, however
+  // slowly a loaded machine runs it (a fixed delay did not: a reader that
+  // started before the socket filled could keep up all the way). Bounded, so
+  // a sender that never waits fails the check instead of hanging.
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       afterWait && !waited(r) && std::chrono::steady_clock::now() < deadline;) {
+    co_await r.sleepFor(1ms);
+  }
   std::vector<std::byte> got(n);
   std::size_t at = 0;
   while (at < n) {
@@ -141,14 +157,6 @@ Task<Result<std::size_t>> spliceThrough(R& r, int file, std::size_t offset, std:
   co_return in;
 }
 
-// The reactor's transfers waited for an end to be ready (a reader that
-// started late let the socket fill): epoll waits (counted as `other`),
-// io_uring polls.
-template <typename R>
-void checkWaited(const R& r) {
-  constexpr bool kEpoll = std::is_same_v<R, coio::EpollReactor>;
-  CHECK(r.stats()[kEpoll ? coio::OpKind::other : coio::OpKind::poll].submitted > 0);
-}
 
 // Requests a stop on `source` after `delay`, on the loop thread.
 template <typename R>
@@ -194,10 +202,10 @@ TEMPLATE_LIST_TEST_CASE("splice moves a file through a pipe into a socket, waiti
       return spliceThrough(r, file.get(), offset, kSize - offset, sockets.b.get(), pipe);
     };
     auto [fills, got] =
-        co_await coio::collectAll(inSteps(kSize, pipe, step), receive(r, sockets.a.get(), kSize, 20ms));
+        co_await coio::collectAll(inSteps(kSize, pipe, step), receive(r, sockets.a.get(), kSize, true));
     CHECK(fills >= kSize / pipe.capacity());
     CHECK(coio::testing::matchesPattern(1, 0, got));
-    checkWaited(r);
+    CHECK(waited(r));
     // The file's end: 0.
     Result<std::size_t> end = co_await r.splice(file.get(), kSize, pipe.writeFd(), kNoOffset, 4096);
     CHECK(moved(end) == 0);
@@ -288,10 +296,10 @@ TEMPLATE_LIST_TEST_CASE("sendfile sends a whole file in as many calls as it take
       return r.sendfile(sockets.b.get(), file.get(), static_cast<std::int64_t>(offset), kSize - offset, pipe);
     };
     auto [calls, got] =
-        co_await coio::collectAll(inSteps(kSize, pipe, step), receive(r, sockets.a.get(), kSize, 20ms));
+        co_await coio::collectAll(inSteps(kSize, pipe, step), receive(r, sockets.a.get(), kSize, true));
     CHECK(calls >= 1);
     CHECK(coio::testing::matchesPattern(3, 0, got));
-    checkWaited(r);
+    CHECK(waited(r));
     Result<std::size_t> end = co_await r.sendfile(sockets.b.get(), file.get(), kSize, 4096, pipe);
     CHECK(moved(end) == 0);
   };
