@@ -56,6 +56,10 @@
 #                        too over RDMA: the ceiling of user-space verbs on the device
 #   NVME_IO_QUEUES [unset]  `nvme connect --nr-io-queues` (unset: the host driver's default, one
 #                        per CPU); each I/O queue of nvme-rdma is a queue pair
+#   NVME_DIGEST [0]      1: nvme-tcp connects with `--data-digest`: nvmet-tcp and its host then
+#                        compute and check a CRC32C of every data PDU, as coio does of every IO
+#                        with the bench's `--checksums` (a variant's BENCH_ARGS): integrity on both
+#                        sides (nvme-rdma has no data digest)
 #   CHUNKS [64]          4 MiB chunks in the data file (256 MiB; the guest has COIO_VM_MEM MiB)
 #   RESULTS [unset]      also write every run as a line to this file (in the shared work tree)
 #   PERF [unset]         a folder (in the shared work tree): profile every run, the whole guest
@@ -107,7 +111,7 @@ if [[ -z ${COIO_VM:-} ]]; then
   done
   echo "host: $(uptime)"
   export COIO_VM_PASS_ENV="ROUNDS DURATION SIZES TRANSPORTS SERVER_ARGS REACTORS CONNECTIONS NVME_IO_QUEUES PERFTEST CHUNKS
-    RESULTS PERF"
+    RESULTS PERF NVME_DIGEST"
   set +e
   COIO_VM_TIMEOUT=${COIO_VM_TIMEOUT:-3600} COIO_VM_CWD="$root" tests/rdma/vm/run.sh -- bash "$self" "${variants[@]}"
   rc=$?
@@ -160,7 +164,10 @@ for t in $transports; do
   echo "$ip" >"$p/addr_traddr"
   echo "$port" >"$p/addr_trsvcid"
   ln -s "$s" "$p/subsystems/$nqn"
-  nvme connect -t "$t" -a "$ip" -s "$port" -n "$nqn" ${NVME_IO_QUEUES:+--nr-io-queues "$NVME_IO_QUEUES"} >/dev/null ||
+  digest=()
+  [[ $t == tcp && ${NVME_DIGEST:-0} == 1 ]] && digest=(--data-digest)
+  nvme connect -t "$t" -a "$ip" -s "$port" -n "$nqn" ${NVME_IO_QUEUES:+--nr-io-queues "$NVME_IO_QUEUES"} "${digest[@]}" \
+    >/dev/null ||
     die "nvme connect -t $t failed"
   for _ in $(seq 100); do
     for b in /sys/block/nvme*; do
@@ -177,7 +184,7 @@ for t in $transports; do
   for c in /sys/class/nvme/nvme*; do
     [[ $(cat "$c/subsysnqn" 2>/dev/null) == "$nqn" ]] && queues=$(($(cat "$c/queue_count") - 1))
   done
-  echo "nvmet-$t: $nqn at $ip:$port, read through ${nvme_dev[$t]} ($queues I/O queues)" >&2
+  echo "nvmet-$t: $nqn at $ip:$port, read through ${nvme_dev[$t]} ($queues I/O queues${digest:+, data digest})" >&2
   port=$((port + 1))
 done
 disconnect_all() {

@@ -18,10 +18,10 @@ host_packages=(qemu-system-x86 busybox-static cpio kmod iproute2 libibverbs1 ibv
   ibverbs-utils perftest)
 # Guest modules; modprobe --show-depends adds what they depend on. guest-init.sh loads
 # `modules` at boot; `nvme_modules` (the kernel's NVMe-oF target and host, for
-# tests/bench/storage/run_nvmet_compare.sh) are only copied, listed in load order in
-# kmods/nvme.list, for a command that wants them to insmod.
+# tests/bench/storage/run_nvmet_compare.sh, and the CRC32C its NVME_DIGEST=1 needs) are only
+# copied, listed in load order in kmods/nvme.list, for a command that wants them to insmod.
 modules=(rdma_rxe ib_uverbs ib_umad crc32_generic dummy virtio_pci 9pnet_virtio 9p)
-nvme_modules=(configfs nvmet nvmet_rdma nvmet_tcp nvme_rdma nvme_tcp)
+nvme_modules=(configfs nvmet nvmet_rdma nvmet_tcp nvme_rdma nvme_tcp crc32c_generic crc32c_intel)
 
 say() { echo "coio-vm: $*" >&2; }
 sudo=""
