@@ -192,10 +192,12 @@ class FrameWriter {
     for (const Send& s : sends) {
       gather_.insert(gather_.end(), s.parts.begin(), s.parts.end());
       zeroCopy = zeroCopy || s.zeroCopy;
-      if (s.piped.empty()) continue;
-      coio::Result<void> written = co_await writeGathered(std::exchange(zeroCopy, false), stop);
-      for (std::size_t i = 0; written && i < s.piped.size(); ++i) written = co_await splice(s.piped[i], stop);
-      if (!written) co_return written;
+      if constexpr (coio::SpliceReactor<R>) {  // (only sendSpliced, which needs one, pipes bytes)
+        if (s.piped.empty()) continue;
+        coio::Result<void> written = co_await writeGathered(std::exchange(zeroCopy, false), stop);
+        for (std::size_t i = 0; written && i < s.piped.size(); ++i) written = co_await splice(s.piped[i], stop);
+        if (!written) co_return written;
+      }
     }
     co_return co_await writeGathered(zeroCopy, stop);
   }
@@ -215,19 +217,17 @@ class FrameWriter {
   }
 
   // Moves all of a pipe's bytes into the stream.
-  coio::Task<coio::Result<void>> splice(PipedBytes from, std::stop_token stop) {
-    if constexpr (coio::SpliceReactor<R>) {
-      for (std::size_t left = from.length; left > 0;) {
-        const coio::Result<std::size_t> moved = co_await stream_.reactor().splice(
-            from.pipe, coio::kNoOffset, stream_.fd(), coio::kNoOffset, left, stop);
-        if (!moved) co_return moved.error();
-        if (*moved == 0) co_return coio::Errc::closed;  // a pipe whose write end is gone: short of its bytes
-        left -= *moved;
-      }
-      co_return coio::Result<void>{};
-    } else {
-      co_return coio::Errc::invalidArgument;  // unreachable: sendSpliced needs a SpliceReactor
+  coio::Task<coio::Result<void>> splice(PipedBytes from, std::stop_token stop)
+    requires coio::SpliceReactor<R>
+  {
+    for (std::size_t left = from.length; left > 0;) {
+      const coio::Result<std::size_t> moved =
+          co_await stream_.reactor().splice(from.pipe, coio::kNoOffset, stream_.fd(), coio::kNoOffset, left, stop);
+      if (!moved) co_return moved.error();
+      if (*moved == 0) co_return coio::Errc::closed;  // a pipe whose write end is gone: short of its bytes
+      left -= *moved;
     }
+    co_return coio::Result<void>{};
   }
   struct WriteSends {
     FrameWriter* writer;
