@@ -50,4 +50,13 @@ session=$!
 status=0
 wait "$session" || status=$?
 echo "the example exited with status $status"
+if ((status != 0)); then
+  # What the block wrote aside (a program's stderr redirected to a file, say): the
+  # lines that say why are often there, and $data is removed on exit.
+  for f in "$data"/*.txt "$data"/*.log; do
+    [[ -f $f ]] || continue
+    echo "--- the last 40 lines of ${f#"$data"/}:"
+    tail -n 40 "$f"
+  done
+fi
 exit "$status"
