@@ -1,6 +1,7 @@
 // File's write path through the ring: vectored I/O, fdatasync, fallocate,
 // and the io_uring forms of open, statx and close, on both reactors.
 #include "disk_test_helpers.hpp"
+#include "../reactor/test_reactors.hpp"
 
 #include <coio/core/task.hpp>
 #include <coio/disk/buffer_pool.hpp>
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <stop_token>
@@ -234,6 +236,35 @@ TEMPLATE_LIST_TEST_CASE("openAsync opens through the ring, reporting openat's er
     CHECK(std::memcmp(back.data(), bytes.data(), 8192) == 0);
   };
   reactor.runUntil(test());
+}
+
+TEMPLATE_LIST_TEST_CASE("stop with an open done in the kernel but not delivered leaks no fd", "[disk][file][open]",
+                        DiskReactors) {
+  TempDir dir;
+  const std::string path = (dir.path() / "opened").string();
+  const std::size_t fdsBefore = coio::testing::openFdCount();
+  {
+    TestType reactor;
+    coio::Disk disk(reactor);
+    auto openOne = [&]() -> Task<void> {
+      (void)co_await File::openAsync(disk, path, {.write = true, .create = true});
+      FAIL("resumed after stop");
+    };
+    // Blocks the loop until the kernel's worker has created the file: the
+    // open can no longer be cancelled, and its file is not delivered yet.
+    auto stopper = [&]() -> Task<void> {
+      for (int i = 0; i < 10000 && ::access(path.c_str(), F_OK) != 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      CHECK(::access(path.c_str(), F_OK) == 0);
+      reactor.stop();
+      co_return;
+    };
+    reactor.spawn(openOne());  // first: its open reaches the kernel before the stop
+    reactor.spawn(stopper());
+    reactor.run();
+  }
+  CHECK(coio::testing::openFdCount() == fdsBefore);
 }
 
 TEMPLATE_LIST_TEST_CASE("the write path's awaitables resume on the Disk's loop thread", "[disk][file][threads]",

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -278,6 +279,57 @@ TEMPLATE_LIST_TEST_CASE("stop with TCP operations pending destroys every frame a
     reactor.run();
     CHECK(coio::testing::openFdCount() >= fdsBefore + 21);
     // The listener goes first, while tasks still wait on the stopped reactor.
+  }
+  CHECK(coio::testing::openFdCount() == fdsBefore);
+}
+
+TEMPLATE_LIST_TEST_CASE("stop with an accept pending and its connection arrived leaks no fd", "[net][tcp]",
+                        TcpTestReactors) {
+  // The accept is prepared but not submitted at the stop (io_uring: it goes
+  // to the kernel with the stop's cancel and takes the waiting connection
+  // at once), or waits in the kernel when the connection arrives (the
+  // cancel must still win or close what the accept made).
+  const bool submitted = GENERATE(false, true);
+  const std::size_t fdsBefore = coio::testing::openFdCount();
+  {
+    TestType reactor;
+    Listener<TestType> listener = listen(reactor, SocketAddress::loopbackV4());
+    const SocketAddress server = *listener.localAddress();
+    coio::FileDescriptor client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(client.valid());
+    auto arrive = [&] {  // a connection, queued for accept (no loop runs)
+      REQUIRE(::connect(client.get(), server.data(), server.size()) == 0);
+      pollfd queued{listener.fd(), POLLIN, 0};
+      REQUIRE(::poll(&queued, 1, 10000) == 1);
+    };
+    std::size_t unsubmitted = 0;  // SQEs prepared but not submitted before the accept
+    auto acceptOne = [&](TestType& r) -> Task<void> {
+      unsubmitted = r.stats().unsubmitted;
+      (void)co_await listener.accept();
+    };
+    if (submitted) {
+      // Two turns: the accept reaches the kernel, which finds no connection.
+      auto armAccept = [&](TestType& r) -> Task<void> {
+        r.spawn(acceptOne(r));
+        co_await r.schedule();
+        co_await r.schedule();
+      };
+      reactor.runUntil(armAccept(reactor));
+      if constexpr (requires { reactor.ring(); }) CHECK(reactor.stats().unsubmitted == 0);
+      arrive();
+      reactor.stop();
+    } else {
+      arrive();
+      auto stopper = [&](TestType& r) -> Task<void> {
+        // io_uring: the accept's SQE is prepared, not submitted yet.
+        if constexpr (requires { r.ring(); }) CHECK(r.stats().unsubmitted == unsubmitted + 1);
+        r.stop();
+        co_return;
+      };
+      reactor.spawn(acceptOne(reactor));  // first: its accept is prepared when the stop comes
+      reactor.spawn(stopper(reactor));
+    }
+    reactor.run();
   }
   CHECK(coio::testing::openFdCount() == fdsBefore);
 }

@@ -17,6 +17,11 @@ struct UringOperation {
   /// it is submitted (from the SQE's opcode); none before.
   /// \hideinitializer
   std::uint8_t counter = detail::kUncounted;
+  /// The ring's: the opcode of its last SQE, set when it is submitted (so
+  /// that a completion dropped at a stop releases what it made: see
+  /// UringRing::quiesce).
+  /// \hideinitializer
+  std::uint8_t opcode = 0;
 };
 
 }  // namespace coio

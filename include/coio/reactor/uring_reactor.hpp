@@ -79,7 +79,8 @@ struct detail::BackendOf<UringReactor> {
 /// - stop() (any thread) makes run() return after the current iteration,
 ///   once every in-flight operation has been cancelled and has completed;
 ///   spawned tasks that never started are destroyed then, the others with
-///   the reactor.
+///   the reactor. An accept (or a Disk's open) that completed anyway is
+///   not delivered: the reactor closes its new fd.
 /// - Fairness: at most kInlineTurnsPerIteration operations per loop
 ///   iteration complete without suspending (a send the socket took, a read
 ///   served from data a multishot recv kept, a stop already requested);

@@ -99,6 +99,7 @@ class UringRing {
     std::forward<Prep>(prep)(sqe);
     io_uring_sqe_set_data(sqe, &op);
     op.counter = counted ? counterOf(*sqe) : kUncounted;
+    op.opcode = sqe->opcode;
     loop_.meter().submitted(op.counter);
     ++inFlight_;
     commit();
@@ -227,7 +228,8 @@ class UringRing {
   /// Cancels every operation in flight and waits until the kernel has let
   /// go of all of them; none of them resumes, nor does any completion
   /// reaped but not dispatched yet (each operation is passed to `dropped`,
-  /// if given, at its last completion). May be called from a dispatch.
+  /// if given, at its last completion; a new fd it carries, an accept's or
+  /// an open's, is closed). May be called from a dispatch.
   /// Never throws: a ring that takes no cancel ends the process, since the
   /// kernel may keep writing into operations that are about to be freed.
   void quiesce(void (*dropped)(UringOperation*) noexcept = nullptr) noexcept {
@@ -257,13 +259,17 @@ class UringRing {
   }
 
   /// For an operation destroyed with its completion reaped but not
-  /// dispatched: drops that completion (it counts as completed).
+  /// dispatched: drops that completion (it counts as completed; a new fd
+  /// it carries is closed, as quiesce() does).
   void forget(UringOperation& op) noexcept {
     for (auto [list, from] : {std::pair{&backlog_, std::size_t{0}}, std::pair{&batch_, next_}}) {
       for (std::size_t i = from; i < list->size(); ++i) {
         Completion& c = (*list)[i];
         if (c.userData != reinterpret_cast<std::uintptr_t>(&op)) continue;
-        if (!(c.flags & IORING_CQE_F_MORE)) settle(op);
+        if (!(c.flags & IORING_CQE_F_MORE)) {
+          closeMadeFd(op, c);
+          settle(op);
+        }
         c.userData = 0;
       }
     }
@@ -361,12 +367,22 @@ class UringRing {
     op->complete(op, c.result, c.flags);
   }
 
+  // A completion that will not be dispatched still carries what the kernel
+  // made for it: the fd of an accept or an open, which no one else will
+  // ever see (an accept submitted along with quiesce()'s cancel, or one
+  // that won the race with it, yields a connection that was waiting).
+  static void closeMadeFd(const UringOperation& op, const Completion& c) noexcept {
+    const bool madeFd = op.opcode == IORING_OP_ACCEPT || op.opcode == IORING_OP_OPENAT;
+    if (madeFd && c.result >= 0) ::close(c.result);
+  }
+
   // Completions that will not be dispatched (quiesce): `list`'s from `from` on.
   void drop(std::vector<Completion>& list, std::size_t from, void (*dropped)(UringOperation*) noexcept) noexcept {
     for (std::size_t i = from; i < list.size(); ++i) {
       const Completion& c = list[i];
       if (c.userData == 0 || (c.flags & IORING_CQE_F_MORE)) continue;
       auto* op = reinterpret_cast<UringOperation*>(c.userData);
+      closeMadeFd(*op, c);
       settle(*op);
       if (dropped) dropped(op);
     }
