@@ -95,7 +95,6 @@ std::size_t fillSocket(int fd) {
   return sent;
 }
 
-// Receives `n` bytes from socket `fd`, starting after `delay`.
 // The reactor's transfers waited for an end to be ready (a reader that
 // started late let the socket fill): epoll waits (counted as `other`),
 // io_uring polls.
@@ -105,6 +104,8 @@ bool waited(const R& r) {
   return r.stats()[kEpoll ? coio::OpKind::other : coio::OpKind::poll].submitted > 0;
 }
 
+// Receives `n` bytes from socket `fd`; with `afterWait`, starting only once
+// the reactor has waited.
 template <typename R>
 Task<std::vector<std::byte>> receive(R& r, int fd, std::size_t n, bool afterWait = false) {
   // Reading only once the sender has waited makes its wait certain, however
@@ -156,7 +157,6 @@ Task<Result<std::size_t>> spliceThrough(R& r, int file, std::size_t offset, std:
   }
   co_return in;
 }
-
 
 // Requests a stop on `source` after `delay`, on the loop thread.
 template <typename R>
