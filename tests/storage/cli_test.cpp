@@ -1,10 +1,15 @@
 #include "programs/cli.hpp"
+#include "programs/server/on_loop.hpp"
 
 #include <catch2/catch.hpp>
+#include <coio/reactor/epoll_reactor.hpp>
 #include <sched.h>
 #include <sys/resource.h>
 
+#include <chrono>
+#include <future>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,4 +90,35 @@ TEST_CASE("Sizes take binary suffixes, counts are decimal, both within their ran
     CHECK(parseSizeAndCount({"--count", bad}, size, count) == std::optional<int>(2));
   }
   CHECK(parseSizeAndCount({"--unknown"}, size, count) == std::optional<int>(2));
+}
+
+namespace {
+coio::Task<void> throwing() {
+  throw std::runtime_error("the task failed");
+  co_return;
+}
+coio::Task<void> setting(bool& ran) {
+  ran = true;
+  co_return;
+}
+}  // namespace
+
+TEST_CASE("runOn passes on what its task threw, and never waits for a reactor that will not run it",
+          "[storage][cli]") {
+  coio::EpollReactor reactor;
+  std::thread loop([&] { reactor.run(); });
+  // Bounded: a task whose throw was lost would leave the future unset.
+  std::future<void> failed = storage::cli::spawnWatched(reactor, throwing());
+  REQUIRE(failed.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_THROWS_AS(failed.get(), std::runtime_error);
+  CHECK_THROWS_AS(storage::cli::runOn(reactor, throwing()), std::runtime_error);
+  bool ran = false;
+  storage::cli::runOn(reactor, setting(ran));  // the loop goes on after a task threw
+  CHECK(ran);
+  reactor.stop();
+  loop.join();
+  // Stopped: the reactor destroys the task unrun, which breaks the promise.
+  std::future<void> unrun = storage::cli::spawnWatched(reactor, setting(ran));
+  REQUIRE(unrun.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_THROWS_AS(unrun.get(), std::future_error);
 }

@@ -4,23 +4,40 @@
 #include <coio/core/task.hpp>
 #include <coio/reactor/reactor.hpp>
 
+#include <exception>
 #include <future>
-#include <list>
 #include <stop_token>
 #include <utility>
+#include <vector>
 
 namespace storage::cli {
 
-/// Runs `task` on `reactor`'s loop thread and waits for it (from another thread).
+/// Spawns `task` on `reactor`: the future is ready when it returns, holds
+/// what it threw, and is broken (std::future_error) if the reactor destroys
+/// the task unrun (a stopped reactor): a waiter never waits forever.
 template <coio::Reactor R>
-void runOn(R& reactor, coio::Task<void> task) {
+std::future<void> spawnWatched(R& reactor, coio::Task<void> task) {
   std::promise<void> done;
   std::future<void> finished = done.get_future();
-  reactor.spawn([](coio::Task<void> t, std::promise<void>& signal) -> coio::Task<void> {
-    co_await std::move(t);
+  // The promise lives in the frame: destroyed unrun, the frame breaks it.
+  reactor.spawn([](coio::Task<void> t, std::promise<void> signal) -> coio::Task<void> {
+    try {
+      co_await std::move(t);
+    } catch (...) {
+      signal.set_exception(std::current_exception());
+      co_return;
+    }
     signal.set_value();
-  }(std::move(task), done));
-  finished.get();
+  }(std::move(task), std::move(done)));
+  return finished;
+}
+
+/// Runs `task` on `reactor`'s loop thread and waits for it (from another
+/// thread); rethrows what it threw, or std::future_error if the reactor
+/// stopped before running it.
+template <coio::Reactor R>
+void runOn(R& reactor, coio::Task<void> task) {
+  spawnWatched(reactor, std::move(task)).get();
 }
 
 /// Coroutines run in the background on one reactor's loop thread, each
@@ -34,13 +51,7 @@ class Background {
   Background& operator=(const Background&) = delete;
   ~Background() { stop(); }
 
-  void start(coio::Task<void> task) {
-    done_.emplace_back();
-    reactor_.spawn([](coio::Task<void> t, std::promise<void>& signal) -> coio::Task<void> {
-      co_await std::move(t);
-      signal.set_value();
-    }(std::move(task), done_.back()));
-  }
+  void start(coio::Task<void> task) { done_.push_back(spawnWatched(reactor_, std::move(task))); }
   std::stop_token token() const noexcept { return source_.get_token(); }
   void stop() {
     if (done_.empty()) return;
@@ -48,14 +59,15 @@ class Background {
       source.request_stop();  // here: the stop callbacks touch the loop's operations
       co_return;
     }(source_));
-    for (std::promise<void>& d : done_) d.get_future().get();
+    std::vector<std::future<void>> done = std::move(done_);
     done_.clear();
+    for (std::future<void>& d : done) d.get();
   }
 
  private:
   R& reactor_;
   std::stop_source source_;
-  std::list<std::promise<void>> done_;  // a list: the coroutines hold references
+  std::vector<std::future<void>> done_;
 };
 
 }  // namespace storage::cli
