@@ -63,7 +63,7 @@ TEMPLATE_LIST_TEST_CASE("bits flipped at random on disk: an IO is corrupt exactl
                                static_cast<std::byte>(1u << (random() % 8)));
   }
   // The corrupt blocks, from the files (a bit flipped twice is whole again): (chunk, block).
-  std::set<std::pair<std::uint64_t, std::uint32_t>> corrupt;
+  BlockSet corrupt;
   for (std::uint64_t chunk = 0; chunk < kChunks; ++chunk) {
     const auto where = f.server->layout().locate(chunk);
     std::vector<std::byte> bytes(kChunkSize);
@@ -109,11 +109,7 @@ TEMPLATE_LIST_TEST_CASE("bits flipped at random on disk: an IO is corrupt exactl
         for (std::size_t i = 0; i < ops.size(); ++i) {
           const ReadOp& op = ops[i];
           const ReadOutcome& o = (*outcomes)[i];
-          std::vector<std::pair<std::uint64_t, std::uint32_t>> covered;
-          const std::uint32_t end = op.offset + op.length;
-          for (std::uint32_t block = op.offset / kBlock; op.length > 0 && block * kBlock < end; ++block) {
-            if (corrupt.count({op.chunkId, block})) covered.emplace_back(op.chunkId, block);
-          }
+          const std::vector<std::pair<std::uint64_t, std::uint32_t>> covered = blocksRead(op, corrupt, kBlock);
           INFO("chunk " << op.chunkId << ", offset " << op.offset << ", " << op.length << " bytes; status "
                         << storage::proto::toString(o.status));
           ++ios;

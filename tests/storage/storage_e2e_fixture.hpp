@@ -265,6 +265,20 @@ std::vector<std::byte> requestFrame(std::uint64_t id, std::vector<storage::proto
   return frame;
 }
 
+// (chunk, block) pairs: blocks of a chunk, e.g. those a test damaged on disk.
+using BlockSet = std::set<std::pair<std::uint64_t, std::uint32_t>>;
+
+// The blocks of `blocks` (of `blockSize` bytes) that `op` reads from.
+inline std::vector<std::pair<std::uint64_t, std::uint32_t>> blocksRead(const ReadOp& op, const BlockSet& blocks,
+                                                                      std::uint32_t blockSize) {
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> read;
+  const std::uint64_t end = std::uint64_t{op.offset} + op.length;
+  for (std::uint32_t block = op.offset / blockSize; op.length > 0 && block * std::uint64_t{blockSize} < end; ++block) {
+    if (blocks.count({op.chunkId, block}) > 0) read.emplace_back(op.chunkId, block);
+  }
+  return read;
+}
+
 // Waits (polling the loop) until `done()` or 3 s pass.
 template <typename R, typename Pred>
 Task<bool> eventually(R& reactor, Pred done) {

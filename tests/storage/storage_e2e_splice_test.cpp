@@ -153,7 +153,7 @@ TEMPLATE_LIST_TEST_CASE("spliced: bits flipped at random on disk are never deliv
   INFO("seed " << seed);
   Fixture<TestType> f(spliceOptions<TestType>());
   std::mt19937_64 random(seed);
-  std::set<std::pair<std::uint64_t, std::uint32_t>> flipped;  // (chunk, block), flipped once each
+  BlockSet flipped;  // flipped once each
   while (flipped.size() < 12) {
     const std::uint64_t chunk = random() % kChunks;
     const std::uint32_t offset = random() % kChunkSize;
@@ -181,10 +181,7 @@ TEMPLATE_LIST_TEST_CASE("spliced: bits flipped at random on disk are never deliv
       for (std::size_t i = 0; i < ops.size(); ++i) {
         const ReadOp& op = ops[i];
         const ReadOutcome& o = (*outcomes)[i];
-        bool covers = false;
-        for (std::uint32_t block = op.offset / kBlock; op.length > 0 && block * kBlock < op.offset + op.length; ++block) {
-          covers = covers || flipped.count({op.chunkId, block}) > 0;
-        }
+        const bool covers = !blocksRead(op, flipped, kBlock).empty();
         INFO("chunk " << op.chunkId << ", offset " << op.offset << ", " << op.length << " bytes");
         if (o.status == IoStatus::ok && !o.checksumMismatch) {
           ++clean;
