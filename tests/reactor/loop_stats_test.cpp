@@ -268,30 +268,46 @@ TEMPLATE_LIST_TEST_CASE("the stall handler names the phase of a turn that ran pa
 }
 
 TEMPLATE_LIST_TEST_CASE("quick turns between long waits are no stall", "[reactor][stats][stall]", TestReactors) {
-  TestType reactor;
-  int calls = 0;
-  // Generous: a quick turn must not be preempted past it on a loaded machine.
-  // The waits are longer: counted as running, they would stall.
-  reactor.setStallHandler(50ms, [&](const LoopStall&) { ++calls; });
-  SocketPair pair;
-  auto test = [&]() -> Task<void> {
-    for (int i = 0; i < 100; ++i) co_await reactor.schedule();
-    for (int i = 0; i < 2; ++i) co_await reactor.sleepFor(80ms);
-    for (int i = 0; i < 20; ++i) {
-      CHECK(::write(pair.b.get(), "x", 1) == 1);
-      std::array<std::byte, 1> byte{};
-      coio::Result<std::size_t> got = co_await reactor.recv(pair.a.get(), byte);
-      CHECK(got.valueOr(0) == 1);
-    }
+  // The waits are longer than the threshold: counted as running, they
+  // would stall every time. A quick turn can still be preempted past it on
+  // a loaded machine, so the case passes if one of three runs saw no stall
+  // (a loop that counts its waits fails all three).
+  struct Run {
+    int calls = 0;
+    LoopStats stats;
   };
-  reactor.runUntil(test());
-  reactor.forget(pair.a.get());
-  const LoopStats stats = reactor.stats();
-  CHECK(calls == 0);
-  CHECK(stats.stalls == 0);
-  CHECK(stats.timed);
-  CHECK(stats.waiting >= 150ms);
-  CHECK(stats.longestTurn < 50ms);
+  auto once = [] {
+    TestType reactor;
+    Run run;
+    reactor.setStallHandler(50ms, [&](const LoopStall&) { ++run.calls; });
+    SocketPair pair;
+    auto test = [&]() -> Task<void> {
+      for (int i = 0; i < 100; ++i) co_await reactor.schedule();
+      for (int i = 0; i < 2; ++i) co_await reactor.sleepFor(80ms);
+      for (int i = 0; i < 20; ++i) {
+        CHECK(::write(pair.b.get(), "x", 1) == 1);
+        std::array<std::byte, 1> byte{};
+        coio::Result<std::size_t> got = co_await reactor.recv(pair.a.get(), byte);
+        CHECK(got.valueOr(0) == 1);
+      }
+    };
+    reactor.runUntil(test());
+    reactor.forget(pair.a.get());
+    run.stats = reactor.stats();
+    return run;
+  };
+  Run run;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    run = once();
+    CHECK(run.stats.timed);
+    CHECK(run.stats.waiting >= 150ms);
+    CHECK(run.stats.stalls == static_cast<std::uint64_t>(run.calls));
+    if (run.calls == 0) break;
+  }
+  INFO("longest turn " << std::chrono::duration_cast<std::chrono::microseconds>(run.stats.longestTurn).count()
+                       << " us");
+  CHECK(run.calls == 0);
+  CHECK(run.stats.longestTurn < 50ms);
 }
 
 TEMPLATE_LIST_TEST_CASE("no stall handler, no call and no timing", "[reactor][stats][stall]", TestReactors) {

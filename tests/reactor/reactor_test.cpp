@@ -149,7 +149,7 @@ TEMPLATE_LIST_TEST_CASE("cross-thread schedule wake-up latency is sane", "[react
   // Generous bounds (a loaded CI VM, sanitizers): a lost wake-up shows as a
   // hang, a missing wake-up as the loop never waking at all.
   CHECK(median < 20ms);
-  CHECK(samples.back() < 1s);
+  CHECK(samples.back() < 3s);
   reactor.stop();
   loop.join();
 }
