@@ -2,6 +2,8 @@
 // killed or shut down under load, a request that cannot be sent).
 #include "storage_e2e_fixture.hpp"
 
+#include <stdexcept>
+
 TEMPLATE_LIST_TEST_CASE("a client that disconnects mid-request gets every buffer freed", "[storage][e2e]",
                         Setups) {
   Fixture<TestType> f;
@@ -353,4 +355,99 @@ TEMPLATE_LIST_TEST_CASE("shutdown drains: a request in flight completes, new one
     CHECK(fx.server->buffersInUse() == 0);
     co_await raw->close();
   }(f));
+}
+
+namespace {
+
+// A channel whose first readFrame throws: a bug in a connection's task,
+// after the server has registered the connection. The rest is the real one's.
+template <typename R>
+class ThrowingChannel final : public storage::Channel<R> {
+ public:
+  explicit ThrowingChannel(std::unique_ptr<storage::Channel<R>> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const noexcept override { return inner_->name(); }
+  R& reactor() const noexcept override { return inner_->reactor(); }
+  bool writesRemote() const noexcept override { return inner_->writesRemote(); }
+  std::uint32_t maxIosPerFrame() const noexcept override { return inner_->maxIosPerFrame(); }
+  bool broken() const noexcept override { return inner_->broken(); }
+  bool sendsInOrder() const noexcept override { return inner_->sendsInOrder(); }
+  bool splicesData() const noexcept override { return inner_->splicesData(); }
+  Task<Result<storage::IncomingFrame>> readFrame(storage::ReadFailure&, std::stop_token) override {
+    throw std::logic_error("injected: a bug in the connection's task");
+  }
+  std::optional<std::chrono::steady_clock::time_point> frameStartedAt() const noexcept override {
+    return inner_->frameStartedAt();
+  }
+  Task<Result<void>> send(std::span<const std::byte> frame, std::stop_token stop) override {
+    return inner_->send(frame, std::move(stop));
+  }
+  Task<Result<void>> sendData(const storage::OutgoingPiece& piece, std::stop_token stop) override {
+    return inner_->sendData(piece, std::move(stop));
+  }
+  Task<Result<void>> receiveData(std::span<std::byte> into, std::stop_token stop) override {
+    return inner_->receiveData(into, std::move(stop));
+  }
+  Result<storage::proto::RemoteBuffer> remoteBuffer(std::span<std::byte> into) const override {
+    return inner_->remoteBuffer(into);
+  }
+  Result<void> registerMemory(std::span<std::byte> memory) override { return inner_->registerMemory(memory); }
+  void abort() noexcept override { inner_->abort(); }
+  Task<void> sendError(const storage::ReadFailure& failure, std::chrono::steady_clock::duration grace) override {
+    return inner_->sendError(failure, grace);
+  }
+  Task<void> watchPeer(std::stop_token stop) override { return inner_->watchPeer(std::move(stop)); }
+  Task<void> close() override { return inner_->close(); }
+
+ private:
+  std::unique_ptr<storage::Channel<R>> inner_;
+};
+
+// TCP, but the first connection's channel throws.
+template <typename R>
+class FirstThrowsTransport final : public storage::Transport<R> {
+ public:
+  std::string_view name() const noexcept override { return "tcp"; }
+  Task<Result<std::unique_ptr<storage::Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token stop,
+                                                            std::chrono::steady_clock::duration timeout) override {
+    Result<std::unique_ptr<storage::Channel<R>>> channel = co_await tcp_.accept(std::move(stream), stop, timeout);
+    if (channel && accepted_++ == 0) {
+      co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<ThrowingChannel<R>>(std::move(*channel)));
+    }
+    co_return channel;
+  }
+
+ private:
+  storage::TcpTransport<R> tcp_;
+  int accepted_ = 0;
+};
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("a connection task that throws ends that connection only: counted, and the server serves on",
+                        "[storage][e2e]", Setups) {
+  if constexpr (!TestType::rdma) {
+    using R = typename TestType::R;
+    Fixture<TestType> f;
+    f.server->useTransport(std::make_unique<FirstThrowsTransport<R>>());  // before the loop accepts anything
+    f.run([](Fixture<TestType>& fx) -> Task<void> {
+      auto& server = *fx.server;
+      auto doomed = co_await fx.channel();
+      // Its task threw as it began to read: the connection ends, unanswered.
+      Result<storage::IncomingFrame> ended = co_await readWithin(fx.reactor, *doomed, 5s);
+      CHECK_FALSE(ended);
+      CHECK(ended.error() != std::errc::timed_out);
+      co_await doomed->close();
+      const bool counted = co_await eventually(fx.reactor, [&server] {
+        return server.stats().taskFailures == 1 && server.stats().connections == 0;  // unregistered too
+      });
+      INFO(server.stats().taskFailures << " task failures, " << server.stats().connections << " connections");
+      CHECK(counted);
+      // The next connection is served as usual.
+      auto client = co_await fx.client();
+      const std::vector<ReadOp> ios = {{3, 100, 5000, {}}};
+      const std::vector<ReadOutcome> outcomes = co_await readAndCheck(fx, *client, ios);
+      CHECK(outcomes[0].status == IoStatus::ok);
+      co_await client->close();
+    });  // and the shutdown that follows neither throws nor touches the gone connection
+  }
 }

@@ -19,6 +19,7 @@
 #include <coio/core/collect_all.hpp>
 #include <coio/reactor/epoll_reactor.hpp>
 #include <coio/reactor/uring_reactor.hpp>
+#include <coio/reactor/with_timeout.hpp>
 
 #include <catch2/catch.hpp>
 #include <arpa/inet.h>
@@ -195,6 +196,14 @@ struct Fixture {
 };
 
 // Reads `ios` (into the fixture's arena) and checks every ok byte against the generator.
+// The next frame on `channel`, or timed_out after `limit`.
+template <typename R, typename Channel>
+Task<Result<storage::IncomingFrame>> readWithin(R& reactor, Channel& channel, std::chrono::steady_clock::duration limit) {
+  storage::ReadFailure failure;
+  auto read = [&](std::stop_token stop) { return channel.readFrame(failure, std::move(stop)); };
+  co_return co_await coio::withTimeout(reactor, read, limit);
+}
+
 template <typename S, typename Client>
 Task<std::vector<ReadOutcome>> readAndCheck(Fixture<S>& fx, Client& client, std::vector<ReadOp> ios) {
   std::vector<std::span<std::byte>> buffers;

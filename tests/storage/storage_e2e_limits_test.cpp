@@ -104,14 +104,6 @@ Task<std::optional<std::vector<std::byte>>> readUntilEnd(R& reactor, coio::TcpSt
   co_return std::move(got);
 }
 
-// The next frame on `channel`, or timed_out after `limit`.
-template <typename R, typename Channel>
-Task<Result<storage::IncomingFrame>> readWithin(R& reactor, Channel& channel, Clock::duration limit) {
-  storage::ReadFailure failure;
-  auto read = [&](std::stop_token stop) { return channel.readFrame(failure, std::move(stop)); };
-  co_return co_await coio::withTimeout(reactor, read, limit);
-}
-
 // The code of an Error frame (the test fails on anything else).
 storage::proto::ProtocolErrc errorCode(const storage::IncomingFrame& frame) {
   REQUIRE(frame.header.type == storage::proto::MessageType::error);

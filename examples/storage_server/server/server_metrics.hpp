@@ -44,6 +44,7 @@ inline void addStats(ServerStats& sum, const ServerStats& shard) noexcept {
   sum.corruptIos += shard.corruptIos;
   sum.splicedRequests += shard.splicedRequests;
   sum.spliceFallbacks += shard.spliceFallbacks;
+  sum.taskFailures += shard.taskFailures;
   sum.connections += shard.connections;
   sum.transmitting += shard.transmitting;
   sum.maxTransmitting = std::max(sum.maxTransmitting, shard.maxTransmitting);
@@ -101,6 +102,8 @@ inline std::string renderMetrics(const std::vector<ShardSnapshot>& shards) {
   server("storage_refused_connections_total", "counter", "Connections closed at once over --max-connections.",
          all.server.refusedConnections);
   server("storage_accept_errors_total", "counter", "Failed accepts (each backs off 10 ms).", all.server.acceptErrors);
+  server("storage_task_failures_total", "counter", "Connection tasks ended by an exception (a bug).",
+         all.server.taskFailures);
   server("storage_stale_routing_ios_total", "counter", "IOs answered staleRouting: routed with an older chain version.",
          all.server.staleIos);
   server("storage_corrupt_ios_total", "counter", "IOs answered corrupt: a block they read failed its stored CRC.",

@@ -124,6 +124,8 @@ struct ServerStats {
   std::uint64_t splicedRequests = 0;
   /// Requests that would have been spliced but were copied: no pipe could be had (EMFILE, EPERM).
   std::uint64_t spliceFallbacks = 0;
+  /// Connection or accept tasks ended by an exception: a bug, each told on stderr.
+  std::uint64_t taskFailures = 0;
   std::size_t connections = 0;
   std::size_t transmitting = 0;      ///< requests between grant and the end of their data
   std::size_t maxTransmitting = 0;   ///< high-water mark of `transmitting`

@@ -40,7 +40,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -379,13 +381,43 @@ class StorageServer {
       co_return;
     }
     Connection conn(std::move(*channel));
+    // Undone however the task ends: a task that threw (a bug, see
+    // taskFailed) must leave no dangling pointer for shutdown's cut.
+    struct Registered {
+      StorageServer& server;
+      Connection& conn;
+      ~Registered() {
+        --server.stats_.connections;
+        server.connections_.erase(&conn);
+      }
+    };
     connections_.insert(&conn);
     ++stats_.connections;
-    auto [failure, watched, enforced] = co_await coio::collectAll(
-        readRequestsThenStop(conn), conn.channel->watchPeer(conn.stop.get_token()), conn.enforceDeadlines(reactor_, options_));
-    (void)watched;
-    (void)enforced;
-    co_await conn.requests.join();
+    const Registered registered{*this, conn};
+    // A task of the connection that throws (a bug) ends the connection
+    // (its reader's end stops the rest), which is aborted once every task
+    // is done; the exception then goes on to taskFailed.
+    std::exception_ptr bug;
+    ReadFailure failure;
+    try {
+      auto [read, watched, enforced] = co_await coio::collectAll(
+          readRequestsThenStop(conn), conn.channel->watchPeer(conn.stop.get_token()), conn.enforceDeadlines(reactor_, options_));
+      (void)watched;
+      (void)enforced;
+      failure = read;
+    } catch (...) {
+      bug = std::current_exception();
+    }
+    try {
+      co_await conn.requests.join();
+    } catch (...) {
+      if (!bug) bug = std::current_exception();
+    }
+    if (bug) {
+      conn.channel->abort();
+      co_await conn.channel->close();
+      std::rethrow_exception(bug);
+    }
     if (conn.expired == Expiry::frame) {
       ++stats_.frameTimeouts;
       failure = {proto::ProtocolErrc::frameTimeout, failure.requestId};  // the id of a stalled payload's header
@@ -399,17 +431,33 @@ class StorageServer {
     }
     if (failure.isProtocolError()) co_await conn.channel->sendError(failure, options_.errorGrace);
     co_await conn.channel->close();
-    --stats_.connections;
-    connections_.erase(&conn);
+  }
+
+  // A connection or accept task that threw: a bug. The connection is gone
+  // (its socket closed unread, which the client sees as a reset); the
+  // server goes on serving the others, and says so at once rather than at
+  // shutdown.
+  void taskFailed(std::exception_ptr failure) noexcept {
+    ++stats_.taskFailures;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "storage server: a connection task failed (a bug): %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "storage server: a connection task failed (a bug): unknown exception\n");
+    }
   }
 
 
   // The reader; its end (or the watch's abort, which ends it) ends
   // everything else on the connection.
   coio::Task<ReadFailure> readRequestsThenStop(Connection& conn) {
-    ReadFailure failure = co_await readRequests(conn);
-    conn.stop.request_stop();
-    co_return failure;
+    struct StopAtEnd {  // however the reader ends: a throw too
+      std::stop_source& stop;
+      ~StopAtEnd() { stop.request_stop(); }
+    };
+    const StopAtEnd atEnd{conn.stop};
+    co_return co_await readRequests(conn);
   }
 
   // The connection's reader: decodes frames and starts a task per request.
@@ -643,7 +691,7 @@ class StorageServer {
   bool scopeJoined_ = false;
   std::unordered_set<Connection*> connections_;
   std::unique_ptr<Transport<R>> transport_;  // after the pool: an RDMA registration of it goes first
-  coio::AsyncScope scope_;  // connections and accept loops
+  coio::AsyncScope scope_{[this](std::exception_ptr e) { taskFailed(std::move(e)); }};  // connections and accept loops
 };
 
 }  // namespace storage

@@ -340,6 +340,11 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
                 static_cast<unsigned long long>(total.frameTimeouts),
                 static_cast<unsigned long long>(total.idleTimeouts));
   }
+  if (total.taskFailures > 0) {  // each told on stderr as it happened
+    std::fprintf(stderr, "%llu connection task(s) failed with an exception: a bug in the server\n",
+                 static_cast<unsigned long long>(total.taskFailures));
+    status = 1;
+  }
   return status;
 }
 }  // namespace storage::cli
