@@ -357,6 +357,36 @@ TEMPLATE_LIST_TEST_CASE("shutdown drains: a request in flight completes, new one
   }(f));
 }
 
+TEMPLATE_LIST_TEST_CASE("once accepting has stopped the listener may close: a new connection is refused at once, "
+                        "one with a request in flight is still served",
+                        "[storage][e2e]", Setups) {
+  Fixture<TestType> f;
+  f.run([](Fixture<TestType>& fx) -> Task<void> {
+    using storage::proto::MessageType;
+    auto raw = co_await fx.channel();
+    std::span<std::byte> into = fx.buffer(5000);
+    const std::vector<std::byte> request = requestFrame(1, {{3, 100, 5000, remoteOf(*raw, into)}});
+    co_await sendRaw(*raw, request);  // (not inline: g++ 12 fails on a braced list inside co_await)
+    Result<storage::IncomingFrame> ask = co_await readRaw(*raw);
+    REQUIRE(ask);
+    REQUIRE(ask->header.type == MessageType::transmitRequest);
+
+    co_await fx.server->stopAccepting();
+    fx.listener.reset();  // as `serve` does on SIGTERM, before the drain
+    auto late = co_await fx.connectChannel(fx.address);
+    REQUIRE(!late);
+    CHECK(late.error() == std::errc::connection_refused);
+
+    co_await sendGrant(*raw, 1);
+    std::size_t delivered = 0;
+    const auto [id, result] = co_await readOneResult(*raw, into, delivered);
+    CHECK(id == 1);
+    CHECK(result.status == IoStatus::ok);
+    CHECK(storage::matchesChunkBytes(3, 100, into));
+    co_await raw->close();
+  });
+}
+
 namespace {
 
 // A channel whose first readFrame throws: a bug in a connection's task,

@@ -257,6 +257,27 @@ Task<Result<storage::IncomingFrame>> readResponse(Channel& channel, std::span<st
   }
 }
 
+// Sends request `id`'s TransmitGrant.
+template <typename Channel>
+Task<void> sendGrant(Channel& channel, std::uint64_t id) {
+  std::vector<std::byte> grant;
+  storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, id);
+  co_await sendRaw(channel, grant);
+}
+
+// The next BatchReadResponse of a one-IO request on `channel` (its data read
+// into `into` as readResponse does): its request id and the IO's result.
+template <typename Channel>
+Task<std::pair<std::uint64_t, storage::proto::IoResult>> readOneResult(Channel& channel, std::span<std::byte> into,
+                                                                      std::size_t& delivered) {
+  Result<storage::IncomingFrame> reply = co_await readResponse(channel, into, delivered);
+  REQUIRE(reply);
+  REQUIRE(reply->header.type == storage::proto::MessageType::batchReadResponse);
+  auto response = storage::proto::decodeBatchReadResponse(reply->payload, 1);
+  REQUIRE(response);
+  co_return std::pair{reply->header.requestId, response->results.at(0)};
+}
+
 // The ReadIo::remote field for `into` on `channel` (zero over TCP).
 template <typename Channel>
 storage::proto::RemoteBuffer remoteOf(Channel& channel, std::span<std::byte> into) {
@@ -307,19 +328,12 @@ Task<void> grantWhileDraining(Fixture<S>& fx, storage::Channel<typename S::R>& c
   co_await fx.reactor.sleepFor(20ms);
   const std::vector<std::byte> request = requestFrame(2, {{4, 0, 10, remoteOf(channel, fx.buffer(10))}});
   co_await sendRaw(channel, request);
-  std::vector<std::byte> grant;
-  storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, 1);
-  co_await sendRaw(channel, grant);
+  co_await sendGrant(channel, 1);
   bool sawUnavailable = false, sawData = false;
   std::size_t delivered = 0;  // of request 1 (request 2 has no data)
   for (int responses = 0; responses < 2; ++responses) {
-    Result<storage::IncomingFrame> reply = co_await readResponse(channel, data, delivered);
-    REQUIRE(reply);
-    REQUIRE(reply->header.type == storage::proto::MessageType::batchReadResponse);
-    auto response = storage::proto::decodeBatchReadResponse(reply->payload, 1);
-    REQUIRE(response);
-    const storage::proto::IoResult result = response->results.at(0);
-    if (reply->header.requestId == 2) {
+    const auto [id, result] = co_await readOneResult(channel, data, delivered);
+    if (id == 2) {
       sawUnavailable = result.status == IoStatus::unavailable;
     } else {
       REQUIRE(result.status == IoStatus::ok);

@@ -104,7 +104,12 @@ namespace storage {
 ///   (the accepting shard hands a connection to the next one with room);
 ///   one more is accepted and closed at once. A failed accept (EMFILE)
 ///   backs off for 10 ms: the accept loop neither stalls nor spins.
-/// - `co_await shutdown()` stops accepting, drains: requests in flight
+/// - `co_await stopAccepting()` ends the accept loops: once it resumes no
+///   accept is pending, and the caller may close the listeners, so that
+///   connections made during a drain are refused at once (their clients
+///   go to other replicas) rather than left in the backlog and reset when
+///   the listener closes after it.
+/// - `co_await shutdown()` stops accepting (as above), drains: requests in flight
 ///   finish (new ones are answered `unavailable`) for up to drainTimeout,
 ///   then every connection is cut (what is still in flight fails; clients
 ///   see the connection close). It resumes once all is done and must
@@ -212,18 +217,28 @@ class StorageServer {
 
   /// Accepts connections on `listener` until shutdown(), handing them round
   /// robin to `shards` (each on its own reactor; empty: this server only).
-  /// The listener must outlive shutdown().
+  /// The listener must outlive stopAccepting() (or shutdown()).
   void serve(coio::TcpListener<R>& listener, std::vector<StorageServer*> shards = {}) {
-    if (stopping_) return;
+    if (stopping_ || acceptStopped_) return;
     if (shards.empty()) shards.push_back(this);
-    scope_.spawn(acceptLoop(listener, std::move(shards)));
+    acceptors_.spawn(acceptLoop(listener, std::move(shards)));
+  }
+
+  /// Ends accepting (loop thread; see the class comment); resumes once no
+  /// accept is pending on a listener given to serve(). Also cuts RDMA
+  /// handshakes in progress. Idempotent.
+  coio::Task<void> stopAccepting() {
+    stop_.request_stop();
+    if (acceptStopped_) co_return;
+    acceptStopped_ = true;
+    co_await acceptors_.join();
   }
 
   /// Stops accepting, drains (see the class comment) and waits until every
   /// connection and request is gone. Once only.
   coio::Task<void> shutdown() {
     stopping_ = true;
-    stop_.request_stop();
+    co_await stopAccepting();
     for (Connection* c : connections_) {
       if (c->inFlight.empty()) c->stop.request_stop();  // else the last request to finish stops it
     }
@@ -689,9 +704,11 @@ class StorageServer {
   std::atomic<std::size_t> admitted_{0};  // connections from accept to close (tryAdmit)
   bool stopping_ = false;
   bool scopeJoined_ = false;
+  bool acceptStopped_ = false;
   std::unordered_set<Connection*> connections_;
   std::unique_ptr<Transport<R>> transport_;  // after the pool: an RDMA registration of it goes first
-  coio::AsyncScope scope_{[this](std::exception_ptr e) { taskFailed(std::move(e)); }};  // connections and accept loops
+  coio::AsyncScope scope_{[this](std::exception_ptr e) { taskFailed(std::move(e)); }};  // connections
+  coio::AsyncScope acceptors_{[this](std::exception_ptr e) { taskFailed(std::move(e)); }};  // accept loops
 };
 
 }  // namespace storage

@@ -93,6 +93,13 @@ coio::Task<void> startAccepting(R& reactor, const ServeSettings& settings, std::
   shards.front()->serve(*listener, std::move(shards));
 }
 
+// Closes the listener on its loop thread (where its reactor registration lives).
+template <coio::Reactor R>
+coio::Task<void> closeOnLoop(std::optional<coio::TcpListener<R>>& listener) {
+  listener.reset();
+  co_return;
+}
+
 template <coio::Reactor R>
 std::vector<const storage::StorageServer<R>*> shardsOf(const std::vector<std::unique_ptr<storage::StorageServer<R>>>& shards) {
   std::vector<const storage::StorageServer<R>*> all;
@@ -322,6 +329,10 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
     disconnectEtcd(pool.reactor(0), etcd);
   }
   if (metrics) runOn(pool.reactor(0), metrics->shutdown());
+  // No more accepting, and the listener closed before the drain: connections
+  // made meanwhile are refused at once rather than reset when it ends.
+  if (!shards.empty()) runOn(pool.reactor(0), shards.front()->stopAccepting());
+  runOn(pool.reactor(0), closeOnLoop(listener));
   // The accepting shard first, so that no connection is handed to a stopped one.
   storage::ServerStats total;
   for (std::size_t i = 0; i < shards.size(); ++i) {
@@ -331,7 +342,6 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
   pool.stop();
   shards.clear();  // no loop runs now: the Disks may go
   metrics.reset();
-  listener.reset();
   if (status == 0) {
     std::printf("stopped after %llu requests (connections: %llu refused over the limit, %llu cut at the frame "
                 "deadline, %llu closed idle)\n",
