@@ -77,6 +77,9 @@ import time
 import urllib.request
 from base64 import b64decode, b64encode
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from free_ports import free_ports  # noqa: E402 (tests/free_ports.py)
+
 # How long a client keeps trying an IO every replica failed: a loaded CI
 # machine once stalled every process for over a second (both replicas of a
 # chain missed the 1 s deadline, their IOs failed); a real client rides that
@@ -100,16 +103,6 @@ ROUTING_WAIT = 20.0  # seconds a routing change may take to reach every client (
 
 def now():
     return time.time()
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def wait_until(predicate, seconds):

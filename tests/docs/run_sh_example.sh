@@ -29,16 +29,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The block with its ports moved: each distinct fixed port to a port the kernel
-# just gave out (free now; nothing else here binds it in the meantime).
-python3 - "$example" "$data/example.sh" <<'PY'
-import re, socket, sys
+# The block with its ports moved: each distinct fixed port to one free now, below
+# the ephemeral range (tests/free_ports.py: no test's connection or bind(0) takes it).
+PYTHONPATH="$(dirname "$0")/.." python3 - "$example" "$data/example.sh" <<'PY'
+import re, sys
+from free_ports import free_ports
 text = open(sys.argv[1]).read()
-moved = {}
-for port in dict.fromkeys(re.findall(r"127\.0\.0\.1:(\d{2,5})\b", text)):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        moved[port] = str(s.getsockname()[1])
+fixed = list(dict.fromkeys(re.findall(r"127\.0\.0\.1:(\d{2,5})\b", text)))
+moved = dict(zip(fixed, map(str, free_ports(len(fixed)))))
 text = re.sub(r"(127\.0\.0\.1:)(\d{2,5})\b", lambda m: m.group(1) + moved[m.group(2)], text)
 open(sys.argv[2], "w").write(text)
 print("ports moved: " + (", ".join(f"{a} -> {b}" for a, b in moved.items()) or "none"))

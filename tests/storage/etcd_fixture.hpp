@@ -16,11 +16,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -34,19 +36,30 @@ inline std::string etcdBinary() {
   return path ? path : "/usr/bin/etcd";
 }
 
-/// A loopback TCP port nobody listens on now (the kernel's pick).
+/// A loopback TCP port free now, for a process started later to listen on.
+/// Drawn below the kernel's ephemeral range (ip_local_port_range), not
+/// bind(0)'s pick from inside it: a port from that range can be taken, in
+/// between, as the local port of any test's outgoing connection (CI saw an
+/// etcd member fail to start so: "bind: address already in use").
 inline std::uint16_t freeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  ::close(fd);
-  REQUIRE(bound);
-  return ntohs(address.sin_port);
+  unsigned ephemeralLow = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeralLow;
+  const unsigned low = 20000, high = std::max(low + 1000, ephemeralLow) - 1;
+  static thread_local std::mt19937 random{std::random_device{}()};
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(std::uniform_int_distribution<unsigned>(low, high)(random));
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    if (bound) return port;
+  }
+  FAIL("no free loopback port between 20000 and the ephemeral range");
+  return 0;
 }
 
 /// An etcd cluster of `members` processes on loopback.

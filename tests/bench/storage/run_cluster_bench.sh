@@ -73,11 +73,7 @@ trap stop_pids_and_remove_work EXIT
 trap 'exit 130' INT TERM
 
 # Five loopback ports free now: three servers, etcd's client and peer URLs.
-read -r p1 p2 p3 client_port peer_port < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(5)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))')
+read -r p1 p2 p3 client_port peer_port < <(python3 tests/free_ports.py 5)
 
 # --- etcd ----------------------------------------------------------------------
 endpoint=http://127.0.0.1:$client_port
