@@ -409,9 +409,9 @@ class StorageServer {
     connections_.insert(&conn);
     ++stats_.connections;
     const Registered registered{*this, conn};
-    // A task of the connection that throws (a bug) ends the connection
-    // (its reader's end stops the rest), which is aborted once every task
-    // is done; the exception then goes on to taskFailed.
+    // A task of the connection that throws (a bug): once all are done (the
+    // reader's end, by a throw too, stops the others) the connection is
+    // aborted and closed, and the exception goes on to taskFailed.
     std::exception_ptr bug;
     ReadFailure failure;
     try {
@@ -448,10 +448,9 @@ class StorageServer {
     co_await conn.channel->close();
   }
 
-  // A connection or accept task that threw: a bug. The connection is gone
-  // (its socket closed unread, which the client sees as a reset); the
-  // server goes on serving the others, and says so at once rather than at
-  // shutdown.
+  // A connection or accept task that threw: a bug. That connection is
+  // gone (aborted: its client sees it end); the server goes on serving the
+  // others, and says so at once rather than at shutdown.
   void taskFailed(std::exception_ptr failure) noexcept {
     ++stats_.taskFailures;
     try {
