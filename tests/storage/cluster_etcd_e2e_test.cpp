@@ -596,7 +596,9 @@ TEST_CASE("a manager that takes over marks a missing server offline only after a
             co_await c.client->put({storage::liveKey(registered.name), storage::toJson(registered)}, 2s);
         REQUIRE(put);
         while (!m.leading()) co_await c.reactor.sleepFor(5ms);
-        const Clock::time_point leading = Clock::now();
+        // The manager's own clock of it: the test may see it lead late (a
+        // stalled process), which must not shorten the grace measured.
+        const Clock::time_point leading = m.leadingSince();
         for (;;) {
           coio::Result<storage::StoredRouting> now = co_await storage::readRouting(*c.client);
           REQUIRE(now);
@@ -608,7 +610,7 @@ TEST_CASE("a manager that takes over marks a missing server offline only after a
         done.request_stop();
       }(cluster, record, manager, stop, leadingToOffline)));
   INFO("leading -> offline in " << ms(leadingToOffline) << " ms");
-  CHECK(leadingToOffline >= std::chrono::seconds(kManagerTtl) - 50ms);  // the grace (less the time to see it lead)
+  CHECK(leadingToOffline >= std::chrono::seconds(kManagerTtl));  // the grace
   CHECK(targetsOf(cluster.read(), cluster.addresses[1], storage::ReplicaState::serving));
   checkHistories(cluster);
 }

@@ -279,6 +279,9 @@ class ClusterManager {
 
   /// Whether it leads now.
   bool leading() const noexcept { return leading_; }
+  /// When it last began to lead (its reactor's clock): the grace for a
+  /// missing registration counts from there.
+  etcd::Clock::time_point leadingSince() const noexcept { return leadingSince_; }
   /// Chain changes it committed.
   std::uint64_t changes() const noexcept { return changes_; }
 
