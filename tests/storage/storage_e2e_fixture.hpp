@@ -195,7 +195,6 @@ struct Fixture {
   coio::SocketAddress address;
 };
 
-// Reads `ios` (into the fixture's arena) and checks every ok byte against the generator.
 // The next frame on `channel`, or timed_out after `limit`.
 template <typename R, typename Channel>
 Task<Result<storage::IncomingFrame>> readWithin(R& reactor, Channel& channel, std::chrono::steady_clock::duration limit) {
@@ -204,6 +203,7 @@ Task<Result<storage::IncomingFrame>> readWithin(R& reactor, Channel& channel, st
   co_return co_await coio::withTimeout(reactor, read, limit);
 }
 
+// Reads `ios` (into the fixture's arena) and checks every ok byte against the generator.
 template <typename S, typename Client>
 Task<std::vector<ReadOutcome>> readAndCheck(Fixture<S>& fx, Client& client, std::vector<ReadOp> ios) {
   std::vector<std::span<std::byte>> buffers;

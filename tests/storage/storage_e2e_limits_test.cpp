@@ -67,11 +67,7 @@ TEMPLATE_LIST_TEST_CASE("a client that stops reading is dropped after the send t
         REQUIRE(ask);
         REQUIRE(ask->header.type == storage::proto::MessageType::transmitRequest);
       }
-      for (std::uint64_t id = 1; id <= 2; ++id) {
-        std::vector<std::byte> grant;
-        storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, id);
-        co_await sendRaw(*raw, grant);
-      }
+      for (std::uint64_t id = 1; id <= 2; ++id) co_await sendGrant(*raw, id);
     }
     auto& server = *fx.server;
     const bool dropped = co_await eventually(fx.reactor, [&server] { return server.stats().connections == 0; });

@@ -114,9 +114,7 @@ TEMPLATE_LIST_TEST_CASE("protocol rules: a requestId already in flight, a grant 
       // Frames built before the co_await: g++ 12 cannot keep an initializer list's array across one.
       const std::vector<std::byte> request = requestFrame(8, {{1, 0, 100, remoteOf(*raw, fx.buffer(100))}}, true);
       co_await sendRaw(*raw, request);
-      std::vector<std::byte> grant;
-      storage::proto::encodeEmpty(grant, MessageType::transmitGrant, 8);
-      co_await sendRaw(*raw, grant);
+      co_await sendGrant(*raw, 8);
       co_await expectError(*raw, ProtocolErrc::unexpectedMessage, 8);
       co_await raw->close();
     }

@@ -30,9 +30,7 @@ TEMPLATE_LIST_TEST_CASE("a request waiting for its grant holds no read buffers: 
     CHECK(served[0].status == IoStatus::ok);
     CHECK(std::chrono::steady_clock::now() - start < 5s);
     // Request 1, granted now, is served in full.
-    std::vector<std::byte> grant;
-    storage::proto::encodeEmpty(grant, storage::proto::MessageType::transmitGrant, 1);
-    co_await sendRaw(*raw, grant);
+    co_await sendGrant(*raw, 1);
     std::size_t delivered = 0;
     for (;;) {
       Result<storage::IncomingFrame> frame = co_await readRaw(*raw);
