@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,14 +41,18 @@ inline std::string etcdBinary() {
 /// Drawn below the kernel's ephemeral range (ip_local_port_range), not
 /// bind(0)'s pick from inside it: a port from that range can be taken, in
 /// between, as the local port of any test's outgoing connection (CI saw an
-/// etcd member fail to start so: "bind: address already in use").
+/// etcd member fail to start so: "bind: address already in use"). Never
+/// the same port twice in one process: a cluster's ports are all distinct
+/// though none is bound yet.
 inline std::uint16_t freeLoopbackPort() {
   unsigned ephemeralLow = 32768;
   std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeralLow;
   const unsigned low = 20000, high = std::max(low + 1000, ephemeralLow) - 1;
   static thread_local std::mt19937 random{std::random_device{}()};
+  static thread_local std::set<std::uint16_t> given;
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const auto port = static_cast<std::uint16_t>(std::uniform_int_distribution<unsigned>(low, high)(random));
+    if (given.count(port) > 0) continue;
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(fd >= 0);
     sockaddr_in address{};
@@ -56,7 +61,10 @@ inline std::uint16_t freeLoopbackPort() {
     address.sin_port = htons(port);
     const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
     ::close(fd);
-    if (bound) return port;
+    if (bound) {
+      given.insert(port);
+      return port;
+    }
   }
   FAIL("no free loopback port between 20000 and the ephemeral range");
   return 0;
