@@ -2,6 +2,10 @@
 // The storage server of one reactor: serves BatchReadRequests (PROTOCOL.md)
 // from its targets (chunk stores) over TCP or RDMA (a Transport). A multi-reactor server
 // runs one per reactor and lets one of them accept for all (serve()).
+// One file (about 700 lines): its parts are already in their own headers
+// (connection, read plan, spliced pieces, pipes, targets, options); what is
+// left is the one class whose accept loops, connections and request
+// pipeline share its buffer pool, tokens, counters and drain state.
 #include "cluster/chain_table.hpp"
 #include "server/connection.hpp"
 #include "server/pipe_pool.hpp"
@@ -456,9 +460,9 @@ class StorageServer {
     try {
       std::rethrow_exception(failure);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "storage server: a connection task failed (a bug): %s\n", e.what());
+      std::fprintf(stderr, "storage server: a connection or accept task failed (a bug): %s\n", e.what());
     } catch (...) {
-      std::fprintf(stderr, "storage server: a connection task failed (a bug): unknown exception\n");
+      std::fprintf(stderr, "storage server: a connection or accept task failed (a bug): unknown exception\n");
     }
   }
 
