@@ -367,6 +367,7 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// send() of the parts, gathered (a copy: the simulation is not timed).
   SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
     detail::SimSendAttempt attempt;
+    attempt.gathered = backend_.world().spareBytes();
     std::size_t total = 0;
     for (const iovec& part : parts) total += part.iov_len;
     attempt.gathered.reserve(total);

@@ -59,6 +59,9 @@ class TimerQueue {
     if (heap_.empty()) return std::nullopt;
     return heap_.front()->deadline;
   }
+  /// Whether a timer is due at `now` (nextDeadline() <= now, without the
+  /// optional: asked once per node per turn by the simulation).
+  bool anyDue(TimePoint now) const noexcept { return !heap_.empty() && heap_.front()->deadline <= now; }
 
   /// Pops and fires every timer due at `now`, in order. A fired callback
   /// may add or remove timers; those due at `now` fire in this call too.

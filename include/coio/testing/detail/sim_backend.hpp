@@ -341,8 +341,13 @@ class SimWorld {
   /// Sends what fits of `data` from `from` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
-    return send(from, std::vector<std::byte>(data, data + std::min(n, room(from))));
+    std::vector<std::byte> bytes = spareBytes();
+    bytes.assign(data, data + std::min(n, room(from)));
+    return send(from, std::move(bytes));
   }
+  /// An empty buffer for a segment's bytes (with the capacity of one read
+  /// to its end, if any).
+  std::vector<std::byte> spareBytes() { return spare_.take(); }
   /// send() of bytes the caller gives up (a sendv's, gathered): no copy.
   std::size_t send(SimSocket& from, std::vector<std::byte>&& bytes) {
     bytes.resize(std::min(bytes.size(), room(from)));
@@ -368,7 +373,7 @@ class SimWorld {
   std::size_t receive(SimSocket& s, std::byte* into, std::size_t n) {
     std::size_t take = std::min(n, s.inbox.size());
     if (take > 1 && random_.below(4) == 0) take = 1 + static_cast<std::size_t>(random_.below(take));
-    s.inbox.take(into, take);
+    s.inbox.take(into, take, spare_);
     trace(take);
     if (take != 0) {
       s.acking += take;
@@ -587,9 +592,7 @@ class SimWorld {
   // Whether node `l` has something to do at this instant.
   bool hasWork(SimLoop& l) const noexcept {
     if (l.paused) return false;
-    if (l.hasReady(l.reactor)) return true;
-    const std::optional<Clock::time_point> t = l.loopCore.timers().nextDeadline();
-    return t && *t <= now_;
+    return l.hasReady(l.reactor) || l.loopCore.timers().anyDue(now_);
   }
 
   // A turn of each node (every reactor but the runner) with work, in an
@@ -848,6 +851,7 @@ class SimWorld {
   std::vector<SimLoop*> loops_;  // the runner first, then the nodes
   SimLoop* turning_ = nullptr;
   std::vector<SimLoop*> due_;  // turnNodes' scratch
+  SimSpareBytes spare_;
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;

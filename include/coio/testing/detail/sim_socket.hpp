@@ -86,6 +86,29 @@ struct SimEndpoint {
   }
 };
 
+/// Segments' byte buffers read to the end, kept for the next segments
+/// sent: a segment is often tens of KiB, and allocating it afresh (and
+/// touching new pages) cost more than copying its bytes.
+class SimSpareBytes {
+ public:
+  /// An empty buffer, with the capacity of one given back if there is one.
+  std::vector<std::byte> take() {
+    if (spare_.empty()) return {};
+    std::vector<std::byte> bytes = std::move(spare_.back());
+    spare_.pop_back();
+    return bytes;
+  }
+  void giveBack(std::vector<std::byte>&& bytes) {
+    if (spare_.size() == kKept) return;  // dropped: freed with its segment
+    bytes.clear();
+    spare_.push_back(std::move(bytes));
+  }
+
+ private:
+  static constexpr std::size_t kKept = 64;
+  std::vector<std::vector<std::byte>> spare_;
+};
+
 /// Bytes arrived at a simulated socket and not read yet, kept as the
 /// segments they came in (a read copies each byte once).
 class SimInbox {
@@ -97,17 +120,19 @@ class SimInbox {
     size_ += bytes.size();
     segments_.push_back(std::move(bytes));
   }
-  /// Moves the first `n` bytes (at most size()) to `into`.
-  void take(std::byte* into, std::size_t n) noexcept {
+  /// Moves the first `n` bytes (at most size()) to `into`; the buffers of
+  /// segments read to the end go to `spare`.
+  void take(std::byte* into, std::size_t n, SimSpareBytes& spare) {
     size_ -= n;
     while (n != 0) {
-      const std::vector<std::byte>& front = segments_.front();
+      std::vector<std::byte>& front = segments_.front();
       const std::size_t k = std::min(n, front.size() - head_);
       std::memcpy(into, front.data() + head_, k);
       into += k;
       n -= k;
       head_ += k;
       if (head_ == front.size()) {
+        spare.giveBack(std::move(front));
         segments_.pop_front();
         head_ = 0;
       }
