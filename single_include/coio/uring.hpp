@@ -5617,6 +5617,11 @@ class TimerQueue {
     if (heap_.empty()) return std::nullopt;
     return heap_.front()->deadline;
   }
+  /// nextDeadline(), or `none` without a timer, and whether one is due at
+  /// `now`: without the optional, whose copy stalls the CPU (the simulation
+  /// asks for every node at every turn).
+  TimePoint nextDeadlineOr(TimePoint none) const noexcept { return heap_.empty() ? none : heap_.front()->deadline; }
+  bool anyDue(TimePoint now) const noexcept { return !heap_.empty() && heap_.front()->deadline <= now; }
 
   /// Pops and fires every timer due at `now`, in order. A fired callback
   /// may add or remove timers; those due at `now` fire in this call too.
@@ -8222,6 +8227,181 @@ class ManualExecutor {
 // (segments, SYN retries, partitions, disk completions, scheduled faults
 // all go through deliverEvents), and SimBackend is its thin per-reactor
 // face; the sockets themselves are in sim_socket.hpp.
+// begin <coio/testing/detail/sim_files.hpp>
+#ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_FILES_HPP
+#define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_FILES_HPP
+// The simulated disk's copies of files in memory (SimWorld holds them, for
+// every simulated Disk of one simulation): a read of a file kept here is a
+// copy from memory, not a system call. docs/simulation.md, "The disk".
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace coio::detail {
+
+/// The bytes of files that coio::Files on simulated Disks have open, one
+/// copy per file (by device and inode: two Files of one file share it),
+/// read from the file 64 KiB extent by extent as reads first need them.
+///
+/// Guarantees:
+/// - Reads through a File not opened O_DIRECT copy from memory, with
+///   pread's results (fewer bytes at the end of the file, 0 past it); an
+///   O_DIRECT File's reads stay preads, so that the file system's alignment
+///   rules hold.
+/// - Writes through a simulated Disk go to the file, whose extents they
+///   touch are read again at the next read; a write past the end or an
+///   fallocate drops the copy (made again at the next read).
+/// - The copy goes when the file's last File closes.
+/// - What changes a file by other means while a File has it open (another
+///   process, a write(2) of the test's own) is seen only in extents not
+///   read yet.
+class SimFiles {
+ public:
+  static constexpr std::size_t kExtent = std::size_t{64} << 10;
+
+  /// A File opened `fd`. An fd that cannot be told apart (fstat fails, no
+  /// memory) is left out: its reads stay preads.
+  void opened(int fd, bool direct) noexcept {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    try {
+      closing(fd);  // (never open twice; but a File that leaked its fd must not pin a copy)
+      const Key key{st.st_dev, st.st_ino};
+      fds_[fd] = Open{key, direct};
+      ++files_[key].opens;  // (the last step that may throw)
+    } catch (...) {
+      fds_.erase(fd);
+    }
+  }
+
+  /// A File is closing `fd`.
+  void closing(int fd) noexcept {
+    const auto open = fds_.find(fd);
+    if (open == fds_.end()) return;
+    const auto file = files_.find(open->second.key);
+    if (file != files_.end() && --file->second.opens == 0) files_.erase(file);
+    fds_.erase(open);
+  }
+
+  /// preadv(fd, parts, count, offset) from the copy: the result, or
+  /// nullopt when `fd` has none (the caller preads).
+  std::optional<long> read(int fd, const iovec* parts, int count, std::uint64_t offset) {
+    Copy* copy = copyFor(fd);
+    if (copy == nullptr) return std::nullopt;
+    std::size_t done = 0;
+    for (int i = 0; i < count; ++i) {
+      const std::uint64_t at = offset + done;
+      const std::size_t n = at >= copy->size ? 0 : std::min<std::size_t>(parts[i].iov_len, copy->size - at);
+      if (n != 0 && !fetch(fd, *copy, at, n)) return std::nullopt;  // changed under it: the caller preads
+      if (n != 0) std::memcpy(parts[i].iov_base, copy->bytes.get() + at, n);
+      done += n;
+      if (n < parts[i].iov_len) break;
+    }
+    return static_cast<long>(done);
+  }
+
+  /// `written` bytes went to the file at `offset` through `fd`.
+  void wrote(int fd, std::size_t written, std::uint64_t offset) noexcept {
+    Copy* copy = existingCopy(fd);
+    if (copy == nullptr || written == 0) return;
+    if (offset + written > copy->size) {
+      unmake(*copy);
+      return;
+    }
+    for (std::size_t e = offset / kExtent; e * kExtent < offset + written; ++e) copy->fetched[e] = false;
+  }
+
+  /// The file behind `fd` changed in a way the copy does not follow
+  /// (fallocate): made again at the next read.
+  void changed(int fd) noexcept {
+    if (Copy* copy = existingCopy(fd)) unmake(*copy);
+  }
+
+ private:
+  using Key = std::pair<dev_t, ino_t>;
+  struct Copy {
+    int opens = 0;
+    bool made = false;                      // size, bytes and fetched are set
+    std::uint64_t size = 0;                 // the file's, when made
+    std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read
+    std::vector<bool> fetched;              // per kExtent bytes
+  };
+  struct Open {
+    Key key;
+    bool direct = false;
+  };
+
+  static void unmake(Copy& copy) noexcept {
+    copy.made = false;
+    copy.size = 0;
+    copy.bytes.reset();
+    copy.fetched = {};
+  }
+
+  Copy* existingCopy(int fd) noexcept {
+    const auto open = fds_.find(fd);
+    if (open == fds_.end()) return nullptr;
+    const auto file = files_.find(open->second.key);
+    return file != files_.end() && file->second.made ? &file->second : nullptr;
+  }
+
+  // The copy to read `fd` from, made now if it was not; null: pread.
+  Copy* copyFor(int fd) {
+    const auto open = fds_.find(fd);
+    if (open == fds_.end() || open->second.direct) return nullptr;
+    Copy& copy = files_[open->second.key];
+    if (!copy.made) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) return nullptr;  // preads, which report the error
+      copy.size = static_cast<std::uint64_t>(st.st_size);
+      copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched
+      copy.fetched.assign((copy.size + kExtent - 1) / kExtent, false);
+      copy.made = true;
+    }
+    return &copy;
+  }
+
+  // Reads the extents of [at, at + n) not read yet; false if the file
+  // was shorter than the copy (changed by other means: the copy is dropped).
+  static bool fetch(int fd, Copy& copy, std::uint64_t at, std::size_t n) {
+    for (std::size_t e = at / kExtent; e * kExtent < at + n; ++e) {
+      if (copy.fetched[e]) continue;
+      const std::uint64_t start = e * kExtent;
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kExtent, copy.size - start));
+      std::size_t got = 0;
+      while (got < want) {
+        const ssize_t r = ::pread(fd, copy.bytes.get() + start + got, want - got, static_cast<off_t>(start + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          unmake(copy);
+          return false;
+        }
+        got += static_cast<std::size_t>(r);
+      }
+      copy.fetched[e] = true;
+    }
+    return true;
+  }
+
+  std::map<Key, Copy> files_;
+  std::unordered_map<int, Open> fds_;
+};
+
+}  // namespace coio::detail
+#endif  // COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_FILES_HPP
+// end <coio/testing/detail/sim_files.hpp>
 // begin <coio/testing/detail/sim_socket.hpp>
 #ifndef COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_SOCKET_HPP
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_SOCKET_HPP
@@ -8233,6 +8413,8 @@ class ManualExecutor {
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <compare>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -8260,7 +8442,21 @@ struct SimEndpoint {
   std::array<std::uint8_t, 16> ip{};
   std::uint16_t port = 0;  // host order
 
-  auto operator<=>(const SimEndpoint&) const = default;
+  bool operator==(const SimEndpoint&) const = default;
+  /// Family, then the address byte by byte, then the port (compared eight
+  /// bytes at a time: the links' and hosts' maps compare endpoints per segment).
+  friend std::strong_ordering operator<=>(const SimEndpoint& a, const SimEndpoint& b) noexcept {
+    if (a.family != b.family) return a.family <=> b.family;
+    for (std::size_t at = 0; at < a.ip.size(); at += 8) {
+      std::uint64_t x, y;
+      std::memcpy(&x, a.ip.data() + at, 8);
+      std::memcpy(&y, b.ip.data() + at, 8);
+      if (x == y) continue;
+      if constexpr (std::endian::native == std::endian::little) x = __builtin_bswap64(x), y = __builtin_bswap64(y);
+      return x <=> y;  // as big-endian numbers: the first differing byte decides
+    }
+    return a.port <=> b.port;
+  }
   bool wildcard() const noexcept { return ip == std::array<std::uint8_t, 16>{}; }
 
   /// `address` as an endpoint, or nullopt (not AF_INET / AF_INET6, short).
@@ -8312,6 +8508,29 @@ struct SimEndpoint {
   }
 };
 
+/// Segments' byte buffers read to the end, kept for the next segments
+/// sent: a segment is often tens of KiB, and allocating it afresh (and
+/// touching new pages) cost more than copying its bytes.
+class SimSpareBytes {
+ public:
+  /// An empty buffer, with the capacity of one given back if there is one.
+  std::vector<std::byte> take() {
+    if (spare_.empty()) return {};
+    std::vector<std::byte> bytes = std::move(spare_.back());
+    spare_.pop_back();
+    return bytes;
+  }
+  void giveBack(std::vector<std::byte>&& bytes) {
+    if (spare_.size() == kKept) return;  // dropped: freed with its segment
+    bytes.clear();
+    spare_.push_back(std::move(bytes));
+  }
+
+ private:
+  static constexpr std::size_t kKept = 64;
+  std::vector<std::vector<std::byte>> spare_;
+};
+
 /// Bytes arrived at a simulated socket and not read yet, kept as the
 /// segments they came in (a read copies each byte once).
 class SimInbox {
@@ -8323,17 +8542,19 @@ class SimInbox {
     size_ += bytes.size();
     segments_.push_back(std::move(bytes));
   }
-  /// Moves the first `n` bytes (at most size()) to `into`.
-  void take(std::byte* into, std::size_t n) noexcept {
+  /// Moves the first `n` bytes (at most size()) to `into`; the buffers of
+  /// segments read to the end go to `spare`.
+  void take(std::byte* into, std::size_t n, SimSpareBytes& spare) {
     size_ -= n;
     while (n != 0) {
-      const std::vector<std::byte>& front = segments_.front();
+      std::vector<std::byte>& front = segments_.front();
       const std::size_t k = std::min(n, front.size() - head_);
       std::memcpy(into, front.data() + head_, k);
       into += k;
       n -= k;
       head_ += k;
       if (head_ == front.size()) {
+        spare.giveBack(std::move(front));
         segments_.pop_front();
         head_ = 0;
       }
@@ -8568,17 +8789,22 @@ class SimWorld {
     const bool nodesRan = turnNodes(runner);
     if (!nodesRan && (!timeout || *timeout != Clock::duration::zero())) {
       // Nothing ready anywhere: the clock jumps to what happens next.
-      std::optional<Clock::time_point> next;
+      bool any = false;
+      Clock::time_point next{};
+      const auto consider = [&](Clock::time_point t) {
+        if (!any || t < next) next = t;
+        any = true;
+      };
       for (const SimLoop* l : loops_) {
-        const std::optional<Clock::time_point> t = l->paused ? std::nullopt : l->loopCore.timers().nextDeadline();
-        if (t && (!next || *t < *next)) next = t;
+        const TimerQueue& timers = l->loopCore.timers();
+        if (!l->paused && timers.size() != 0) consider(timers.nextDeadlineOr({}));
       }
-      if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
-      if (!next) {
+      if (!events_.empty()) consider(events_.top().at);
+      if (!any) {
         throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
                             " s of virtual time: no coroutine is ready, no timer is set and no segment is on its way");
       }
-      now_ = std::max(now_, *next);
+      now_ = std::max(now_, next);
       trace(static_cast<std::uint64_t>(now_.time_since_epoch().count()));
     }
     deliverDue();
@@ -8756,7 +8982,7 @@ class SimWorld {
     }
     s.state = SimSocket::State::connecting;
     s.remote = to;
-    s.capacity = link(host(s.local), host(to)).window;
+    s.capacity = link(linkState(host(s.local), host(to))).window;
     transmit(Event{.kind = Segment::syn, .from = s.fd, .endpoint = to}, host(s.local), host(to), {});
     return 0;
   }
@@ -8783,8 +9009,13 @@ class SimWorld {
   /// Sends what fits of `data` from `from` (at least a byte: the caller
   /// checked there is room); it arrives one latency later. The bytes sent.
   std::size_t send(SimSocket& from, const std::byte* data, std::size_t n) {
-    return send(from, std::vector<std::byte>(data, data + std::min(n, room(from))));
+    std::vector<std::byte> bytes = spareBytes();
+    bytes.assign(data, data + std::min(n, room(from)));
+    return send(from, std::move(bytes));
   }
+  /// An empty buffer for a segment's bytes (with the capacity of one read
+  /// to its end, if any).
+  std::vector<std::byte> spareBytes() { return spare_.take(); }
   /// send() of bytes the caller gives up (a sendv's, gathered): no copy.
   std::size_t send(SimSocket& from, std::vector<std::byte>&& bytes) {
     bytes.resize(std::min(bytes.size(), room(from)));
@@ -8810,7 +9041,7 @@ class SimWorld {
   std::size_t receive(SimSocket& s, std::byte* into, std::size_t n) {
     std::size_t take = std::min(n, s.inbox.size());
     if (take > 1 && random_.below(4) == 0) take = 1 + static_cast<std::size_t>(random_.below(take));
-    s.inbox.take(into, take);
+    s.inbox.take(into, take, spare_);
     trace(take);
     if (take != 0) {
       s.acking += take;
@@ -8840,6 +9071,8 @@ class SimWorld {
   // --- Completions at a virtual time (the simulated disk's operations).
 
   sim::DiskFaults& diskFaults() noexcept { return diskFaults_; }
+  /// The files simulated Disks keep in memory (SimDiskRing's).
+  SimFiles& files() noexcept { return files_; }
   /// True with probability `p` (drawn from the seed; none drawn for 0 or 1).
   bool chance(double p) noexcept {
     if (p <= 0) return false;
@@ -8982,7 +9215,6 @@ class SimWorld {
     int attempt = 0;        // syn: sent before this many times; refused: the errno
     std::size_t count = 0;  // window: the bytes read; deferred: its id
     void* op = nullptr;     // deferred: the operation (attempt: its result)
-    bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
   // A segment waiting for a partition to heal, with the hosts it goes between.
@@ -9029,9 +9261,7 @@ class SimWorld {
   // Whether node `l` has something to do at this instant.
   bool hasWork(SimLoop& l) const noexcept {
     if (l.paused) return false;
-    if (l.hasReady(l.reactor)) return true;
-    const std::optional<Clock::time_point> t = l.loopCore.timers().nextDeadline();
-    return t && *t <= now_;
+    return l.hasReady(l.reactor) || l.loopCore.timers().anyDue(now_);
   }
 
   // A turn of each node (every reactor but the runner) with work, in an
@@ -9054,7 +9284,17 @@ class SimWorld {
 
   void push(Event e) {
     e.seq = seq_++;
-    events_.push(std::move(e));
+    std::size_t slot;
+    if (freeSlots_.empty()) {
+      slot = slots_.size();
+      slots_.push_back(std::move(e));
+    } else {
+      slot = freeSlots_.back();
+      freeSlots_.pop_back();
+      slots_[slot] = std::move(e);
+    }
+    const Event& placed = slots_[slot];
+    events_.push(Due{placed.at, placed.seq, slot});
   }
 
   static SimEndpoint host(const SimEndpoint& e) noexcept { return SimEndpoint{e.family, e.ip, 0}; }
@@ -9083,7 +9323,7 @@ class SimWorld {
         l.held.push_back(Held{std::move(e), from, to});
         return;
       }
-      const sim::Link& link = this->link(from, to);
+      const sim::Link& link = this->link(l);
       Clock::time_point departs = now_;
       if (link.bandwidth != 0) {
         Clock::time_point& busy = l.busy[from < to ? 0 : 1];
@@ -9110,8 +9350,7 @@ class SimWorld {
 
   // The link between hosts `a` and `b`: their own, else drawn (once), else
   // the default.
-  const sim::Link& link(const SimEndpoint& a, const SimEndpoint& b) {
-    LinkState& l = linkState(a, b);
+  const sim::Link& link(LinkState& l) {
     if (l.own) return *l.own;
     if (!range_) return defaultLink_;
     const auto& [low, high] = *range_;
@@ -9172,10 +9411,10 @@ class SimWorld {
   bool deliverEvents() {
     bool any = false;
     while (!events_.empty() && events_.top().at <= now_) {
-      // Moved out before pop(): pop() orders by `at` and `seq`, which a
-      // move leaves as they were (only the bytes go).
-      Event e = std::move(const_cast<Event&>(events_.top()));
+      const std::size_t slot = events_.top().slot;
       events_.pop();
+      Event e = std::move(slots_[slot]);
+      freeSlots_.push_back(slot);
       any = true;
       if (e.to >= 0 && at(e.to).owner) at(e.to).owner->loopCore.meter().dispatched(1);
       if (e.kind == Segment::syn) {
@@ -9290,6 +9529,7 @@ class SimWorld {
   std::vector<SimLoop*> loops_;  // the runner first, then the nodes
   SimLoop* turning_ = nullptr;
   std::vector<SimLoop*> due_;  // turnNodes' scratch
+  SimSpareBytes spare_;
   sim::Random random_;
   Clock::time_point now_{};
   std::uint64_t trace_ = 0xCBF29CE484222325ull;
@@ -9308,11 +9548,22 @@ class SimWorld {
   };
   std::map<void*, Deferred> deferred_;
   sim::DiskFaults diskFaults_;
+  SimFiles files_;
   std::uint64_t nextDeferred_ = 0;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  // What is on its way, as (when, order, slot) keys in a heap: a key is
+  // small to move, the events (with their bytes) stay put in `slots_`.
+  struct Due {
+    Clock::time_point at;
+    std::uint64_t seq;
+    std::size_t slot;
+    bool operator>(const Due& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> events_;
+  std::vector<Event> slots_;
+  std::vector<std::size_t> freeSlots_;
 };
 
 /// SimReactor's backend (see ReactorBackend): its window on the world. The
@@ -9734,6 +9985,7 @@ class SimReactor : public ReactorLoop<SimReactor> {
   /// send() of the parts, gathered (a copy: the simulation is not timed).
   SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
     detail::SimSendAttempt attempt;
+    attempt.gathered = backend_.world().spareBytes();
     std::size_t total = 0;
     for (const iovec& part : parts) total += part.iov_len;
     attempt.gathered.reserve(total);
@@ -12865,6 +13117,11 @@ class DiskRing {
     return io_uring_register_files_update(&ring(), slot, &fd, 1);
   }
   virtual void unregisterFiles() noexcept { (void)io_uring_unregister_files(&ring()); }
+  /// A File of this Disk has `fd` open from now on (`direct`: O_DIRECT), or
+  /// is about to close it: for a ring that keeps state per file (the
+  /// simulated disk keeps files' bytes in memory). Nothing for io_uring.
+  virtual void fileOpened(int /*fd*/, bool /*direct*/) noexcept {}
+  virtual void fileClosing(int /*fd*/) noexcept {}
   /// Prepares `request` for `op` and submits it per the policy (or defers
   /// it while a batch is open).
   virtual void submit(DiskOp& op, const DiskRequest& request) = 0;
@@ -13544,6 +13801,7 @@ class File {
   /// loop thread, use closeAsync().
   void close() noexcept {
     if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
+    if (fd_.valid()) disk_->queue().fileClosing(fd_.get());
     fd_.reset();
   }
 
@@ -13638,7 +13896,9 @@ class File {
   static constexpr unsigned kDirectAlignmentMask = 0;  // headers before Linux 6.1: assume 4096
 #endif
 
-  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {}
+  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {
+    disk.queue().fileOpened(fd, direct);
+  }
 
   static int openFlags(OpenOptions options) noexcept {
     int flags = (options.write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
@@ -14206,7 +14466,8 @@ namespace coio::detail {
 
 /// The ring of a Disk on a SimReactor: each operation is done at once, on
 /// the real file (a pread, a pwrite, an fsync...: so data written is read
-/// back, and what a test prepared on disk is there), and completes after a
+/// back, and what a test prepared on disk is there; reads of a File's file
+/// copy from the bytes SimFiles keeps in memory), and completes after a
 /// latency drawn from the seed, in virtual time, unless a fault drawn from
 /// the seed (SimReactor::setDiskFaults) makes it fail, fall short or hang.
 /// Nothing is registered: the Disk's fixed buffers and files decline
@@ -14250,7 +14511,7 @@ class SimDiskRing final : public DiskRing {
       DiskRequest r = request;
       const bool plainRead = request.opcode == IORING_OP_READ || request.opcode == IORING_OP_READ_FIXED;
       if (plainRead && r.length > 1 && b.chance(faults.shortRead)) r.length = 1 + b.random().below(r.length - 1);
-      result = perform(r);
+      result = perform(b.files(), r);
     }
     const auto span = faults.maxLatency - faults.minLatency;
     const auto latency =
@@ -14261,6 +14522,9 @@ class SimDiskRing final : public DiskRing {
     b.trace(static_cast<std::uint64_t>(result));
     b.defer(this, &op, &SimDiskRing::fire, static_cast<int>(result), b.now() + latency);
   }
+
+  void fileOpened(int fd, bool direct) noexcept override { reactor_.backend_.world().files().opened(fd, direct); }
+  void fileClosing(int fd) noexcept override { reactor_.backend_.world().files().closing(fd); }
 
   void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.world().cancelDeferred(&op); }
   void openBatch() override {}  // each operation completes at its own time
@@ -14276,24 +14540,37 @@ class SimDiskRing final : public DiskRing {
     op->complete(op, result, 0);
   }
 
-  // The request as the kernel would do it: its result, or -errno.
-  static long perform(const DiskRequest& r) noexcept {
+  // The request as the kernel would do it: its result, or -errno. Files'
+  // bytes kept in memory (SimFiles) are read from there, and written there
+  // too.
+  static long perform(SimFiles& files, const DiskRequest& r) {
     const int fd = r.fd;
     const auto offset = static_cast<off_t>(r.offset);
+    const auto parts = static_cast<const iovec*>(r.address);
+    const int count = static_cast<int>(r.length);
     switch (r.opcode) {
-      case IORING_OP_READ: case IORING_OP_READ_FIXED:
+      case IORING_OP_READ: case IORING_OP_READ_FIXED: {
+        const iovec whole{r.address, r.length};
+        if (const std::optional<long> copied = files.read(fd, &whole, 1, r.offset)) return *copied;
         return retryOnEintr([&] { return ::pread(fd, r.address, r.length, offset); });
-      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED:
-        return retryOnEintr([&] { return ::pwrite(fd, r.address, r.length, offset); });
+      }
+      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED: {
+        const long n = retryOnEintr([&] { return ::pwrite(fd, r.address, r.length, offset); });
+        if (n > 0) files.wrote(fd, static_cast<std::size_t>(n), r.offset);
+        return n;
+      }
       case IORING_OP_READV:
-        return retryOnEintr(
-            [&] { return ::preadv(fd, static_cast<const iovec*>(r.address), static_cast<int>(r.length), offset); });
-      case IORING_OP_WRITEV:
-        return retryOnEintr(
-            [&] { return ::pwritev(fd, static_cast<const iovec*>(r.address), static_cast<int>(r.length), offset); });
+        if (const std::optional<long> copied = files.read(fd, parts, count, r.offset)) return *copied;
+        return retryOnEintr([&] { return ::preadv(fd, parts, count, offset); });
+      case IORING_OP_WRITEV: {
+        const long n = retryOnEintr([&] { return ::pwritev(fd, parts, count, offset); });
+        if (n > 0) files.wrote(fd, static_cast<std::size_t>(n), r.offset);
+        return n;
+      }
       case IORING_OP_FSYNC:
         return retryOnEintr([&] { return (r.opFlags & IORING_FSYNC_DATASYNC) ? ::fdatasync(fd) : ::fsync(fd); });
       case IORING_OP_FALLOCATE:
+        files.changed(fd);
         return retryOnEintr(
             [&] { return ::fallocate(fd, static_cast<int>(r.opFlags), offset, static_cast<off_t>(r.length)); });
       case IORING_OP_OPENAT:
@@ -14306,7 +14583,9 @@ class SimDiskRing final : public DiskRing {
           return ::statx(fd, "", static_cast<int>(r.opFlags), static_cast<unsigned>(r.length),
                          static_cast<struct statx*>(r.address));
         });
-      case IORING_OP_CLOSE: return ::close(fd) == 0 ? 0 : -errno;
+      case IORING_OP_CLOSE:
+        files.closing(fd);  // (File::closeAsync's: its File::close() does not run)
+        return ::close(fd) == 0 ? 0 : -errno;
       case IORING_OP_NOP: return 0;
       default: return -EOPNOTSUPP;
     }
@@ -14323,15 +14602,18 @@ namespace coio::sim {
 /// (see Disk's constructor for other reactors). The simulated disk:
 /// - every operation (File's and ReadBatch / WriteBatch's reads and
 ///   writes, fsync, fallocate, openAsync, stat, closeAsync) is done at once
-///   on the real file, then completes, on the loop thread, after a latency
-///   drawn from the seed (DiskFaults::minLatency..maxLatency) in virtual
-///   time: data written is read back, files a test prepared are there, and
-///   a run is the same for the same seed (the files' contents being the
-///   same);
+///   on the real file (a read of a File not opened O_DIRECT: from the
+///   file's bytes in memory, read as first needed while a File has it
+///   open; see SimFiles for what it sees), then completes, on the loop
+///   thread, after a latency drawn from the seed
+///   (DiskFaults::minLatency..maxLatency) in virtual time: data written is
+///   read back, files a test prepared are there, and a run is the same for
+///   the same seed (the files' contents being the same);
 /// - faults drawn from the seed per operation (SimReactor::setDiskFaults):
 ///   EIO, a short read, an operation that hangs until cancelled (a
 ///   withTimeout or a stop ends it with ECANCELED), ENOSPC on writes; bit
-///   flips in stored data are a test's to make, in the files;
+///   flips in stored data are a test's to make, in the files, before they
+///   are opened (or in parts not read yet);
 /// - O_DIRECT's alignment rules are the file system's: a file opened with
 ///   O_DIRECT on one that supports it (not tmpfs) refuses misaligned IO as
 ///   it would under a real reactor;

@@ -8,10 +8,15 @@
 #include <coio/testing/sim_disk.hpp>
 
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -139,4 +144,76 @@ TEST_CASE("Simulated disk: an IO that hangs with nothing else to do is a deadloc
     (void)co_await f.read(0, buffer);
   }(*file)),
                   coio::sim::Deadlock);
+}
+
+TEST_CASE("Simulated disk: files kept in memory read as the file would: others' writes through a Disk, ends, holes",
+          "[sim]") {
+  TempDir dir;
+  const std::string path = dir.patternFile(0, 200 * 1024);  // four 64 KiB extents, the last in part
+  SimReactor reactor(4);
+  coio::Disk disk(reactor);
+  coio::Result<coio::File> reader = coio::File::open(disk, path.c_str());
+  coio::Result<coio::File> writer = coio::File::open(disk, path.c_str(), {.write = true});  // the same file, another fd
+  REQUIRE(reader);
+  REQUIRE(writer);
+  reactor.runUntil([](coio::File& in, coio::File& out) -> coio::Task<void> {
+    std::vector<std::byte> buffer(16 * 1024);
+    // Across an extent's end: the file's bytes.
+    coio::Result<std::size_t> n = co_await in.read(60 * 1024, buffer);
+    REQUIRE((n && *n == buffer.size()));
+    CHECK(matchesPattern(0, 60 * 1024, buffer));
+    // A write through the other File, into the extents just read: seen.
+    const std::string text = "written through another File";
+    coio::Result<std::size_t> w = co_await out.write(65 * 1024, std::as_bytes(std::span(text)));
+    REQUIRE((w && *w == text.size()));
+    n = co_await in.read(65 * 1024, std::span(buffer).first(text.size()));
+    REQUIRE((n && *n == text.size()));
+    CHECK(std::memcmp(buffer.data(), text.data(), text.size()) == 0);
+    // Vectored, over the write's edge.
+    std::vector<std::byte> head(4), tail(8);
+    const std::vector<iovec> parts{{head.data(), head.size()}, {tail.data(), tail.size()}};
+    n = co_await in.read(65 * 1024 - 4, parts);
+    REQUIRE((n && *n == 12));
+    CHECK(matchesPattern(0, 65 * 1024 - 4, head));
+    CHECK(std::memcmp(tail.data(), text.data(), tail.size()) == 0);
+    // The end of the file: a short read, then nothing; a write past it grows it (the gap reads as zeros).
+    n = co_await in.read(200 * 1024 - 100, buffer);
+    REQUIRE((n && *n == 100));
+    CHECK(matchesPattern(0, 200 * 1024 - 100, std::span(buffer).first(100)));
+    n = co_await in.read(300 * 1024, buffer);
+    REQUIRE((n && *n == 0));
+    w = co_await out.write(210 * 1024, std::as_bytes(std::span(text)));
+    REQUIRE((w && *w == text.size()));
+    n = co_await in.read(200 * 1024, buffer);
+    REQUIRE((n && *n == 10 * 1024 + text.size()));
+    CHECK(std::all_of(buffer.begin(), buffer.begin() + 10 * 1024, [](std::byte b) { return b == std::byte{0}; }));
+    CHECK(std::memcmp(buffer.data() + 10 * 1024, text.data(), text.size()) == 0);
+    // A hole punched through the other File reads as zeros.
+    const coio::Result<void> punched = co_await out.fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096);
+    REQUIRE(punched);
+    n = co_await in.read(0, std::span(buffer).first(8192));
+    REQUIRE((n && *n == 8192));
+    CHECK(std::all_of(buffer.begin(), buffer.begin() + 4096, [](std::byte b) { return b == std::byte{0}; }));
+    CHECK(matchesPattern(0, 4096, std::span(buffer).subspan(4096, 4096)));
+    n = co_await in.read(70 * 1024, std::span(buffer).first(64));  // (in memory when the Files close)
+    REQUIRE((n && *n == 64));
+    CHECK(matchesPattern(0, 70 * 1024, std::span(buffer).first(64)));
+  }(*reader, *writer));
+
+  // Once its Files are closed, the file is read afresh: a change made meanwhile by other means is seen.
+  reader->close();
+  writer->close();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const char changed[] = "changed while closed";
+  REQUIRE(::pwrite(fd, changed, sizeof changed, 70 * 1024) == static_cast<ssize_t>(sizeof changed));
+  ::close(fd);
+  coio::Result<coio::File> again = coio::File::open(disk, path.c_str());
+  REQUIRE(again);
+  reactor.runUntil([](coio::File& in, const char* expected, std::size_t length) -> coio::Task<void> {
+    std::vector<std::byte> buffer(length);
+    const coio::Result<std::size_t> n = co_await in.read(70 * 1024, buffer);
+    REQUIRE((n && *n == length));
+    CHECK(std::memcmp(buffer.data(), expected, length) == 0);
+  }(*again, changed, sizeof changed));
 }

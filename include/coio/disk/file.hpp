@@ -194,6 +194,7 @@ class File {
   /// loop thread, use closeAsync().
   void close() noexcept {
     if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
+    if (fd_.valid()) disk_->queue().fileClosing(fd_.get());
     fd_.reset();
   }
 
@@ -288,7 +289,9 @@ class File {
   static constexpr unsigned kDirectAlignmentMask = 0;  // headers before Linux 6.1: assume 4096
 #endif
 
-  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {}
+  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {
+    disk.queue().fileOpened(fd, direct);
+  }
 
   static int openFlags(OpenOptions options) noexcept {
     int flags = (options.write ? O_RDWR : O_RDONLY) | O_CLOEXEC;

@@ -24,7 +24,8 @@ namespace coio::detail {
 
 /// The ring of a Disk on a SimReactor: each operation is done at once, on
 /// the real file (a pread, a pwrite, an fsync...: so data written is read
-/// back, and what a test prepared on disk is there), and completes after a
+/// back, and what a test prepared on disk is there; reads of a File's file
+/// copy from the bytes SimFiles keeps in memory), and completes after a
 /// latency drawn from the seed, in virtual time, unless a fault drawn from
 /// the seed (SimReactor::setDiskFaults) makes it fail, fall short or hang.
 /// Nothing is registered: the Disk's fixed buffers and files decline
@@ -68,7 +69,7 @@ class SimDiskRing final : public DiskRing {
       DiskRequest r = request;
       const bool plainRead = request.opcode == IORING_OP_READ || request.opcode == IORING_OP_READ_FIXED;
       if (plainRead && r.length > 1 && b.chance(faults.shortRead)) r.length = 1 + b.random().below(r.length - 1);
-      result = perform(r);
+      result = perform(b.files(), r);
     }
     const auto span = faults.maxLatency - faults.minLatency;
     const auto latency =
@@ -79,6 +80,9 @@ class SimDiskRing final : public DiskRing {
     b.trace(static_cast<std::uint64_t>(result));
     b.defer(this, &op, &SimDiskRing::fire, static_cast<int>(result), b.now() + latency);
   }
+
+  void fileOpened(int fd, bool direct) noexcept override { reactor_.backend_.world().files().opened(fd, direct); }
+  void fileClosing(int fd) noexcept override { reactor_.backend_.world().files().closing(fd); }
 
   void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.world().cancelDeferred(&op); }
   void openBatch() override {}  // each operation completes at its own time
@@ -94,24 +98,37 @@ class SimDiskRing final : public DiskRing {
     op->complete(op, result, 0);
   }
 
-  // The request as the kernel would do it: its result, or -errno.
-  static long perform(const DiskRequest& r) noexcept {
+  // The request as the kernel would do it: its result, or -errno. Files'
+  // bytes kept in memory (SimFiles) are read from there, and written there
+  // too.
+  static long perform(SimFiles& files, const DiskRequest& r) {
     const int fd = r.fd;
     const auto offset = static_cast<off_t>(r.offset);
+    const auto parts = static_cast<const iovec*>(r.address);
+    const int count = static_cast<int>(r.length);
     switch (r.opcode) {
-      case IORING_OP_READ: case IORING_OP_READ_FIXED:
+      case IORING_OP_READ: case IORING_OP_READ_FIXED: {
+        const iovec whole{r.address, r.length};
+        if (const std::optional<long> copied = files.read(fd, &whole, 1, r.offset)) return *copied;
         return retryOnEintr([&] { return ::pread(fd, r.address, r.length, offset); });
-      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED:
-        return retryOnEintr([&] { return ::pwrite(fd, r.address, r.length, offset); });
+      }
+      case IORING_OP_WRITE: case IORING_OP_WRITE_FIXED: {
+        const long n = retryOnEintr([&] { return ::pwrite(fd, r.address, r.length, offset); });
+        if (n > 0) files.wrote(fd, static_cast<std::size_t>(n), r.offset);
+        return n;
+      }
       case IORING_OP_READV:
-        return retryOnEintr(
-            [&] { return ::preadv(fd, static_cast<const iovec*>(r.address), static_cast<int>(r.length), offset); });
-      case IORING_OP_WRITEV:
-        return retryOnEintr(
-            [&] { return ::pwritev(fd, static_cast<const iovec*>(r.address), static_cast<int>(r.length), offset); });
+        if (const std::optional<long> copied = files.read(fd, parts, count, r.offset)) return *copied;
+        return retryOnEintr([&] { return ::preadv(fd, parts, count, offset); });
+      case IORING_OP_WRITEV: {
+        const long n = retryOnEintr([&] { return ::pwritev(fd, parts, count, offset); });
+        if (n > 0) files.wrote(fd, static_cast<std::size_t>(n), r.offset);
+        return n;
+      }
       case IORING_OP_FSYNC:
         return retryOnEintr([&] { return (r.opFlags & IORING_FSYNC_DATASYNC) ? ::fdatasync(fd) : ::fsync(fd); });
       case IORING_OP_FALLOCATE:
+        files.changed(fd);
         return retryOnEintr(
             [&] { return ::fallocate(fd, static_cast<int>(r.opFlags), offset, static_cast<off_t>(r.length)); });
       case IORING_OP_OPENAT:
@@ -124,7 +141,9 @@ class SimDiskRing final : public DiskRing {
           return ::statx(fd, "", static_cast<int>(r.opFlags), static_cast<unsigned>(r.length),
                          static_cast<struct statx*>(r.address));
         });
-      case IORING_OP_CLOSE: return ::close(fd) == 0 ? 0 : -errno;
+      case IORING_OP_CLOSE:
+        files.closing(fd);  // (File::closeAsync's: its File::close() does not run)
+        return ::close(fd) == 0 ? 0 : -errno;
       case IORING_OP_NOP: return 0;
       default: return -EOPNOTSUPP;
     }
@@ -141,15 +160,18 @@ namespace coio::sim {
 /// (see Disk's constructor for other reactors). The simulated disk:
 /// - every operation (File's and ReadBatch / WriteBatch's reads and
 ///   writes, fsync, fallocate, openAsync, stat, closeAsync) is done at once
-///   on the real file, then completes, on the loop thread, after a latency
-///   drawn from the seed (DiskFaults::minLatency..maxLatency) in virtual
-///   time: data written is read back, files a test prepared are there, and
-///   a run is the same for the same seed (the files' contents being the
-///   same);
+///   on the real file (a read of a File not opened O_DIRECT: from the
+///   file's bytes in memory, read as first needed while a File has it
+///   open; see SimFiles for what it sees), then completes, on the loop
+///   thread, after a latency drawn from the seed
+///   (DiskFaults::minLatency..maxLatency) in virtual time: data written is
+///   read back, files a test prepared are there, and a run is the same for
+///   the same seed (the files' contents being the same);
 /// - faults drawn from the seed per operation (SimReactor::setDiskFaults):
 ///   EIO, a short read, an operation that hangs until cancelled (a
 ///   withTimeout or a stop ends it with ECANCELED), ENOSPC on writes; bit
-///   flips in stored data are a test's to make, in the files;
+///   flips in stored data are a test's to make, in the files, before they
+///   are opened (or in parts not read yet);
 /// - O_DIRECT's alignment rules are the file system's: a file opened with
 ///   O_DIRECT on one that supports it (not tmpfs) refuses misaligned IO as
 ///   it would under a real reactor;

@@ -165,6 +165,11 @@ class DiskRing {
     return io_uring_register_files_update(&ring(), slot, &fd, 1);
   }
   virtual void unregisterFiles() noexcept { (void)io_uring_unregister_files(&ring()); }
+  /// A File of this Disk has `fd` open from now on (`direct`: O_DIRECT), or
+  /// is about to close it: for a ring that keeps state per file (the
+  /// simulated disk keeps files' bytes in memory). Nothing for io_uring.
+  virtual void fileOpened(int /*fd*/, bool /*direct*/) noexcept {}
+  virtual void fileClosing(int /*fd*/) noexcept {}
   /// Prepares `request` for `op` and submits it per the policy (or defers
   /// it while a batch is open).
   virtual void submit(DiskOp& op, const DiskRequest& request) = 0;

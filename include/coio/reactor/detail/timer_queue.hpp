@@ -59,8 +59,10 @@ class TimerQueue {
     if (heap_.empty()) return std::nullopt;
     return heap_.front()->deadline;
   }
-  /// Whether a timer is due at `now` (nextDeadline() <= now, without the
-  /// optional: asked once per node per turn by the simulation).
+  /// nextDeadline(), or `none` without a timer, and whether one is due at
+  /// `now`: without the optional, whose copy stalls the CPU (the simulation
+  /// asks for every node at every turn).
+  TimePoint nextDeadlineOr(TimePoint none) const noexcept { return heap_.empty() ? none : heap_.front()->deadline; }
   bool anyDue(TimePoint now) const noexcept { return !heap_.empty() && heap_.front()->deadline <= now; }
 
   /// Pops and fires every timer due at `now`, in order. A fired callback

@@ -15,6 +15,7 @@
 #include <coio/core/detail/assert.hpp>
 #include <coio/core/result.hpp>
 #include <coio/reactor/detail/loop_core.hpp>
+#include <coio/testing/detail/sim_files.hpp>
 #include <coio/testing/detail/sim_socket.hpp>
 #include <coio/testing/sim_types.hpp>
 
@@ -126,17 +127,22 @@ class SimWorld {
     const bool nodesRan = turnNodes(runner);
     if (!nodesRan && (!timeout || *timeout != Clock::duration::zero())) {
       // Nothing ready anywhere: the clock jumps to what happens next.
-      std::optional<Clock::time_point> next;
+      bool any = false;
+      Clock::time_point next{};
+      const auto consider = [&](Clock::time_point t) {
+        if (!any || t < next) next = t;
+        any = true;
+      };
       for (const SimLoop* l : loops_) {
-        const std::optional<Clock::time_point> t = l->paused ? std::nullopt : l->loopCore.timers().nextDeadline();
-        if (t && (!next || *t < *next)) next = t;
+        const TimerQueue& timers = l->loopCore.timers();
+        if (!l->paused && timers.size() != 0) consider(timers.nextDeadlineOr({}));
       }
-      if (!events_.empty() && (!next || events_.top().at < *next)) next = events_.top().at;
-      if (!next) {
+      if (!events_.empty()) consider(events_.top().at);
+      if (!any) {
         throw sim::Deadlock("coio::sim: deadlock at " + std::to_string(seconds(now_)) +
                             " s of virtual time: no coroutine is ready, no timer is set and no segment is on its way");
       }
-      now_ = std::max(now_, *next);
+      now_ = std::max(now_, next);
       trace(static_cast<std::uint64_t>(now_.time_since_epoch().count()));
     }
     deliverDue();
@@ -314,7 +320,7 @@ class SimWorld {
     }
     s.state = SimSocket::State::connecting;
     s.remote = to;
-    s.capacity = link(host(s.local), host(to)).window;
+    s.capacity = link(linkState(host(s.local), host(to))).window;
     transmit(Event{.kind = Segment::syn, .from = s.fd, .endpoint = to}, host(s.local), host(to), {});
     return 0;
   }
@@ -403,6 +409,8 @@ class SimWorld {
   // --- Completions at a virtual time (the simulated disk's operations).
 
   sim::DiskFaults& diskFaults() noexcept { return diskFaults_; }
+  /// The files simulated Disks keep in memory (SimDiskRing's).
+  SimFiles& files() noexcept { return files_; }
   /// True with probability `p` (drawn from the seed; none drawn for 0 or 1).
   bool chance(double p) noexcept {
     if (p <= 0) return false;
@@ -545,7 +553,6 @@ class SimWorld {
     int attempt = 0;        // syn: sent before this many times; refused: the errno
     std::size_t count = 0;  // window: the bytes read; deferred: its id
     void* op = nullptr;     // deferred: the operation (attempt: its result)
-    bool operator>(const Event& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
   // A segment waiting for a partition to heal, with the hosts it goes between.
@@ -615,7 +622,17 @@ class SimWorld {
 
   void push(Event e) {
     e.seq = seq_++;
-    events_.push(std::move(e));
+    std::size_t slot;
+    if (freeSlots_.empty()) {
+      slot = slots_.size();
+      slots_.push_back(std::move(e));
+    } else {
+      slot = freeSlots_.back();
+      freeSlots_.pop_back();
+      slots_[slot] = std::move(e);
+    }
+    const Event& placed = slots_[slot];
+    events_.push(Due{placed.at, placed.seq, slot});
   }
 
   static SimEndpoint host(const SimEndpoint& e) noexcept { return SimEndpoint{e.family, e.ip, 0}; }
@@ -644,7 +661,7 @@ class SimWorld {
         l.held.push_back(Held{std::move(e), from, to});
         return;
       }
-      const sim::Link& link = this->link(from, to);
+      const sim::Link& link = this->link(l);
       Clock::time_point departs = now_;
       if (link.bandwidth != 0) {
         Clock::time_point& busy = l.busy[from < to ? 0 : 1];
@@ -671,8 +688,7 @@ class SimWorld {
 
   // The link between hosts `a` and `b`: their own, else drawn (once), else
   // the default.
-  const sim::Link& link(const SimEndpoint& a, const SimEndpoint& b) {
-    LinkState& l = linkState(a, b);
+  const sim::Link& link(LinkState& l) {
     if (l.own) return *l.own;
     if (!range_) return defaultLink_;
     const auto& [low, high] = *range_;
@@ -733,10 +749,10 @@ class SimWorld {
   bool deliverEvents() {
     bool any = false;
     while (!events_.empty() && events_.top().at <= now_) {
-      // Moved out before pop(): pop() orders by `at` and `seq`, which a
-      // move leaves as they were (only the bytes go).
-      Event e = std::move(const_cast<Event&>(events_.top()));
+      const std::size_t slot = events_.top().slot;
       events_.pop();
+      Event e = std::move(slots_[slot]);
+      freeSlots_.push_back(slot);
       any = true;
       if (e.to >= 0 && at(e.to).owner) at(e.to).owner->loopCore.meter().dispatched(1);
       if (e.kind == Segment::syn) {
@@ -870,11 +886,22 @@ class SimWorld {
   };
   std::map<void*, Deferred> deferred_;
   sim::DiskFaults diskFaults_;
+  SimFiles files_;
   std::uint64_t nextDeferred_ = 0;
   std::uint16_t nextPort_ = kFirstEphemeral;
   std::deque<SimSocket> sockets_;  // a deque: references stay valid as sockets are added
   std::map<SimEndpoint, int> bound_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  // What is on its way, as (when, order, slot) keys in a heap: a key is
+  // small to move, the events (with their bytes) stay put in `slots_`.
+  struct Due {
+    Clock::time_point at;
+    std::uint64_t seq;
+    std::size_t slot;
+    bool operator>(const Due& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> events_;
+  std::vector<Event> slots_;
+  std::vector<std::size_t> freeSlots_;
 };
 
 /// SimReactor's backend (see ReactorBackend): its window on the world. The

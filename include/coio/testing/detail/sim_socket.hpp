@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <compare>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +36,21 @@ struct SimEndpoint {
   std::array<std::uint8_t, 16> ip{};
   std::uint16_t port = 0;  // host order
 
-  auto operator<=>(const SimEndpoint&) const = default;
+  bool operator==(const SimEndpoint&) const = default;
+  /// Family, then the address byte by byte, then the port (compared eight
+  /// bytes at a time: the links' and hosts' maps compare endpoints per segment).
+  friend std::strong_ordering operator<=>(const SimEndpoint& a, const SimEndpoint& b) noexcept {
+    if (a.family != b.family) return a.family <=> b.family;
+    for (std::size_t at = 0; at < a.ip.size(); at += 8) {
+      std::uint64_t x, y;
+      std::memcpy(&x, a.ip.data() + at, 8);
+      std::memcpy(&y, b.ip.data() + at, 8);
+      if (x == y) continue;
+      if constexpr (std::endian::native == std::endian::little) x = __builtin_bswap64(x), y = __builtin_bswap64(y);
+      return x <=> y;  // as big-endian numbers: the first differing byte decides
+    }
+    return a.port <=> b.port;
+  }
   bool wildcard() const noexcept { return ip == std::array<std::uint8_t, 16>{}; }
 
   /// `address` as an endpoint, or nullopt (not AF_INET / AF_INET6, short).
