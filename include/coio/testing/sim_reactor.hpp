@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -65,14 +66,26 @@ struct SimSendAttempt {
   static constexpr bool read = false;
   static constexpr OpKind kind = OpKind::send;
   std::span<const std::byte> bytes;
-  std::vector<std::byte> gathered;  // sendv's parts, copied (then `bytes` is empty), sent as they are
-  long run(SimWorld& b, SimSocket& s) {
+  std::span<const iovec> parts;  // sendv's (then `bytes` is empty): valid until the send completes
+  long run(SimWorld& b, SimSocket& s) const {
     if (s.state != SimSocket::State::connected) return -ENOTCONN;
     if (s.finSent || !b.peerOpen(s)) return -EPIPE;
-    if (bytes.empty() && gathered.empty()) return 0;
-    if (b.room(s) == 0) return kWouldBlock;
-    // One send completes the attempt (a partial one too): the parts go once.
-    return static_cast<long>(gathered.empty() ? b.send(s, bytes.data(), bytes.size()) : b.send(s, std::move(gathered)));
+    if (bytes.empty() && std::all_of(parts.begin(), parts.end(), [](const iovec& p) { return p.iov_len == 0; })) {
+      return 0;
+    }
+    const std::size_t room = b.room(s);
+    if (room == 0) return kWouldBlock;
+    if (parts.empty()) return static_cast<long>(b.send(s, bytes.data(), bytes.size()));
+    // The parts' bytes that fit, gathered into one segment (the rest is the
+    // caller's to send again, as after a partial sendmsg).
+    std::vector<std::byte> gathered = b.spareBytes();
+    for (const iovec& part : parts) {
+      const std::size_t n = std::min(part.iov_len, room - gathered.size());
+      const auto* p = static_cast<const std::byte*>(part.iov_base);
+      gathered.insert(gathered.end(), p, p + n);
+      if (gathered.size() == room) break;
+    }
+    return static_cast<long>(b.send(s, std::move(gathered)));
   }
 };
 
@@ -364,18 +377,11 @@ class SimReactor : public ReactorLoop<SimReactor> {
   SendAwaitable send(int fd, std::span<const std::byte> bytes, std::stop_token stop = {}) noexcept {
     return {backend_, fd, {bytes, {}}, std::move(stop)};
   }
-  /// send() of the parts, gathered (a copy: the simulation is not timed).
-  SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) {
-    detail::SimSendAttempt attempt;
-    attempt.gathered = backend_.world().spareBytes();
-    std::size_t total = 0;
-    for (const iovec& part : parts) total += part.iov_len;
-    attempt.gathered.reserve(total);
-    for (const iovec& part : parts) {
-      const auto* p = static_cast<const std::byte*>(part.iov_base);
-      attempt.gathered.insert(attempt.gathered.end(), p, p + part.iov_len);
-    }
-    return {backend_, fd, std::move(attempt), std::move(stop)};
+  /// send() of the parts, gathered when sent (what fits of them: a copy).
+  /// The parts and their bytes stay valid until the send completes, as
+  /// for every reactor.
+  SendAwaitable sendv(int fd, std::span<const iovec> parts, std::stop_token stop = {}) noexcept {
+    return {backend_, fd, {{}, parts}, std::move(stop)};
   }
   /// Nothing to forget: a simulated fd number is never reused.
   void forget(int) noexcept {}
