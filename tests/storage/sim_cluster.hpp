@@ -230,9 +230,10 @@ inline ClusterClient<R>::ConnectorFactory tcpChannels(R& r) {
   };
 }
 
-// `maxGap`: batches are drawn 0 to maxGap apart (0: back to back).
+// `maxGap`: batches are drawn 0 to maxGap apart (0: back to back), in
+// steps of `gapStep` (below maxGap: 0, 1, ... 99 ms by default).
 inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const ClusterFaults& faults, int batches = 20,
-                            std::chrono::milliseconds maxGap = 100ms) {
+                            std::chrono::microseconds maxGap = 100ms, std::chrono::microseconds gapStep = 1ms) {
   R reactor(seed);
   reactor.drawLinks({.latency = 20us, .window = 64 * 1024}, {.latency = 1ms, .window = 1 << 20});
   reactor.setDiskFaults(faults.disk);
@@ -324,8 +325,8 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
       }
     }
   };
-  auto reads = [](R& r, ChainTable t, ClusterData& d, int n, std::chrono::milliseconds gap, bool tight,
-                  RunReport& out) -> Task<void> {
+  auto reads = [](R& r, ChainTable t, ClusterData& d, int n, std::chrono::microseconds gap,
+                  std::chrono::microseconds step, bool tight, RunReport& out) -> Task<void> {
     using Client = ClusterClient<R>;
     typename Client::ConnectorFactory factory = tcpChannels(r);
     ClusterOptions o;
@@ -341,9 +342,7 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
     for (int b = 0; b < n; ++b) {
       // Batches 0-100 ms apart by default: the run spans a second or so of
       // virtual time, in which the fault schedule strikes several times.
-      if (gap.count() > 0) {
-        co_await r.sleepFor(std::chrono::milliseconds(r.random().below(static_cast<std::uint64_t>(gap.count()))));
-      }
+      if (gap >= step) co_await r.sleepFor(step * r.random().below(static_cast<std::uint64_t>(gap / step)));
       const std::vector<ReadOp> ios = drawIos(r.random(), arena, kClusterChunks, kClusterChunk);
       const auto called = r.now();
       const std::vector<ClusterOutcome> outcomes = co_await client->batchRead(ios);
@@ -401,7 +400,7 @@ inline RunReport clusterRun(std::uint64_t seed, ClusterData& data, const Cluster
       out.buffersInUse += server->buffersInUse();
     }
     for (std::size_t s = 0; s < kServers; ++s) r.node(host(s)).kill();
-  }(reactor, body(reactor, reads(reactor, std::move(table), data, batches, maxGap, faults.tight, report),
+  }(reactor, body(reactor, reads(reactor, std::move(table), data, batches, maxGap, gapStep, faults.tight, report),
                   faults.partitions ? std::optional<Task<void>>(partitions(reactor, {})) : std::nullopt),
     servers, failure, report));
   if (flipped) flipBits(flipped->first, flipped->second, std::byte{0x10});  // as it was
