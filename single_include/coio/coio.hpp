@@ -8226,7 +8226,8 @@ class ManualExecutor {
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_FILES_HPP
 // The simulated disk's copies of files in memory (SimWorld holds them, for
 // every simulated Disk of one simulation): a read of a file kept here is a
-// copy from memory, not a system call. docs/simulation.md, "The disk".
+// copy from memory, not a system call. docs/simulation.md, the table's
+// "a disk" row.
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>

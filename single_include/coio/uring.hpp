@@ -8232,7 +8232,8 @@ class ManualExecutor {
 #define COIO_SINGLE_INCLUDE_COIO_TESTING_DETAIL_SIM_FILES_HPP
 // The simulated disk's copies of files in memory (SimWorld holds them, for
 // every simulated Disk of one simulation): a read of a file kept here is a
-// copy from memory, not a system call. docs/simulation.md, "The disk".
+// copy from memory, not a system call. docs/simulation.md, the table's
+// "a disk" row.
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -13126,6 +13127,7 @@ class DiskRing {
   /// A File of this Disk has `fd` open from now on (`direct`: O_DIRECT), or
   /// is about to close it: for a ring that keeps state per file (the
   /// simulated disk keeps files' bytes in memory). Nothing for io_uring.
+  /// (File::closeAsync's close is an operation: IORING_OP_CLOSE, submitted.)
   virtual void fileOpened(int /*fd*/, bool /*direct*/) noexcept {}
   virtual void fileClosing(int /*fd*/) noexcept {}
   /// Prepares `request` for `op` and submits it per the policy (or defers

@@ -129,11 +129,12 @@ inline bool hasHardwareCrc32c() noexcept {
 
 // Folding. A CRC register is the message, as a polynomial M, times x^32
 // mod P (the initial register XORed into the first four bytes, then none):
-// it depends on M mod P alone. So any 16 bytes A followed by n more can be
-// replaced by 16 bytes A' = A x^(8n - 128) mod P placed 16 bytes before the
-// end, which leaves M mod P as it was: four 512-bit accumulators (16 such
-// 16-byte lanes) fold 256 bytes at a time, are folded into one lane, and the
-// crc32 instruction takes that lane and the last bytes. A lane's halves
+// it depends on M mod P alone. So 16 bytes A, followed by at least d bits
+// more, can be dropped for A x^d mod P (under 128 bits) XORed into the 16
+// bytes d bits further on: M mod P stays as it was. Four 512-bit
+// accumulators (16 such 16-byte lanes) fold 256 bytes at a time, are folded
+// into one lane, and the crc32 instruction takes that lane and the last
+// bytes. A lane's halves
 // (bytes 0-7, 8-15: in this reflected order the higher powers first) are
 // multiplied by x^(d+64) and x^d mod P, d the distance folded in bits; a
 // carry-less product of two reflected values comes out one power short,

@@ -1,7 +1,8 @@
 #pragma once
 // The simulated disk's copies of files in memory (SimWorld holds them, for
 // every simulated Disk of one simulation): a read of a file kept here is a
-// copy from memory, not a system call. docs/simulation.md, "The disk".
+// copy from memory, not a system call. docs/simulation.md, the table's
+// "a disk" row.
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
