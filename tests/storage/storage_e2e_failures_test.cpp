@@ -389,12 +389,17 @@ TEMPLATE_LIST_TEST_CASE("once accepting has stopped the listener may close: a ne
 
 namespace {
 
-// A channel whose first readFrame throws: a bug in a connection's task,
+// Which of a connection's tasks an injected bug throws in: the reader (its
+// first readFrame) or the peer's watch, beside it.
+enum class Thrower { reader, watch };
+
+// A channel that throws where `Thrower` says: a bug in a connection's task,
 // after the server has registered the connection. The rest is the real one's.
 template <typename R>
 class ThrowingChannel final : public storage::Channel<R> {
  public:
-  explicit ThrowingChannel(std::unique_ptr<storage::Channel<R>> inner) : inner_(std::move(inner)) {}
+  ThrowingChannel(std::unique_ptr<storage::Channel<R>> inner, Thrower thrower)
+      : inner_(std::move(inner)), thrower_(thrower) {}
   std::string_view name() const noexcept override { return inner_->name(); }
   R& reactor() const noexcept override { return inner_->reactor(); }
   bool writesRemote() const noexcept override { return inner_->writesRemote(); }
@@ -402,8 +407,9 @@ class ThrowingChannel final : public storage::Channel<R> {
   bool broken() const noexcept override { return inner_->broken(); }
   bool sendsInOrder() const noexcept override { return inner_->sendsInOrder(); }
   bool splicesData() const noexcept override { return inner_->splicesData(); }
-  Task<Result<storage::IncomingFrame>> readFrame(storage::ReadFailure&, std::stop_token) override {
-    throw std::logic_error("injected: a bug in the connection's task");
+  Task<Result<storage::IncomingFrame>> readFrame(storage::ReadFailure& failure, std::stop_token stop) override {
+    if (thrower_ == Thrower::reader) throw std::logic_error("injected: a bug in the connection's reader");
+    return inner_->readFrame(failure, std::move(stop));
   }
   std::optional<std::chrono::steady_clock::time_point> frameStartedAt() const noexcept override {
     return inner_->frameStartedAt();
@@ -425,29 +431,40 @@ class ThrowingChannel final : public storage::Channel<R> {
   Task<void> sendError(const storage::ReadFailure& failure, std::chrono::steady_clock::duration grace) override {
     return inner_->sendError(failure, grace);
   }
-  Task<void> watchPeer(std::stop_token stop) override { return inner_->watchPeer(std::move(stop)); }
+  Task<void> watchPeer(std::stop_token stop) override {
+    if (thrower_ == Thrower::watch) co_await throwInjected();  // as the watch runs, not as it is made
+    co_await inner_->watchPeer(std::move(stop));
+  }
   Task<void> close() override { return inner_->close(); }
 
  private:
+  static Task<void> throwInjected() {
+    throw std::logic_error("injected: a bug in the connection's watch of its peer");
+    co_return;
+  }
+
   std::unique_ptr<storage::Channel<R>> inner_;
+  Thrower thrower_;
 };
 
 // TCP, but the first connection's channel throws.
 template <typename R>
 class FirstThrowsTransport final : public storage::Transport<R> {
  public:
+  explicit FirstThrowsTransport(Thrower thrower) : thrower_(thrower) {}
   std::string_view name() const noexcept override { return "tcp"; }
   Task<Result<std::unique_ptr<storage::Channel<R>>>> accept(coio::TcpStream<R> stream, std::stop_token stop,
                                                             std::chrono::steady_clock::duration timeout) override {
     Result<std::unique_ptr<storage::Channel<R>>> channel = co_await tcp_.accept(std::move(stream), stop, timeout);
     if (channel && accepted_++ == 0) {
-      co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<ThrowingChannel<R>>(std::move(*channel)));
+      co_return std::unique_ptr<storage::Channel<R>>(std::make_unique<ThrowingChannel<R>>(std::move(*channel), thrower_));
     }
     co_return channel;
   }
 
  private:
   storage::TcpTransport<R> tcp_;
+  Thrower thrower_;
   int accepted_ = 0;
 };
 
@@ -457,12 +474,14 @@ TEMPLATE_LIST_TEST_CASE("a connection task that throws ends that connection only
                         "[storage][e2e]", Setups) {
   if constexpr (!TestType::rdma) {
     using R = typename TestType::R;
+    const Thrower thrower = GENERATE(Thrower::reader, Thrower::watch);
+    INFO((thrower == Thrower::reader ? "the reader throws" : "the peer's watch throws"));
     Fixture<TestType> f;
-    f.server->useTransport(std::make_unique<FirstThrowsTransport<R>>());  // before the loop accepts anything
+    f.server->useTransport(std::make_unique<FirstThrowsTransport<R>>(thrower));  // before the loop accepts anything
     f.run([](Fixture<TestType>& fx) -> Task<void> {
       auto& server = *fx.server;
       auto doomed = co_await fx.channel();
-      // Its task threw as it began to read: the connection ends, unanswered.
+      // A task of it threw as it began: the connection ends, unanswered.
       Result<storage::IncomingFrame> ended = co_await readWithin(fx.reactor, *doomed, 5s);
       CHECK_FALSE(ended);
       CHECK(ended.error() != std::errc::timed_out);

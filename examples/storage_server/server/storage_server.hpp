@@ -420,7 +420,8 @@ class StorageServer {
     ReadFailure failure;
     try {
       auto [read, watched, enforced] = co_await coio::collectAll(
-          readRequestsThenStop(conn), conn.channel->watchPeer(conn.stop.get_token()), conn.enforceDeadlines(reactor_, options_));
+          readRequestsThenStop(conn), stopIfThrows(conn.stop, conn.channel->watchPeer(conn.stop.get_token())),
+          stopIfThrows(conn.stop, conn.enforceDeadlines(reactor_, options_)));
       (void)watched;
       (void)enforced;
       failure = read;
@@ -466,6 +467,18 @@ class StorageServer {
     }
   }
 
+
+  // A task beside the reader (the peer's watch, the deadlines) that throws
+  // (a bug) stops the connection's other tasks, the reader too: else the
+  // connection would stay open, unserved, until its client went.
+  static coio::Task<void> stopIfThrows(std::stop_source& stop, coio::Task<void> task) {
+    try {
+      co_await std::move(task);
+    } catch (...) {
+      stop.request_stop();
+      throw;
+    }
+  }
 
   // The reader; its end (or the watch's abort, which ends it) ends
   // everything else on the connection.
