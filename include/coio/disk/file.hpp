@@ -22,6 +22,7 @@
 #include <span>
 #include <stop_token>
 #include <string>
+#include <memory>
 #include <utility>
 
 namespace coio {
@@ -194,7 +195,8 @@ class File {
   /// loop thread, use closeAsync().
   void close() noexcept {
     if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
-    if (fd_.valid()) disk_->queue().fileClosing(fd_.get());
+    if (fd_.valid() && ring_) ring_->fileClosing(fd_.get());
+    ring_.reset();
     fd_.reset();
   }
 
@@ -289,8 +291,8 @@ class File {
   static constexpr unsigned kDirectAlignmentMask = 0;  // headers before Linux 6.1: assume 4096
 #endif
 
-  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {
-    disk.queue().fileOpened(fd, direct);
+  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), ring_(disk.ring_), fd_(fd), direct_(direct) {
+    ring_->fileOpened(fd, direct);
   }
 
   static int openFlags(OpenOptions options) noexcept {
@@ -353,6 +355,7 @@ class File {
 
   void take(File& other) noexcept {
     disk_ = std::exchange(other.disk_, nullptr);
+    ring_ = std::move(other.ring_);
     fd_ = std::move(other.fd_);
     slot_ = std::exchange(other.slot_, -1);
     if (slot_ >= 0) disk_->moveFile(slot_, &slot_);
@@ -378,6 +381,10 @@ class File {
   }
 
   Disk* disk_ = nullptr;
+  // The ring told of the fd's open and close (DiskRing::fileOpened): held,
+  // so that a File closed after its Disk went (a frame destroyed with its
+  // reactor) still tells a live object, which then knows it is closed.
+  std::shared_ptr<detail::DiskRing> ring_;
   FileDescriptor fd_;
   int slot_ = -1;
   bool direct_ = false;

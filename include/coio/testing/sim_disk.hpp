@@ -82,14 +82,19 @@ class SimDiskRing final : public DiskRing {
   }
 
   void fileOpened(int fd, bool direct) noexcept override { reactor_.backend_.world().files().opened(fd, direct); }
-  void fileClosing(int fd) noexcept override { reactor_.backend_.world().files().closing(fd); }
+  void fileClosing(int fd) noexcept override {
+    if (!closed_) reactor_.backend_.world().files().closing(fd);  // (closed: the reactor may be gone)
+  }
 
   void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.world().cancelDeferred(&op); }
   void openBatch() override {}  // each operation completes at its own time
   void closeBatch() override {}
   LoopCore& loop() noexcept override { return reactor_; }
   /// The Disk is going away: its pending operations never complete.
-  void close() noexcept override { reactor_.backend_.world().dropDeferredOf(this); }
+  void close() noexcept override {
+    if (std::exchange(closed_, true)) return;
+    reactor_.backend_.world().dropDeferredOf(this);
+  }
 
  private:
   static void fire(const void* owner, void* p, int result) noexcept {
@@ -150,6 +155,7 @@ class SimDiskRing final : public DiskRing {
   }
 
   sim::SimReactor& reactor_;
+  bool closed_ = false;  // close() ran: the reactor is not to be touched
 };
 
 }  // namespace coio::detail

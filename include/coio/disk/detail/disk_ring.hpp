@@ -169,6 +169,7 @@ class DiskRing {
   /// is about to close it: for a ring that keeps state per file (the
   /// simulated disk keeps files' bytes in memory). Nothing for io_uring.
   /// (File::closeAsync's close is an operation: IORING_OP_CLOSE, submitted.)
+  /// fileClosing may come after close(), from a File its Disk outlived.
   virtual void fileOpened(int /*fd*/, bool /*direct*/) noexcept {}
   virtual void fileClosing(int /*fd*/) noexcept {}
   /// Prepares `request` for `op` and submits it per the policy (or defers
