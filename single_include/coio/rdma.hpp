@@ -8263,13 +8263,15 @@ namespace coio::detail {
 /// - Writes through a simulated Disk go to the file, whose extents they
 ///   touch are read again at the next read; a write past the end or an
 ///   fallocate drops the copy (made again at the next read).
-/// - The copy goes when the file's last File closes.
+/// - The copy goes when the file's last File closes. A file larger than
+///   kMaxBytes (a large sparse one, say) is not copied: its reads stay preads.
 /// - What changes a file by other means while a File has it open (another
 ///   process, a write(2) of the test's own) is seen only in extents not
 ///   read yet.
 class SimFiles {
  public:
   static constexpr std::size_t kExtent = std::size_t{64} << 10;
+  static constexpr std::uint64_t kMaxBytes = std::uint64_t{4} << 30;
 
   /// A File opened `fd`. An fd that cannot be told apart (fstat fails, no
   /// memory) is left out: its reads stay preads.
@@ -8334,6 +8336,7 @@ class SimFiles {
   struct Copy {
     int opens = 0;
     bool made = false;                      // size, bytes and fetched are set
+    bool tooLarge = false;                  // above kMaxBytes when last looked at: preads
     std::uint64_t size = 0;                 // the file's, when made
     std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read
     std::vector<bool> fetched;              // per kExtent bytes
@@ -8345,6 +8348,7 @@ class SimFiles {
 
   static void unmake(Copy& copy) noexcept {
     copy.made = false;
+    copy.tooLarge = false;
     copy.size = 0;
     copy.bytes.reset();
     copy.fetched = {};
@@ -8362,9 +8366,14 @@ class SimFiles {
     const auto open = fds_.find(fd);
     if (open == fds_.end() || open->second.direct) return nullptr;
     Copy& copy = files_[open->second.key];
+    if (copy.tooLarge) return nullptr;
     if (!copy.made) {
       struct stat st {};
       if (::fstat(fd, &st) != 0) return nullptr;  // preads, which report the error
+      if (static_cast<std::uint64_t>(st.st_size) > kMaxBytes) {
+        copy.tooLarge = true;
+        return nullptr;
+      }
       copy.size = static_cast<std::uint64_t>(st.st_size);
       copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched
       copy.fetched.assign((copy.size + kExtent - 1) / kExtent, false);

@@ -8264,13 +8264,15 @@ namespace coio::detail {
 /// - Writes through a simulated Disk go to the file, whose extents they
 ///   touch are read again at the next read; a write past the end or an
 ///   fallocate drops the copy (made again at the next read).
-/// - The copy goes when the file's last File closes.
+/// - The copy goes when the file's last File closes. A file larger than
+///   kMaxBytes (a large sparse one, say) is not copied: its reads stay preads.
 /// - What changes a file by other means while a File has it open (another
 ///   process, a write(2) of the test's own) is seen only in extents not
 ///   read yet.
 class SimFiles {
  public:
   static constexpr std::size_t kExtent = std::size_t{64} << 10;
+  static constexpr std::uint64_t kMaxBytes = std::uint64_t{4} << 30;
 
   /// A File opened `fd`. An fd that cannot be told apart (fstat fails, no
   /// memory) is left out: its reads stay preads.
@@ -8335,6 +8337,7 @@ class SimFiles {
   struct Copy {
     int opens = 0;
     bool made = false;                      // size, bytes and fetched are set
+    bool tooLarge = false;                  // above kMaxBytes when last looked at: preads
     std::uint64_t size = 0;                 // the file's, when made
     std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read
     std::vector<bool> fetched;              // per kExtent bytes
@@ -8346,6 +8349,7 @@ class SimFiles {
 
   static void unmake(Copy& copy) noexcept {
     copy.made = false;
+    copy.tooLarge = false;
     copy.size = 0;
     copy.bytes.reset();
     copy.fetched = {};
@@ -8363,9 +8367,14 @@ class SimFiles {
     const auto open = fds_.find(fd);
     if (open == fds_.end() || open->second.direct) return nullptr;
     Copy& copy = files_[open->second.key];
+    if (copy.tooLarge) return nullptr;
     if (!copy.made) {
       struct stat st {};
       if (::fstat(fd, &st) != 0) return nullptr;  // preads, which report the error
+      if (static_cast<std::uint64_t>(st.st_size) > kMaxBytes) {
+        copy.tooLarge = true;
+        return nullptr;
+      }
       copy.size = static_cast<std::uint64_t>(st.st_size);
       copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched
       copy.fetched.assign((copy.size + kExtent - 1) / kExtent, false);
@@ -13128,6 +13137,7 @@ class DiskRing {
   /// is about to close it: for a ring that keeps state per file (the
   /// simulated disk keeps files' bytes in memory). Nothing for io_uring.
   /// (File::closeAsync's close is an operation: IORING_OP_CLOSE, submitted.)
+  /// fileClosing may come after close(), from a File its Disk outlived.
   virtual void fileOpened(int /*fd*/, bool /*direct*/) noexcept {}
   virtual void fileClosing(int /*fd*/) noexcept {}
   /// Prepares `request` for `op` and submits it per the policy (or defers
@@ -13637,6 +13647,7 @@ class [[nodiscard]] DiskOperation : DiskOp, public CancellableOperation<DiskOper
 #include <span>
 #include <stop_token>
 #include <string>
+#include <memory>
 #include <utility>
 
 namespace coio {
@@ -13809,7 +13820,8 @@ class File {
   /// loop thread, use closeAsync().
   void close() noexcept {
     if (slot_ >= 0) disk_->unregisterFile(std::exchange(slot_, -1));
-    if (fd_.valid()) disk_->queue().fileClosing(fd_.get());
+    if (fd_.valid() && ring_) ring_->fileClosing(fd_.get());
+    ring_.reset();
     fd_.reset();
   }
 
@@ -13904,8 +13916,8 @@ class File {
   static constexpr unsigned kDirectAlignmentMask = 0;  // headers before Linux 6.1: assume 4096
 #endif
 
-  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), fd_(fd), direct_(direct) {
-    disk.queue().fileOpened(fd, direct);
+  File(Disk& disk, int fd, bool direct) noexcept : disk_(&disk), ring_(disk.ring_), fd_(fd), direct_(direct) {
+    ring_->fileOpened(fd, direct);
   }
 
   static int openFlags(OpenOptions options) noexcept {
@@ -13968,6 +13980,7 @@ class File {
 
   void take(File& other) noexcept {
     disk_ = std::exchange(other.disk_, nullptr);
+    ring_ = std::move(other.ring_);
     fd_ = std::move(other.fd_);
     slot_ = std::exchange(other.slot_, -1);
     if (slot_ >= 0) disk_->moveFile(slot_, &slot_);
@@ -13993,6 +14006,10 @@ class File {
   }
 
   Disk* disk_ = nullptr;
+  // The ring told of the fd's open and close (DiskRing::fileOpened): held,
+  // so that a File closed after its Disk went (a frame destroyed with its
+  // reactor) still tells a live object, which then knows it is closed.
+  std::shared_ptr<detail::DiskRing> ring_;
   FileDescriptor fd_;
   int slot_ = -1;
   bool direct_ = false;
@@ -14532,14 +14549,19 @@ class SimDiskRing final : public DiskRing {
   }
 
   void fileOpened(int fd, bool direct) noexcept override { reactor_.backend_.world().files().opened(fd, direct); }
-  void fileClosing(int fd) noexcept override { reactor_.backend_.world().files().closing(fd); }
+  void fileClosing(int fd) noexcept override {
+    if (!closed_) reactor_.backend_.world().files().closing(fd);  // (closed: the reactor may be gone)
+  }
 
   void cancel(DiskOp& op) noexcept override { (void)reactor_.backend_.world().cancelDeferred(&op); }
   void openBatch() override {}  // each operation completes at its own time
   void closeBatch() override {}
   LoopCore& loop() noexcept override { return reactor_; }
   /// The Disk is going away: its pending operations never complete.
-  void close() noexcept override { reactor_.backend_.world().dropDeferredOf(this); }
+  void close() noexcept override {
+    if (std::exchange(closed_, true)) return;
+    reactor_.backend_.world().dropDeferredOf(this);
+  }
 
  private:
   static void fire(const void* owner, void* p, int result) noexcept {
@@ -14600,6 +14622,7 @@ class SimDiskRing final : public DiskRing {
   }
 
   sim::SimReactor& reactor_;
+  bool closed_ = false;  // close() ran: the reactor is not to be touched
 };
 
 }  // namespace coio::detail

@@ -200,6 +200,27 @@ TEST_CASE("Simulated disk: files kept in memory read as the file would: others' 
     CHECK(matchesPattern(0, 70 * 1024, std::span(buffer).first(64)));
   }(*reader, *writer));
 
+  // A file too large to copy (a sparse one of 5 GiB) reads as the file all the same.
+  const std::string sparse = (dir.path() / "sparse").string();
+  const int sparseFd = ::open(sparse.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(sparseFd >= 0);
+  constexpr std::uint64_t kSparse = std::uint64_t{5} << 30;
+  REQUIRE(::pwrite(sparseFd, "end", 3, static_cast<off_t>(kSparse - 3)) == 3);
+  ::close(sparseFd);
+  static_assert(kSparse > coio::detail::SimFiles::kMaxBytes);
+  coio::Result<coio::File> large = coio::File::open(disk, sparse.c_str());
+  REQUIRE(large);
+  reactor.runUntil([](coio::File& in, std::uint64_t size) -> coio::Task<void> {
+    std::vector<std::byte> buffer(8, std::byte{0x55});
+    coio::Result<std::size_t> n = co_await in.read(size - 3, buffer);
+    REQUIRE((n && *n == 3));
+    CHECK(std::memcmp(buffer.data(), "end", 3) == 0);
+    n = co_await in.read(size / 2, buffer);
+    REQUIRE((n && *n == buffer.size()));
+    CHECK(std::all_of(buffer.begin(), buffer.end(), [](std::byte b) { return b == std::byte{0}; }));
+  }(*large, kSparse));
+  large->close();
+
   // Once its Files are closed, the file is read afresh: a change made meanwhile by other means is seen.
   reader->close();
   writer->close();
