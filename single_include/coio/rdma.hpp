@@ -5616,10 +5616,13 @@ class TimerQueue {
     if (heap_.empty()) return std::nullopt;
     return heap_.front()->deadline;
   }
-  /// nextDeadline(), or `none` without a timer, and whether one is due at
-  /// `now`: without the optional, whose copy stalls the CPU (the simulation
-  /// asks for every node at every turn).
-  TimePoint nextDeadlineOr(TimePoint none) const noexcept { return heap_.empty() ? none : heap_.front()->deadline; }
+  /// The first deadline (size() != 0), and whether a timer is due at
+  /// `now`: without nextDeadline()'s optional, whose copy stalls the CPU
+  /// (the simulation asks for every node at every turn).
+  TimePoint firstDeadline() const noexcept {
+    COIO_ASSERT(!heap_.empty(), "firstDeadline() of no timer");
+    return heap_.front()->deadline;
+  }
   bool anyDue(TimePoint now) const noexcept { return !heap_.empty() && heap_.front()->deadline <= now; }
 
   /// Pops and fires every timer due at `now`, in order. A fired callback
@@ -8335,10 +8338,9 @@ class SimFiles {
   using Key = std::pair<dev_t, ino_t>;
   struct Copy {
     int opens = 0;
-    bool made = false;                      // size, bytes and fetched are set
     bool tooLarge = false;                  // above kMaxBytes when last looked at: preads
     std::uint64_t size = 0;                 // the file's, when made
-    std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read
+    std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read; null: not made
     std::vector<bool> fetched;              // per kExtent bytes
   };
   struct Open {
@@ -8347,7 +8349,6 @@ class SimFiles {
   };
 
   static void unmake(Copy& copy) noexcept {
-    copy.made = false;
     copy.tooLarge = false;
     copy.size = 0;
     copy.bytes.reset();
@@ -8358,7 +8359,7 @@ class SimFiles {
     const auto open = fds_.find(fd);
     if (open == fds_.end()) return nullptr;
     const auto file = files_.find(open->second.key);
-    return file != files_.end() && file->second.made ? &file->second : nullptr;
+    return file != files_.end() && file->second.bytes ? &file->second : nullptr;
   }
 
   // The copy to read `fd` from, made now if it was not; null: pread.
@@ -8367,7 +8368,7 @@ class SimFiles {
     if (open == fds_.end() || open->second.direct) return nullptr;
     Copy& copy = files_[open->second.key];
     if (copy.tooLarge) return nullptr;
-    if (!copy.made) {
+    if (!copy.bytes) {
       struct stat st {};
       if (::fstat(fd, &st) != 0) return nullptr;  // preads, which report the error
       if (static_cast<std::uint64_t>(st.st_size) > kMaxBytes) {
@@ -8375,9 +8376,8 @@ class SimFiles {
         return nullptr;
       }
       copy.size = static_cast<std::uint64_t>(st.st_size);
-      copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched
       copy.fetched.assign((copy.size + kExtent - 1) / kExtent, false);
-      copy.made = true;
+      copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched (never null)
     }
     return &copy;
   }
@@ -8806,7 +8806,7 @@ class SimWorld {
       };
       for (const SimLoop* l : loops_) {
         const TimerQueue& timers = l->loopCore.timers();
-        if (!l->paused && timers.size() != 0) consider(timers.nextDeadlineOr({}));
+        if (!l->paused && timers.size() != 0) consider(timers.firstDeadline());
       }
       if (!events_.empty()) consider(events_.top().at);
       if (!any) {

@@ -53,15 +53,20 @@ inline std::uint32_t crc32cSoftware(std::uint32_t crc, const std::byte* p, std::
   return crc;
 }
 
-// x^(8 * bytes) mod P: what a CRC register is multiplied by when `bytes`
-// zero bytes pass through it (square and multiply: 2 log2(bytes) products).
-constexpr std::uint32_t crc32cShiftFactor(std::uint64_t bytes) noexcept {
-  std::uint32_t factor = kCrc32cOne;
-  for (std::uint32_t power = kCrc32cOne >> 8; bytes != 0; bytes >>= 1) {  // power: x^8, x^16, x^32, ...
-    if (bytes & 1) factor = crc32cMultiply(factor, power);
-    power = crc32cMultiply(power, power);
+// base^exponent mod P (square and multiply: 2 log2(exponent) products).
+constexpr std::uint32_t crc32cPower(std::uint32_t base, std::uint64_t exponent) noexcept {
+  std::uint32_t result = kCrc32cOne;
+  for (; exponent != 0; exponent >>= 1) {  // base: b, b^2, b^4, ...
+    if (exponent & 1) result = crc32cMultiply(result, base);
+    base = crc32cMultiply(base, base);
   }
-  return factor;
+  return result;
+}
+
+// x^(8 * bytes) mod P: what a CRC register is multiplied by when `bytes`
+// zero bytes pass through it.
+constexpr std::uint32_t crc32cShiftFactor(std::uint64_t bytes) noexcept {
+  return crc32cPower(kCrc32cOne >> 8, bytes);  // (x^8)^bytes
 }
 
 // A register times x^(8 * bytes) mod P by four table lookups (the product
@@ -139,14 +144,7 @@ inline bool hasHardwareCrc32c() noexcept {
 // multiplied by x^(d+64) and x^d mod P, d the distance folded in bits; a
 // carry-less product of two reflected values comes out one power short,
 // hence x^(d+63) and x^(d-1) below.
-constexpr std::uint32_t crc32cPowerOfX(std::uint64_t d) noexcept {  // x^d mod P
-  std::uint32_t result = kCrc32cOne;
-  for (std::uint32_t power = kCrc32cOne >> 1; d != 0; d >>= 1) {  // power: x, x^2, x^4, ...
-    if (d & 1) result = crc32cMultiply(result, power);
-    power = crc32cMultiply(power, power);
-  }
-  return result;
-}
+constexpr std::uint32_t crc32cPowerOfX(std::uint64_t d) noexcept { return crc32cPower(kCrc32cOne >> 1, d); }
 // The two constants that fold a lane over `bits`, as a lane's halves: the
 // products' degree below 32 + 64 + 1 keeps them inside the 128-bit lane.
 constexpr std::array<long long, 2> crc32cFoldConstants(std::uint64_t bits) noexcept {

@@ -3,7 +3,7 @@
 // per simulated second, and seeds per minute of CI's scenario.
 //   sim_cluster_bench [--seconds S] [--gap-ms G | --gap-us G] [--seed N] [--seeds N]
 // (--gap-us: batches drawn 0 to G us apart in steps of 100 us, to set the
-// schedule's rate finer than --gap-ms's whole milliseconds.)
+// schedule's rate finer than --gap-ms's whole milliseconds; 0: --gap-ms's.)
 // Prints one line per measurement: virtual seconds, requests, wall
 // seconds, requests per wall second, seeds per minute.
 #include "sim_cluster.hpp"
@@ -47,9 +47,11 @@ int main(int argc, char** argv) {
   // about 1,000 requests per simulated second for `simulated` seconds.
   const int batches = static_cast<int>(simulated * 1000 * 10 / 24);
   auto start = std::chrono::steady_clock::now();
-  const std::uint64_t gapUs = argument(argc, argv, "--gap-us", 1000 * argument(argc, argv, "--gap-ms", 2));
-  const auto step = gapUs % 1000 == 0 ? std::chrono::microseconds(1000) : std::chrono::microseconds(100);
-  const RunReport one = clusterRun(seed, data, faults, batches, std::chrono::microseconds(gapUs), step);
+  // --gap-us: 100 us steps; else --gap-ms's whole milliseconds (the draws of the figures before it).
+  const std::uint64_t gapUs = argument(argc, argv, "--gap-us", 0);
+  const RunReport one =
+      gapUs != 0 ? clusterRun(seed, data, faults, batches, std::chrono::microseconds(gapUs), std::chrono::microseconds(100))
+                 : clusterRun(seed, data, faults, batches, std::chrono::milliseconds(argument(argc, argv, "--gap-ms", 2)));
   double wall = seconds(std::chrono::steady_clock::now() - start);
   std::printf("long schedule: seed %llu, %.1f s simulated, %llu requests (%.0f per simulated second), %llu IOs, "
               "%llu failed, %llu wrong bytes; %.2f s of wall time, %.0f requests per wall second\n",

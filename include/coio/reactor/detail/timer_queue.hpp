@@ -59,10 +59,13 @@ class TimerQueue {
     if (heap_.empty()) return std::nullopt;
     return heap_.front()->deadline;
   }
-  /// nextDeadline(), or `none` without a timer, and whether one is due at
-  /// `now`: without the optional, whose copy stalls the CPU (the simulation
-  /// asks for every node at every turn).
-  TimePoint nextDeadlineOr(TimePoint none) const noexcept { return heap_.empty() ? none : heap_.front()->deadline; }
+  /// The first deadline (size() != 0), and whether a timer is due at
+  /// `now`: without nextDeadline()'s optional, whose copy stalls the CPU
+  /// (the simulation asks for every node at every turn).
+  TimePoint firstDeadline() const noexcept {
+    COIO_ASSERT(!heap_.empty(), "firstDeadline() of no timer");
+    return heap_.front()->deadline;
+  }
   bool anyDue(TimePoint now) const noexcept { return !heap_.empty() && heap_.front()->deadline <= now; }
 
   /// Pops and fires every timer due at `now`, in order. A fired callback

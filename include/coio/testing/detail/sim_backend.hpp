@@ -135,7 +135,7 @@ class SimWorld {
       };
       for (const SimLoop* l : loops_) {
         const TimerQueue& timers = l->loopCore.timers();
-        if (!l->paused && timers.size() != 0) consider(timers.nextDeadlineOr({}));
+        if (!l->paused && timers.size() != 0) consider(timers.firstDeadline());
       }
       if (!events_.empty()) consider(events_.top().at);
       if (!any) {

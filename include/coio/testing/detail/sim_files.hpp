@@ -105,10 +105,9 @@ class SimFiles {
   using Key = std::pair<dev_t, ino_t>;
   struct Copy {
     int opens = 0;
-    bool made = false;                      // size, bytes and fetched are set
     bool tooLarge = false;                  // above kMaxBytes when last looked at: preads
     std::uint64_t size = 0;                 // the file's, when made
-    std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read
+    std::unique_ptr<std::byte[]> bytes;     // size bytes, those of fetched extents read; null: not made
     std::vector<bool> fetched;              // per kExtent bytes
   };
   struct Open {
@@ -117,7 +116,6 @@ class SimFiles {
   };
 
   static void unmake(Copy& copy) noexcept {
-    copy.made = false;
     copy.tooLarge = false;
     copy.size = 0;
     copy.bytes.reset();
@@ -128,7 +126,7 @@ class SimFiles {
     const auto open = fds_.find(fd);
     if (open == fds_.end()) return nullptr;
     const auto file = files_.find(open->second.key);
-    return file != files_.end() && file->second.made ? &file->second : nullptr;
+    return file != files_.end() && file->second.bytes ? &file->second : nullptr;
   }
 
   // The copy to read `fd` from, made now if it was not; null: pread.
@@ -137,7 +135,7 @@ class SimFiles {
     if (open == fds_.end() || open->second.direct) return nullptr;
     Copy& copy = files_[open->second.key];
     if (copy.tooLarge) return nullptr;
-    if (!copy.made) {
+    if (!copy.bytes) {
       struct stat st {};
       if (::fstat(fd, &st) != 0) return nullptr;  // preads, which report the error
       if (static_cast<std::uint64_t>(st.st_size) > kMaxBytes) {
@@ -145,9 +143,8 @@ class SimFiles {
         return nullptr;
       }
       copy.size = static_cast<std::uint64_t>(st.st_size);
-      copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched
       copy.fetched.assign((copy.size + kExtent - 1) / kExtent, false);
-      copy.made = true;
+      copy.bytes.reset(new std::byte[copy.size]);  // not zeroed: untouched until fetched (never null)
     }
     return &copy;
   }
