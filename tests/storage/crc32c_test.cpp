@@ -18,7 +18,7 @@ TEST_CASE("CRC32C matches the standard check values", "[crc32c]") {
   CHECK(storage::crc32c({}) == 0u);
 }
 
-TEST_CASE("CRC32C: hardware and table paths agree, and chaining equals one pass", "[crc32c]") {
+TEST_CASE("CRC32C: the instruction, folded and sliced-table paths agree with the bytewise table, and chaining equals one pass", "[crc32c]") {
   std::mt19937 rng(7);
   std::vector<std::byte> data(40000);
   for (auto& b : data) b = static_cast<std::byte>(rng());
@@ -26,7 +26,8 @@ TEST_CASE("CRC32C: hardware and table paths agree, and chaining equals one pass"
   for (std::size_t len : {0u, 1u, 7u, 8u, 9u, 63u, 767u, 768u, 769u, 1543u, 4096u, 10000u, 12287u, 12288u, 12289u,
                           13063u, 39999u}) {
     const auto slice = std::span(data).subspan(len % 2, len);
-    const std::uint32_t table = storage::detail::crc32cSoftware(~0u, slice.data(), len);
+    const std::uint32_t table = storage::detail::crc32cBytewise(~0u, slice.data(), len);
+    CHECK(storage::detail::crc32cSoftware(~0u, slice.data(), len) == table);
     if (storage::detail::hasHardwareCrc32c()) CHECK(storage::detail::crc32cHardware(~0u, slice.data(), len) == table);
     if (storage::detail::hasFoldedCrc32c()) CHECK(storage::detail::crc32cFolded(~0u, slice.data(), len) == table);
     for (std::size_t cut : {std::size_t{0}, len / 3, len}) {
@@ -41,21 +42,39 @@ TEST_CASE("CRC32C at every length to 2 KiB and around larger rounds equals the t
   std::vector<std::byte> data(5000);
   for (auto& b : data) b = static_cast<std::byte>(rng());
   // The folded path's 256-byte rounds, then its 64- and 16-byte steps, the
-  // crc32 instruction's words and single bytes; from misaligned starts.
+  // crc32 instruction's words and single bytes, the tables' 16-byte rounds;
+  // from misaligned starts.
   std::vector<std::size_t> lengths;
   for (std::size_t len = 0; len <= 2048; ++len) lengths.push_back(len);
   for (std::size_t len : {4095u, 4096u, 4097u, 4351u, 4352u, 4353u, 4900u}) lengths.push_back(len);
   const bool hardware = storage::detail::hasHardwareCrc32c(), folded = storage::detail::hasFoldedCrc32c();
-  INFO("crc32 instruction: " << hardware << ", folded (AVX-512 VPCLMULQDQ): " << folded);
+  INFO("crc32 instruction: " << hardware << ", folded (AVX-512 VPCLMULQDQ): " << folded
+                               << ", chosen: " << storage::crc32cImplementation());
   for (const std::size_t len : lengths) {
     const std::size_t start = len % 7;
     const auto bytes = std::span(data).subspan(start, len);
     const auto registerIn = static_cast<std::uint32_t>(rng());
-    const std::uint32_t table = storage::detail::crc32cSoftware(registerIn, bytes.data(), len);
+    const std::uint32_t table = storage::detail::crc32cBytewise(registerIn, bytes.data(), len);
     INFO("length " << len << " from byte " << start);
     REQUIRE(storage::crc32c(bytes, ~registerIn) == ~table);  // the path chosen for this CPU
+    REQUIRE(storage::detail::crc32cSoftware(registerIn, bytes.data(), len) == table);
     if (hardware) REQUIRE(storage::detail::crc32cHardware(registerIn, bytes.data(), len) == table);
     if (folded) REQUIRE(storage::detail::crc32cFolded(registerIn, bytes.data(), len) == table);
+  }
+}
+
+TEST_CASE("CRC32C's chosen path is one this CPU has, and is kept", "[crc32c]") {
+  using storage::detail::Crc32cPath;
+  const Crc32cPath path = storage::detail::crc32cPath();
+  INFO("chosen: " << storage::crc32cImplementation());
+  if (path == Crc32cPath::instruction) CHECK(storage::detail::hasHardwareCrc32c());
+  if (path == Crc32cPath::folded) CHECK(storage::detail::hasFoldedCrc32c());
+  CHECK(storage::detail::crc32cPath() == path);
+  // Timing picks among real candidates: each the CPU has is one of them.
+  for (int i = 0; i < 3; ++i) {
+    const Crc32cPath again = storage::detail::chooseCrc32cPath();
+    CHECK((again == Crc32cPath::table || (again == Crc32cPath::instruction && storage::detail::hasHardwareCrc32c()) ||
+           (again == Crc32cPath::folded && storage::detail::hasFoldedCrc32c())));
   }
 }
 

@@ -1,19 +1,28 @@
 #pragma once
-// CRC32C (Castagnoli), the checksum the chunk store keeps per block. Chosen
-// once at run time, by what the CPU has: carry-less multiplication on 512-bit
-// registers (AVX-512 VPCLMULQDQ: the buffer folded 256 bytes at a time,
-// about 2.6 times the crc32 instruction's speed on bytes in cache), else the
-// SSE4.2 crc32 instruction (three streams through a buffer's thirds, joined
-// as below), else a table; all give identical results (tested). Also the algebra that
+// CRC32C (Castagnoli), the checksum the chunk store keeps per block. Three
+// ways, all giving identical results (tested): carry-less multiplication on
+// 512-bit registers (AVX-512 VPCLMULQDQ: the buffer folded 256 bytes at a
+// time, about 2.6 times the crc32 instruction's speed on bytes in cache),
+// the SSE4.2 crc32 instruction (three streams through a buffer's thirds,
+// joined as below), and tables (sixteen bytes a round). Of those the CPU
+// has, the fastest is picked once, by timing them: an instruction the CPU
+// lists may be emulated (QEMU's TCG runs crc32 bit by bit, at a quarter of
+// the tables' speed), so its presence does not say it is fast; Linux picks
+// its RAID-6 and XOR routines the same way. Also the algebra that
 // combines CRCs: the CRC of A followed by B from the CRCs of
 // A and B, and the CRCs of many blocks at once (independent streams that
 // the CPU overlaps: the instruction's latency, not its throughput, bounds
 // a single stream).
+#include <algorithm>
 #include <array>
+#include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -48,9 +57,41 @@ constexpr std::uint32_t crc32cMultiply(std::uint32_t a, std::uint32_t b) noexcep
   return product;
 }
 
-inline std::uint32_t crc32cSoftware(std::uint32_t crc, const std::byte* p, std::size_t n) noexcept {
+// A byte at a time: the reference the other ways are tested against.
+inline std::uint32_t crc32cBytewise(std::uint32_t crc, const std::byte* p, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) crc = kCrc32cTable[(crc ^ static_cast<std::uint8_t>(p[i])) & 0xFF] ^ (crc >> 8);
   return crc;
+}
+
+// Slicing by 16: table k holds a byte's register after k more zero bytes
+// pass, so sixteen bytes take sixteen independent lookups XORed together
+// (16 KiB of tables; 6 times the bytewise loop's speed).
+using Crc32cSlices = std::array<std::array<std::uint32_t, 256>, 16>;
+constexpr Crc32cSlices makeCrc32cSlices() noexcept {
+  Crc32cSlices t{};
+  t[0] = kCrc32cTable;
+  for (std::size_t k = 1; k < t.size(); ++k) {
+    for (std::size_t v = 0; v < 256; ++v) t[k][v] = (t[k - 1][v] >> 8) ^ kCrc32cTable[t[k - 1][v] & 0xFF];
+  }
+  return t;
+}
+inline constexpr Crc32cSlices kCrc32cSlices = makeCrc32cSlices();
+
+inline std::uint32_t crc32cSoftware(std::uint32_t crc, const std::byte* p, std::size_t n) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {  // the words' bytes in the stream's order
+    const auto& t = kCrc32cSlices;
+    for (; n >= 16; n -= 16, p += 16) {
+      std::uint64_t a, b;
+      std::memcpy(&a, p, 8);
+      std::memcpy(&b, p + 8, 8);
+      a ^= crc;
+      crc = t[15][a & 0xFF] ^ t[14][(a >> 8) & 0xFF] ^ t[13][(a >> 16) & 0xFF] ^ t[12][(a >> 24) & 0xFF] ^
+            t[11][(a >> 32) & 0xFF] ^ t[10][(a >> 40) & 0xFF] ^ t[9][(a >> 48) & 0xFF] ^ t[8][a >> 56] ^
+            t[7][b & 0xFF] ^ t[6][(b >> 8) & 0xFF] ^ t[5][(b >> 16) & 0xFF] ^ t[4][(b >> 24) & 0xFF] ^
+            t[3][(b >> 32) & 0xFF] ^ t[2][(b >> 40) & 0xFF] ^ t[1][(b >> 48) & 0xFF] ^ t[0][b >> 56];
+    }
+  }
+  return crc32cBytewise(crc, p, n);
 }
 
 // base^exponent mod P (square and multiply: 2 log2(exponent) products).
@@ -238,15 +279,63 @@ inline void crc32cLanesHardware(const std::byte* data, std::size_t stride, std::
 }
 #endif
 
+enum class Crc32cPath : std::uint8_t { table, instruction, folded };
+
+inline std::uint32_t crc32cOn(Crc32cPath path, std::uint32_t crc, const std::byte* p, std::size_t n) noexcept {
+  switch (path) {
+    case Crc32cPath::folded: return crc32cFolded(crc, p, n);
+    case Crc32cPath::instruction: return crc32cHardware(crc, p, n);
+    case Crc32cPath::table: break;
+  }
+  return crc32cSoftware(crc, p, n);
+}
+
+// Of the paths the CPU lists, the one that takes least time over 16 KiB in
+// cache, the best of five rounds each (about 3 ms in a TCG guest; under
+// 0.1 ms on a real CPU, where the order is never close: folded, then the
+// instruction, 10 times the tables' speed).
+inline Crc32cPath chooseCrc32cPath() noexcept {
+  std::vector<Crc32cPath> paths{Crc32cPath::table};
+  if (hasHardwareCrc32c()) paths.push_back(Crc32cPath::instruction);
+  if (hasFoldedCrc32c()) paths.push_back(Crc32cPath::folded);
+  if (paths.size() == 1) return paths.front();
+  std::vector<std::byte> bytes(16 * 1024);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 131 + (i >> 8));
+  std::vector<std::chrono::steady_clock::duration> best(paths.size(), std::chrono::steady_clock::duration::max());
+  std::uint32_t sink = 0;
+  for (int round = 0; round < 5; ++round) {
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      sink ^= crc32cOn(paths[i], sink, bytes.data(), bytes.size());
+      best[i] = std::min(best[i], std::chrono::steady_clock::now() - start);
+    }
+  }
+  asm volatile("" : : "r"(sink));  // the CRCs are used: not optimised away
+  return paths[static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
+}
+inline Crc32cPath crc32cPath() noexcept {
+  static const Crc32cPath path = chooseCrc32cPath();
+  return path;
+}
+
 }  // namespace detail
+
+/// Which way this process computes CRC32C (chosen once, on first use, by
+/// timing those the CPU has): "folded (AVX-512 VPCLMULQDQ)", "crc32
+/// instruction" or "tables". For logs and benchmark reports.
+inline std::string_view crc32cImplementation() noexcept {
+  switch (detail::crc32cPath()) {
+    case detail::Crc32cPath::folded: return "folded (AVX-512 VPCLMULQDQ)";
+    case detail::Crc32cPath::instruction: return "crc32 instruction";
+    case detail::Crc32cPath::table: break;
+  }
+  return "tables";
+}
 
 /// Continues a CRC32C over more bytes: `crc32c(b, crc32c(a))` equals the
 /// checksum of a followed by b. The checksum of nothing is 0.
 inline std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t previous = 0) noexcept {
-  const std::uint32_t crc = ~previous;
-  if (detail::hasFoldedCrc32c()) return ~detail::crc32cFolded(crc, data.data(), data.size());
-  return ~(detail::hasHardwareCrc32c() ? detail::crc32cHardware(crc, data.data(), data.size())
-                                       : detail::crc32cSoftware(crc, data.data(), data.size()));
+  return ~detail::crc32cOn(detail::crc32cPath(), ~previous, data.data(), data.size());
 }
 
 /// The CRC32C of A followed by B, from `crcA` = crc32c(A), `crcB` =
@@ -273,9 +362,9 @@ class Crc32cAppender {
 };
 
 /// The CRC32C of each block of `blockSize` bytes of `data` into `out`
-/// (`data` holds exactly out.size() blocks). Folded (VPCLMULQDQ), one block
-/// after another: a block of 256 bytes or more keeps the multipliers busy
-/// alone. With the crc32 instruction, as
+/// (`data` holds exactly out.size() blocks). Folded (VPCLMULQDQ) or by
+/// tables, one block after another: a block of 256 bytes or more keeps the
+/// multipliers busy alone. With the crc32 instruction, as
 /// two streams at once, each through one half of the blocks in order: on
 /// bytes fresh from the disk (not in any cache) 1.8x the speed of one
 /// stream, and of four streams through neighbouring blocks, whose memory
@@ -284,7 +373,7 @@ class Crc32cAppender {
 inline void crc32cBlocks(std::span<const std::byte> data, std::size_t blockSize,
                          std::span<std::uint32_t> out) noexcept {
   const std::size_t n = out.size(), second = n / 2, first = n - second;  // the halves: [0, first), [first, n)
-  if (!detail::hasHardwareCrc32c() || detail::hasFoldedCrc32c()) {
+  if (detail::crc32cPath() != detail::Crc32cPath::instruction) {
     for (std::size_t b = 0; b < n; ++b) out[b] = crc32c(data.subspan(b * blockSize, blockSize));
     return;
   }

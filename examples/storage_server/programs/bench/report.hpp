@@ -5,6 +5,7 @@
 #include "client/cluster_client.hpp"
 #include "client/etcd_routing.hpp"
 #include "programs/bench/settings.hpp"
+#include "protocol/crc32c.hpp"
 #include "protocol/protocol.hpp"
 
 #include <algorithm>
@@ -230,16 +231,18 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
   const double p50 = percentile(tally.latencies, 0.5) * 1e3, p99 = percentile(tally.latencies, 0.99) * 1e3,
                p999 = percentile(tally.latencies, 0.999) * 1e3;
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  const std::string_view crc32c = storage::crc32cImplementation();
   if (settings.json) {
     std::printf("{\"transport\":\"%s\",\"reactor\":\"%s\",\"reactors\":%zu,\"connections\":%zu,\"depth\":%zu,\"batch\":%zu,"
-                "\"io_size\":%u,\"verify\":%s,\"checksums\":%s,\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
+                "\"io_size\":%u,\"verify\":%s,\"checksums\":%s,\"crc32c\":\"%.*s\",\"seconds\":%.3f,\"ios\":%llu,\"bytes\":%llu,\"iops\":%.1f,"
                 "\"gib_per_s\":%.4f,\"batch_latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f},"
                 "\"errors\":{\"total\":%llu,\"io_status\":{\"total\":%llu,\"by_status\":{%s}},\"checksum\":%llu,"
                 "\"content\":%llu,\"wrong_bytes\":%llu,\"timed_out\":%llu,\"request\":%llu}",
                 settings.transport.c_str(), std::string(coio::toString(settings.kind)).c_str(), settings.reactors,
                 cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
                 settings.ioSize, settings.verify ? "true" : "false",
-                settings.verify || settings.checksums ? "true" : "false", elapsed, u(tally.ios), u(tally.bytes), iops, gib,
+                settings.verify || settings.checksums ? "true" : "false", static_cast<int>(crc32c.size()),
+                crc32c.data(), elapsed, u(tally.ios), u(tally.bytes), iops, gib,
                 p50, p99, p999, u(tally.errors()), u(tally.badStatus), statusCounts(tally, "\"%s\":%llu", ",").c_str(),
                 u(tally.checksumMismatches), u(tally.contentMismatches), u(tally.wrongBytes), u(tally.timedOutRequests),
                 u(tally.failedRequests));
@@ -250,11 +253,12 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
   const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + cluster->source + ")"
                                  : settings.server.toString();
   std::printf("coio-storage-bench: %s to %s, %zu %s reactor(s), %zu connection(s), depth %zu, batch %zu x %u "
-              "bytes, verify %s%s\n",
+              "bytes, verify %s%s (CRC32C by %.*s)\n",
               settings.transport.c_str(), to.c_str(), settings.reactors, std::string(coio::toString(settings.kind)).c_str(),
               cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
               settings.ioSize, settings.verify ? "on" : "off",
-              !settings.verify && settings.checksums ? ", checksums on" : "");
+              !settings.verify && settings.checksums ? ", checksums on" : "", static_cast<int>(crc32c.size()),
+              crc32c.data());
   std::printf("  duration        %.2f s\n", elapsed);
   std::printf("  IOPS            %.0f\n", iops);
   std::printf("  throughput      %.3f GiB/s\n", gib);

@@ -7,6 +7,7 @@
 #include "cluster/chain_table.hpp"
 #include "cluster/cluster_manager.hpp"
 #include "metrics/metrics_http.hpp"
+#include "protocol/crc32c.hpp"
 #include "programs/server/etcd_session.hpp"
 #include "programs/server/on_loop.hpp"
 #include "server/server_metrics.hpp"
@@ -292,6 +293,8 @@ int serveWith(const ServeSettings& settings, const sigset_t& signals) {
                   static_cast<unsigned long long>(layout.chunks), layout.chunkSize, target.dir.c_str(),
                   layout.blockSize);
     }
+    const std::string_view crc32c = storage::crc32cImplementation();  // picked (timed) before serving
+    std::printf("  block checks: CRC32C by %.*s\n", static_cast<int>(crc32c.size()), crc32c.data());
     std::printf("  %s\n", shards.front()->note().c_str());
     std::printf("  at most %llu connections (fd limit %llu)\n",
                 static_cast<unsigned long long>(*settings.maxConnections),
