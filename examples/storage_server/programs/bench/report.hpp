@@ -253,12 +253,14 @@ inline void report(const Settings& settings, Tally& tally, double elapsed, const
   const std::string to = cluster ? std::to_string(cluster->servers.size()) + " servers (" + cluster->source + ")"
                                  : settings.server.toString();
   std::printf("coio-storage-bench: %s to %s, %zu %s reactor(s), %zu connection(s), depth %zu, batch %zu x %u "
-              "bytes, verify %s%s (CRC32C by %.*s)\n",
+              "bytes, verify %s%s\n",
               settings.transport.c_str(), to.c_str(), settings.reactors, std::string(coio::toString(settings.kind)).c_str(),
               cluster ? cluster->servers.size() : settings.connections, settings.depth, settings.batch,
               settings.ioSize, settings.verify ? "on" : "off",
-              !settings.verify && settings.checksums ? ", checksums on" : "", static_cast<int>(crc32c.size()),
-              crc32c.data());
+              !settings.verify && settings.checksums ? ", checksums on" : "");
+  if (settings.verify || settings.checksums) {  // the bench computes CRCs only then
+    std::printf("  CRC32C by       %.*s\n", static_cast<int>(crc32c.size()), crc32c.data());
+  }
   std::printf("  duration        %.2f s\n", elapsed);
   std::printf("  IOPS            %.0f\n", iops);
   std::printf("  throughput      %.3f GiB/s\n", gib);
