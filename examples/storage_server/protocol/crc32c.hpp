@@ -22,7 +22,6 @@
 #include <cstring>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -295,23 +294,25 @@ inline std::uint32_t crc32cOn(Crc32cPath path, std::uint32_t crc, const std::byt
 // 0.1 ms on a real CPU, where the order is never close: folded, then the
 // instruction, 10 times the tables' speed).
 inline Crc32cPath chooseCrc32cPath() noexcept {
-  std::vector<Crc32cPath> paths{Crc32cPath::table};
-  if (hasHardwareCrc32c()) paths.push_back(Crc32cPath::instruction);
-  if (hasFoldedCrc32c()) paths.push_back(Crc32cPath::folded);
-  if (paths.size() == 1) return paths.front();
-  std::vector<std::byte> bytes(16 * 1024);
+  std::array<Crc32cPath, 3> paths{Crc32cPath::table};
+  std::size_t count = 1;
+  if (hasHardwareCrc32c()) paths[count++] = Crc32cPath::instruction;
+  if (hasFoldedCrc32c()) paths[count++] = Crc32cPath::folded;
+  if (count == 1) return Crc32cPath::table;
+  std::array<std::byte, 16 * 1024> bytes;  // on the stack: nothing allocated
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 131 + (i >> 8));
-  std::vector<std::chrono::steady_clock::duration> best(paths.size(), std::chrono::steady_clock::duration::max());
+  std::array<std::chrono::steady_clock::duration, 3> best;
+  best.fill(std::chrono::steady_clock::duration::max());
   std::uint32_t sink = 0;
   for (int round = 0; round < 5; ++round) {
-    for (std::size_t i = 0; i < paths.size(); ++i) {
+    for (std::size_t i = 0; i < count; ++i) {
       const auto start = std::chrono::steady_clock::now();
       sink ^= crc32cOn(paths[i], sink, bytes.data(), bytes.size());
       best[i] = std::min(best[i], std::chrono::steady_clock::now() - start);
     }
   }
   asm volatile("" : : "r"(sink));  // the CRCs are used: not optimised away
-  return paths[static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
+  return paths[static_cast<std::size_t>(std::min_element(best.begin(), best.begin() + count) - best.begin())];
 }
 inline Crc32cPath crc32cPath() noexcept {
   static const Crc32cPath path = chooseCrc32cPath();

@@ -7,9 +7,9 @@
 #include "cluster/chain_table.hpp"
 #include "cluster/cluster_manager.hpp"
 #include "metrics/metrics_http.hpp"
-#include "protocol/crc32c.hpp"
 #include "programs/server/etcd_session.hpp"
 #include "programs/server/on_loop.hpp"
+#include "protocol/crc32c.hpp"
 #include "server/server_metrics.hpp"
 #include "server/storage_server.hpp"
 #if COIO_STORAGE_RDMA
